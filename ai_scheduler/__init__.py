@@ -1,0 +1,3 @@
+"""ai-scheduler: a Kubernetes scheduler for AI and deep-learning clusters."""
+
+__version__ = "0.1.0"

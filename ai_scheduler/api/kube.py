@@ -1,0 +1,198 @@
+"""The only code that talks to Kubernetes: kubernetes_asyncio in raw mode, JSON parsed with orjson.
+
+Every call passes `_preload_content=False`, so the generated model classes are
+never built (FACTS.md: ~50x cheaper) and a binding's `Status` answer does not
+trip the typed decoder. Raw mode does not raise on HTTP errors, so every call
+returns an `ApiResult` with the status code; transport errors become status 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client, config
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(slots=True)
+class ApiResult:
+    status: int          # HTTP status; 0 when the request never got an answer
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message") or self.body.get("reason") or f"HTTP {self.status}")
+
+
+class WatchExpired(Exception):
+    """410 Gone: the requested resourceVersion is too old; the caller must list again."""
+
+
+class WatchBroken(Exception):
+    """The stream failed (connection, unexpected status, unparsable line); the caller must list again."""
+
+
+async def _result(response: aiohttp.ClientResponse) -> ApiResult:
+    try:
+        raw = await response.read()
+    finally:
+        response.release()
+    try:
+        body = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        body = {"message": raw[:500].decode("utf-8", "replace")}
+    return ApiResult(response.status, body if isinstance(body, dict) else {"value": body})
+
+
+class KubeClient:
+    """Raw JSON access to the few endpoints the scheduler and the agent use."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None, *, host: str | None = None,
+                      pool_size: int = 128) -> KubeClient:
+        """From a kubeconfig file, a plain URL (the simulated cluster), or the in-cluster service account."""
+        configuration = client.Configuration()
+        if host:
+            configuration.host = host
+        elif kubeconfig:
+            await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            await config.load_kube_config(client_configuration=configuration)
+        configuration.connection_pool_maxsize = pool_size
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def _call(self, coroutine: Any) -> ApiResult:
+        try:
+            return await _result(await coroutine)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            return ApiResult(0, {"message": f"{type(exc).__name__}: {exc}"})
+
+    # ------------------------------------------------------------------ list / watch
+    def _lister(self, resource: str) -> Any:
+        if resource == "nodes":
+            return self.core.list_node
+        if resource == "pods":
+            return self.core.list_pod_for_all_namespaces
+        raise ValueError(f"unknown resource {resource!r}")
+
+    async def list(self, resource: str, **params: Any) -> tuple[list[dict[str, Any]], str]:
+        """All objects and the list's resourceVersion (the point to watch from)."""
+        result = await self._call(self._lister(resource)(_preload_content=False, **params))
+        if result.status == 410:
+            raise WatchExpired(result.message)
+        if not result.ok:
+            raise WatchBroken(f"list {resource}: {result.message}")
+        return result.body.get("items") or [], str((result.body.get("metadata") or {}).get("resourceVersion", ""))
+
+    async def watch(self, resource: str, resource_version: str, *, timeout_seconds: int,
+                    **params: Any) -> AsyncIterator[dict[str, Any]]:
+        """Watch events (`{"type", "object"}` dicts) from a resourceVersion, bookmarks on.
+
+        Ends normally when the server closes the stream after `timeout_seconds`.
+        Raises WatchExpired on 410 and WatchBroken on anything else that went
+        wrong, including a line that is not JSON: after either, the caller
+        relists, because events may have been lost.
+        """
+        # No total timeout on a stream; a read timeout longer than the server's own close notices a
+        # half-open connection (kubernetes_asyncio sets no client-side read timeout by default).
+        timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_connect=30, sock_read=timeout_seconds + 60)
+        try:
+            response = await self._lister(resource)(
+                watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds, _preload_content=False, _request_timeout=timeout, **params)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise WatchBroken(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
+        try:
+            if response.status == 410:
+                raise WatchExpired(f"watch {resource}: HTTP 410")
+            if response.status != 200:
+                body = (await response.read())[:500].decode("utf-8", "replace")
+                raise WatchBroken(f"watch {resource}: HTTP {response.status}: {body}")
+            async for event in _lines(response, resource):
+                yield event
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise WatchBroken(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            response.close()
+
+    # ------------------------------------------------------------------ writes
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> ApiResult:
+        """POST pods/binding; the server answers 201 with a Status, or 409 if the pod is already bound."""
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        return await self._call(self.core.create_namespaced_pod_binding(
+            name, namespace, body, _preload_content=False))
+
+    async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
+        return await self._call(self.core.patch_namespaced_pod_status(
+            name, namespace, patch, _preload_content=False, _content_type=STRATEGIC_MERGE))
+
+    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
+        return await self._call(self.core.patch_namespaced_pod(
+            name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH))
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
+        return await self._call(self.core.create_namespaced_event(namespace, event, _preload_content=False))
+
+    async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
+        return await self._call(self.core.patch_namespaced_event(
+            name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH))
+
+
+async def _lines(response: aiohttp.ClientResponse, resource: str) -> AsyncIterator[dict[str, Any]]:
+    """Split the chunked stream into JSON events ourselves: aiohttp's readline caps line length,
+    and a Node with many images easily exceeds it."""
+    buffer = bytearray()
+    async for chunk in response.content.iter_any():
+        buffer += chunk
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(buffer[start:end])
+            start = end + 1
+            if not line.strip():
+                continue
+            yield _decode(line, resource)
+        del buffer[:start]
+    if buffer.strip():
+        yield _decode(bytes(buffer), resource)
+
+
+def _decode(line: bytes, resource: str) -> dict[str, Any]:
+    try:
+        event = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise WatchBroken(f"watch {resource}: unparsable line {line[:120]!r}") from exc
+    if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+        raise WatchBroken(f"watch {resource}: malformed event {line[:120]!r}")
+    if event.get("type") == "ERROR":
+        status = event["object"]
+        if status.get("code") == 410:
+            raise WatchExpired(f"watch {resource}: {status.get('message', 'resource version too old')}")
+        raise WatchBroken(f"watch {resource}: error event {status.get('message', status)}")
+    return event

@@ -1,0 +1,393 @@
+"""The scheduler's shared state: nodes, the pods on them, and our own assumptions.
+
+Per-node allocatable and requested resources live in numpy columns (one row
+per node, one column per resource) so that fit filters and scores run over all
+nodes in one pass. Usage is kept in integer units (millicores for cpu, bytes,
+counts), exactly as kube-scheduler's NodeInfo keeps it.
+
+Pod accounting rule: a pod counts on a node while it is bound there (or we
+assumed it there) and has not reached Succeeded/Failed; a terminating pod still
+counts until it is gone, as in kube-scheduler.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
+
+BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
+
+
+@dataclass(slots=True)
+class PodState:
+    record: PodRecord
+    node: str = ""               # where it counts ("" = nowhere)
+    assumed: bool = False        # placed by us, not yet seen bound in the watch
+    deadline: float | None = None  # assumed pods expire after their binding finished
+
+
+@dataclass(slots=True)
+class NodeState:
+    name: str
+    record: NodeRecord | None = None  # None: pods reference a node we have not seen (yet)
+    row: int = -1
+    pods: set[str] | None = None
+
+
+@dataclass(slots=True)
+class NodeChange:
+    added: bool = False
+    static_changed: bool = False     # labels, taints, unschedulable, readiness
+    resources_changed: bool = False  # allocatable
+
+    @property
+    def any(self) -> bool:
+        return self.added or self.static_changed or self.resources_changed
+
+
+@dataclass(slots=True)
+class PodChange:
+    freed: bool = False      # resources were released somewhere: pending pods may now fit
+    confirmed: bool = False  # an assumption of ours was confirmed by the watch
+    moved: bool = False      # bound somewhere other than where we assumed it
+
+
+class SchedulerCache:
+    """Nodes, pods and assumptions; the only writer of the resource columns."""
+
+    def __init__(self, *, assume_timeout: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 initial_rows: int = 64) -> None:
+        self.assume_timeout = assume_timeout
+        self._clock = clock
+        self.resource_index: dict[str, int] = {name: i for i, name in enumerate(BASE_RESOURCES)}
+        self.resource_names: list[str] = list(BASE_RESOURCES)
+        cols = len(BASE_RESOURCES)
+        self.allocatable = np.zeros((initial_rows, cols), dtype=np.int64)
+        self.requested = np.zeros((initial_rows, cols), dtype=np.int64)
+        # Requests as scoring sees them: pods without cpu/memory requests count kube-scheduler's defaults.
+        self.score_requested = np.zeros((initial_rows, cols), dtype=np.int64)
+        self.valid = np.zeros(initial_rows, dtype=bool)
+        # Bumped whenever a row's static attributes change; cached static filter results compare against it.
+        self.static_version = 0
+        self.row_static_version = np.zeros(initial_rows, dtype=np.int64)
+        self.row_records: list[NodeRecord | None] = [None] * initial_rows
+        self.row_names: list[str] = [""] * initial_rows
+        self._free_rows: list[int] = list(range(initial_rows - 1, -1, -1))
+        self.nodes: dict[str, NodeState] = {}
+        self.pods: dict[str, PodState] = {}
+        self.assumed_count = 0
+
+    # ------------------------------------------------------------------ columns
+    @property
+    def rows(self) -> int:
+        return self.valid.shape[0]
+
+    @property
+    def node_count(self) -> int:
+        return int(np.count_nonzero(self.valid))
+
+    def column(self, resource: str, create: bool = False) -> int:
+        """Column of a resource; -1 if unknown and not created."""
+        col = self.resource_index.get(resource)
+        if col is not None:
+            return col
+        if not create:
+            return -1
+        col = len(self.resource_names)
+        self.resource_index[resource] = col
+        self.resource_names.append(resource)
+        pad = np.zeros((self.rows, 1), dtype=np.int64)
+        self.allocatable = np.hstack([self.allocatable, pad])
+        self.requested = np.hstack([self.requested, pad])
+        self.score_requested = np.hstack([self.score_requested, pad])
+        return col
+
+    def _grow(self) -> None:
+        old = self.rows
+        new = old * 2
+        for attr in ("allocatable", "requested", "score_requested"):
+            arr = getattr(self, attr)
+            grown = np.zeros((new, arr.shape[1]), dtype=np.int64)
+            grown[:old] = arr
+            setattr(self, attr, grown)
+        self.valid = np.concatenate([self.valid, np.zeros(old, dtype=bool)])
+        self.row_static_version = np.concatenate([self.row_static_version, np.zeros(old, dtype=np.int64)])
+        self.row_records.extend([None] * old)
+        self.row_names.extend([""] * old)
+        self._free_rows.extend(range(new - 1, old - 1, -1))
+
+    def _touch_static(self, row: int) -> None:
+        self.static_version += 1
+        self.row_static_version[row] = self.static_version
+
+    # ------------------------------------------------------------------ nodes
+    def set_node(self, record: NodeRecord) -> NodeChange:
+        """Add or update a node from the watch."""
+        change = NodeChange()
+        state = self.nodes.get(record.name)
+        if state is None:
+            state = self.nodes[record.name] = NodeState(record.name, pods=set())
+        old = state.record
+        if state.row < 0:
+            if not self._free_rows:
+                self._grow()
+            state.row = self._free_rows.pop()
+            self.valid[state.row] = True
+            self.row_names[state.row] = record.name
+            change.added = True
+            self._recount_row(state)
+        row = state.row
+        state.record = record
+        self.row_records[row] = record
+        if old is None or old.static_identity() != record.static_identity():
+            change.static_changed = True
+            self._touch_static(row)
+        if old is None or old.allocatable != record.allocatable:
+            change.resources_changed = True
+            self.allocatable[row] = 0
+            for name, value in record.allocatable.items():
+                col = self.column(name, create=True)  # may widen the arrays: index after
+                self.allocatable[row, col] = value
+        return change
+
+    def remove_node(self, name: str) -> bool:
+        state = self.nodes.get(name)
+        if state is None or state.row < 0:
+            return False
+        row = state.row
+        self.valid[row] = False
+        self.allocatable[row] = 0
+        self.requested[row] = 0
+        self.score_requested[row] = 0
+        self.row_records[row] = None
+        self.row_names[row] = ""
+        self._touch_static(row)
+        self._free_rows.append(row)
+        state.row = -1
+        state.record = None
+        if not state.pods:
+            del self.nodes[name]
+        return True
+
+    def node_record(self, name: str) -> NodeRecord | None:
+        state = self.nodes.get(name)
+        return state.record if state else None
+
+    def row_of(self, name: str) -> int:
+        state = self.nodes.get(name)
+        return state.row if state else -1
+
+    def _recount_row(self, state: NodeState) -> None:
+        """Usage of pods that arrived before their node did."""
+        row = state.row
+        self.requested[row] = 0
+        self.score_requested[row] = 0
+        for uid in state.pods or ():
+            self._apply(row, self.pods[uid].record, 1)
+
+    # ------------------------------------------------------------------ pods
+    def _apply(self, row: int, pod: PodRecord, sign: int) -> None:
+        for name in pod.requests:
+            if name not in self.resource_index:
+                self.column(name, create=True)  # widens the arrays: before taking references
+        index = self.resource_index
+        requested = self.requested
+        for name, value in pod.requests.items():
+            requested[row, index[name]] += sign * value
+        requested[row, 3] += sign  # the pod slot itself ("pods" is column 3)
+        scored = self.score_requested
+        for name, value in pod.score_requests().items():
+            scored[row, index[name]] += sign * value
+
+    def _attach(self, uid: str, node: str, pod: PodRecord) -> None:
+        state = self.nodes.get(node)
+        if state is None:
+            state = self.nodes[node] = NodeState(node, pods=set())
+        assert state.pods is not None
+        state.pods.add(uid)
+        if state.row >= 0:
+            self._apply(state.row, pod, 1)
+
+    def _detach(self, uid: str, node: str, pod: PodRecord) -> None:
+        state = self.nodes.get(node)
+        if state is None or state.pods is None:
+            return
+        state.pods.discard(uid)
+        if state.row >= 0:
+            self._apply(state.row, pod, -1)
+        elif not state.pods:
+            del self.nodes[node]
+
+    def set_pod(self, record: PodRecord) -> PodChange:
+        """Apply a pod from the watch (added or modified)."""
+        change = PodChange()
+        state = self.pods.get(record.uid)
+        old_node = state.node if state else ""
+        old_record = state.record if state else None
+        assumed = state.assumed if state else False
+        if record.node_name:
+            new_node = "" if record.terminal else record.node_name
+            if assumed:
+                change.confirmed = record.node_name == old_node
+                change.moved = not change.confirmed
+                self._unassume(state)
+        elif assumed and not record.deleting and not record.terminal:
+            new_node = old_node  # binding still in flight: keep the reservation
+        else:
+            new_node = ""
+            if assumed:
+                self._unassume(state)
+        if state is None:
+            state = self.pods[record.uid] = PodState(record)
+        if old_node and (old_node != new_node or old_record is not record):
+            self._detach(record.uid, old_node, old_record)  # type: ignore[arg-type]
+            change.freed = old_node != new_node
+        state.record = record
+        state.node = new_node
+        if new_node and (old_node != new_node or old_record is not record):
+            self._attach(record.uid, new_node, record)
+        if not new_node and not record.pending and not state.assumed:
+            # Finished or deleting-unbound pods need no tracking beyond the watch's own record.
+            self.pods.pop(record.uid, None)
+        return change
+
+    def remove_pod(self, uid: str) -> PodChange:
+        change = PodChange()
+        state = self.pods.pop(uid, None)
+        if state is None:
+            return change
+        if state.assumed:
+            self._unassume(state)
+        if state.node:
+            self._detach(uid, state.node, state.record)
+            change.freed = True
+        return change
+
+    def pod_state(self, uid: str) -> PodState | None:
+        return self.pods.get(uid)
+
+    def is_assumed(self, uid: str) -> bool:
+        state = self.pods.get(uid)
+        return bool(state and state.assumed)
+
+    # ------------------------------------------------------------------ assumptions
+    def assume(self, pod: PodRecord, node: str) -> None:
+        """Reserve the pod's resources on `node` before the binding is sent."""
+        state = self.pods.get(pod.uid)
+        if state is not None and (state.node or state.assumed):
+            raise ValueError(f"pod {pod.key} is already on {state.node or 'an assumed node'}")
+        if state is None:
+            state = self.pods[pod.uid] = PodState(pod)
+        state.record = pod
+        state.assumed = True
+        state.deadline = None
+        state.node = node
+        self.assumed_count += 1
+        self._attach(pod.uid, node, pod)
+
+    def binding_finished(self, uid: str) -> None:
+        """The binding call returned: the watch should confirm soon, else the assumption expires."""
+        state = self.pods.get(uid)
+        if state is not None and state.assumed:
+            state.deadline = self._clock() + self.assume_timeout
+
+    def forget(self, uid: str) -> bool:
+        """Drop an assumption whose binding failed; the pod is pending again."""
+        state = self.pods.get(uid)
+        if state is None or not state.assumed:
+            return False
+        self._unassume(state)
+        if state.node:
+            self._detach(uid, state.node, state.record)
+            state.node = ""
+        return True
+
+    def _unassume(self, state: PodState) -> None:
+        if state.assumed:
+            state.assumed = False
+            state.deadline = None
+            self.assumed_count -= 1
+
+    def expire_assumed(self) -> list[PodRecord]:
+        """Forget assumptions whose binding finished long ago without the watch confirming them."""
+        if not self.assumed_count:
+            return []
+        now = self._clock()
+        expired = [s.record for s in self.pods.values()
+                   if s.assumed and s.deadline is not None and s.deadline <= now]
+        for pod in expired:
+            self.forget(pod.uid)
+        return expired
+
+    # ------------------------------------------------------------------ relist
+    def replace_nodes(self, records: Iterable[NodeRecord]) -> tuple[list[NodeRecord], list[str]]:
+        """Reconcile with a fresh list: returns (added or changed, removed names)."""
+        seen: set[str] = set()
+        changed: list[NodeRecord] = []
+        for record in records:
+            seen.add(record.name)
+            current = self.node_record(record.name)
+            if current is None or current.resource_version != record.resource_version:
+                self.set_node(record)
+                changed.append(record)
+        removed = [name for name, st in self.nodes.items() if st.record is not None and name not in seen]
+        for name in removed:
+            self.remove_node(name)
+        return changed, removed
+
+    def replace_pods(self, records: Iterable[PodRecord]) -> tuple[list[PodRecord], list[PodRecord]]:
+        """Reconcile with a fresh list: returns (added or changed, removed records)."""
+        seen: set[str] = set()
+        changed: list[PodRecord] = []
+        for record in records:
+            seen.add(record.uid)
+            state = self.pods.get(record.uid)
+            if state is None or state.record.resource_version != record.resource_version:
+                self.set_pod(record)
+                changed.append(record)
+        removed = [s.record for uid, s in self.pods.items() if uid not in seen]
+        for record in removed:
+            self.remove_pod(record.uid)
+        return changed, removed
+
+    # ------------------------------------------------------------------ views
+    def node_usage(self, name: str) -> dict[str, int]:
+        """Requested amounts on a node, by resource name (for logs, tests and the demo)."""
+        row = self.row_of(name)
+        if row < 0:
+            return {}
+        return {res: int(self.requested[row, col]) for res, col in self.resource_index.items()
+                if self.requested[row, col]}
+
+    def pods_on(self, name: str) -> set[str]:
+        state = self.nodes.get(name)
+        return set(state.pods or ()) if state else set()
+
+    def check_consistency(self) -> list[str]:
+        """Recompute every row from the pod records; differences mean a bookkeeping bug (tests use this)."""
+        problems = []
+        expected = np.zeros_like(self.requested)
+        for uid, state in self.pods.items():
+            if not state.node:
+                continue
+            node = self.nodes.get(state.node)
+            if node is None or uid not in (node.pods or ()):
+                problems.append(f"pod {state.record.key} counts on {state.node} but the node does not list it")
+                continue
+            if node.row >= 0:
+                for res, value in state.record.requests.items():
+                    expected[node.row, self.resource_index[res]] += value
+                expected[node.row, 3] += 1
+        for name, node in self.nodes.items():
+            for uid in node.pods or ():
+                if self.pods.get(uid) is None or self.pods[uid].node != name:
+                    problems.append(f"node {name} lists pod {uid} that does not count there")
+        diff = np.argwhere(expected != self.requested)
+        problems.extend(f"row {r} ({self.row_names[r]}) {self.resource_names[c]}: "
+                        f"kept {self.requested[r, c]}, expected {expected[r, c]}" for r, c in diff)
+        return problems

@@ -1,0 +1,271 @@
+"""Our own small records built straight from API JSON (dicts from orjson).
+
+kubernetes_asyncio model objects never travel past api/; everything the
+scheduler reasons about is one of these slotted classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ai_scheduler.quantity import QuantityError, to_units
+
+# kube-scheduler scores pods without cpu/memory requests as if they asked for these
+# (schedutil.DefaultMilliCPURequest / DefaultMemoryRequest), so that empty pods still spread.
+DEFAULT_SCORE_CPU_MILLI = 100
+DEFAULT_SCORE_MEMORY = 200 * 1024 * 1024
+
+PODS = "pods"
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class Taint:
+    __slots__ = ("effect", "key", "value")
+
+    def __init__(self, key: str, value: str, effect: str) -> None:
+        self.key = key
+        self.value = value
+        self.effect = effect
+
+    def describe(self) -> str:
+        """kube-scheduler's rendering in `untolerated taint {key: value}`."""
+        return f"{{{self.key}: {self.value}}}"
+
+    def __repr__(self) -> str:
+        return f"Taint({self.key}={self.value}:{self.effect})"
+
+    def identity(self) -> tuple[str, str, str]:
+        return (self.key, self.value, self.effect)
+
+
+class Toleration:
+    __slots__ = ("effect", "key", "operator", "value")
+
+    def __init__(self, key: str, operator: str, value: str, effect: str) -> None:
+        self.key = key
+        self.operator = operator
+        self.value = value
+        self.effect = effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        """v1.Toleration.ToleratesTaint: empty effect matches all, empty key with Exists matches all."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator == "Exists":
+            return True
+        if self.operator in ("Equal", ""):
+            return self.value == taint.value
+        return False
+
+    def identity(self) -> tuple[str, str, str, str]:
+        return (self.key, self.operator, self.value, self.effect)
+
+
+def _parse_resources(section: dict[str, Any] | None) -> dict[str, int]:
+    if not section:
+        return {}
+    return {name: to_units(name, value) for name, value in section.items()}
+
+
+def _add_into(total: dict[str, int], part: dict[str, int]) -> None:
+    for name, value in part.items():
+        total[name] = total.get(name, 0) + value
+
+
+def _max_into(total: dict[str, int], part: dict[str, int]) -> None:
+    for name, value in part.items():
+        if value > total.get(name, 0):
+            total[name] = value
+
+
+def container_requests(container: dict[str, Any]) -> dict[str, int]:
+    """Requests of one container; limits stand in for requests that are not set, as the API defaults them."""
+    resources = container.get("resources") or {}
+    requests = _parse_resources(resources.get("requests"))
+    for name, value in _parse_resources(resources.get("limits")).items():
+        requests.setdefault(name, value)
+    return requests
+
+
+def pod_requests(spec: dict[str, Any]) -> dict[str, int]:
+    """What a pod needs on a node, computed as kube-scheduler's resourcehelper.PodRequests does.
+
+    Regular containers and restartable init containers (sidecars) run together;
+    each ordinary init container runs alone beside the sidecars started before
+    it; the pod needs the larger of the two peaks, plus its overhead. Pod-level
+    `spec.resources` replaces the container sum for the resources it names.
+    """
+    total: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        _add_into(total, container_requests(container))
+
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for container in spec.get("initContainers") or ():
+        requests = container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add_into(sidecars, requests)
+            _add_into(total, requests)
+        else:
+            step = dict(sidecars)
+            _add_into(step, requests)
+            _max_into(init_peak, step)
+    _max_into(total, init_peak)
+
+    pod_level = (spec.get("resources") or {}).get("requests")
+    if pod_level:
+        total.update(_parse_resources(pod_level))
+    overhead = spec.get("overhead")
+    if overhead:
+        _add_into(total, _parse_resources(overhead))
+    return {name: value for name, value in total.items() if value}
+
+
+class PodRecord:
+    """A pod as the scheduler sees it."""
+
+    __slots__ = (
+        "affinity", "annotations", "creation", "deleting", "gated", "labels", "name", "namespace",
+        "node_name", "node_selector", "phase", "priority", "requests", "resource_version",
+        "scheduled_condition", "scheduler_name", "spec_error", "tolerations", "uid",
+    )
+
+    def __init__(self) -> None:
+        self.uid = ""
+        self.namespace = ""
+        self.name = ""
+        self.resource_version = ""
+        self.scheduler_name = ""
+        self.node_name = ""
+        self.phase = ""
+        self.priority = 0
+        self.creation = ""
+        self.deleting = False
+        self.gated = False
+        self.labels: dict[str, str] = {}
+        self.annotations: dict[str, str] = {}
+        self.node_selector: dict[str, str] = {}
+        self.affinity: dict[str, Any] = {}
+        self.tolerations: tuple[Toleration, ...] = ()
+        self.requests: dict[str, int] = {}
+        self.scheduled_condition: tuple[str, str, str] | None = None
+        self.spec_error = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    @property
+    def pending(self) -> bool:
+        """Waiting for a node: unbound, alive and not gated."""
+        return not self.node_name and not self.deleting and not self.terminal
+
+    @classmethod
+    def from_api(cls, obj: dict[str, Any]) -> PodRecord:
+        """Build from a Pod's JSON. A malformed resource quantity is kept as `spec_error`, not raised,
+        so that the pod is reported to its owner rather than lost."""
+        rec = cls()
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        rec.uid = meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        rec.namespace = meta.get("namespace") or ""
+        rec.name = meta.get("name") or ""
+        rec.resource_version = meta.get("resourceVersion") or ""
+        rec.creation = meta.get("creationTimestamp") or ""
+        rec.deleting = bool(meta.get("deletionTimestamp"))
+        rec.labels = meta.get("labels") or {}
+        rec.annotations = meta.get("annotations") or {}
+        rec.scheduler_name = spec.get("schedulerName") or "default-scheduler"
+        rec.node_name = spec.get("nodeName") or ""
+        rec.priority = int(spec.get("priority") or 0)
+        rec.gated = bool(spec.get("schedulingGates"))
+        rec.node_selector = spec.get("nodeSelector") or {}
+        rec.affinity = spec.get("affinity") or {}
+        rec.tolerations = tuple(
+            Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "",
+                       t.get("effect") or "")
+            for t in spec.get("tolerations") or ()
+        )
+        rec.phase = status.get("phase") or "Pending"
+        for cond in status.get("conditions") or ():
+            if cond.get("type") == "PodScheduled":
+                rec.scheduled_condition = (cond.get("status") or "", cond.get("reason") or "",
+                                           cond.get("message") or "")
+        try:
+            rec.requests = pod_requests(spec)
+        except QuantityError as exc:
+            rec.requests = {}
+            rec.spec_error = f"invalid resource quantity: {exc}"
+        return rec
+
+    def score_requests(self) -> dict[str, int]:
+        """Requests as kube-scheduler's scoring sees them: cpu and memory never zero."""
+        scored = dict(self.requests)
+        scored.setdefault("cpu", DEFAULT_SCORE_CPU_MILLI)
+        scored.setdefault("memory", DEFAULT_SCORE_MEMORY)
+        return scored
+
+    def __repr__(self) -> str:
+        return f"PodRecord({self.key}, node={self.node_name or '-'}, phase={self.phase})"
+
+
+class NodeRecord:
+    """A node as the scheduler sees it."""
+
+    __slots__ = ("allocatable", "annotations", "labels", "name", "ready", "resource_version", "spec_error",
+                 "taints", "unschedulable")
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.resource_version = ""
+        self.labels: dict[str, str] = {}
+        self.annotations: dict[str, str] = {}
+        self.taints: tuple[Taint, ...] = ()
+        self.unschedulable = False
+        self.ready = "Unknown"
+        self.allocatable: dict[str, int] = {}
+        self.spec_error = ""
+
+    @classmethod
+    def from_api(cls, obj: dict[str, Any]) -> NodeRecord:
+        rec = cls()
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        rec.name = meta.get("name") or ""
+        rec.resource_version = meta.get("resourceVersion") or ""
+        rec.labels = meta.get("labels") or {}
+        rec.annotations = meta.get("annotations") or {}
+        rec.unschedulable = bool(spec.get("unschedulable"))
+        rec.taints = tuple(
+            Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")
+            for t in spec.get("taints") or ()
+        )
+        for cond in status.get("conditions") or ():
+            if cond.get("type") == "Ready":
+                rec.ready = cond.get("status") or "Unknown"
+        try:
+            rec.allocatable = _parse_resources(status.get("allocatable") or status.get("capacity"))
+        except QuantityError as exc:
+            rec.allocatable = {}
+            rec.spec_error = f"invalid allocatable quantity: {exc}"
+        return rec
+
+    def static_identity(self) -> tuple[Any, ...]:
+        """Everything static filters and scores read; a change here invalidates their cached results."""
+        return (
+            tuple(sorted(self.labels.items())),
+            tuple(t.identity() for t in self.taints),
+            self.unschedulable,
+            self.ready,
+        )
+
+    def __repr__(self) -> str:
+        return f"NodeRecord({self.name})"

@@ -1,0 +1,506 @@
+"""The config file's schema: immutable dataclasses and the one function that builds them.
+
+Validation is strict on purpose: an unknown key, a wrong type or an out-of-range
+value is refused with the key's full path (``profiles[0].scores[1].weight``), so
+that a typo in a ConfigMap never turns silently into a default. A running
+scheduler keeps its last good config when a reload fails, so refusing is cheap.
+
+The result is deeply immutable (tuples and read-only mappings all the way down)
+so that one Config object can be shared by every loop without copying.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, NoReturn
+
+DEFAULT_SCHEDULER_NAME = "ai-scheduler"
+
+FILTER_PLUGINS: tuple[str, ...] = (
+    "NodeUnschedulable",
+    "NodeName",
+    "NodeReady",
+    "TaintToleration",
+    "NodeAffinity",
+    "NodeResourcesFit",
+)
+SCORE_PLUGINS: tuple[str, ...] = (
+    "NodeResourcesLeastAllocated",
+    "NodeResourcesMostAllocated",
+    "NodeAffinity",
+    "TaintToleration",
+)
+RESOURCE_SCORERS: frozenset[str] = frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"})
+
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# A Kubernetes resource name: an optional DNS subdomain prefix and a qualified name ("nvidia.com/gpu").
+_RESOURCE_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_HOSTNAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$")
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used, with the key path and the reason, for the operator to fix."""
+
+    def __init__(self, key: str, reason: str, source: str = "<config>") -> None:
+        super().__init__(key, reason, source)  # keeps the error picklable
+        self.key = key
+        self.reason = reason
+        self.source = source
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.key}: {self.reason}" if self.key else f"{self.source}: {self.reason}"
+
+
+class FrozenMap(Mapping[str, Any]):
+    """A read-only, hashable mapping, so that frozen dataclasses holding one stay hashable."""
+
+    __slots__ = ("_data", "_hash")
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        self._data: dict[str, Any] = dict(data or {})
+        self._hash: int | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._data.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+
+DEFAULT_SCORE_RESOURCES = FrozenMap({"cpu": 1, "memory": 1, "nvidia.com/gpu": 1})
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreSpec:
+    """One Score plugin of a profile; ``resources`` is empty for the non-resource scorers."""
+
+    name: str
+    weight: int = 1
+    resources: Mapping[str, int] = field(default_factory=FrozenMap)
+
+
+DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
+    ScoreSpec("NodeResourcesLeastAllocated", 1, DEFAULT_SCORE_RESOURCES),
+    ScoreSpec("NodeAffinity", 2),
+    ScoreSpec("TaintToleration", 3),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """The plugins that handle pods whose ``spec.schedulerName`` is ``scheduler_name``."""
+
+    scheduler_name: str
+    filters: tuple[str, ...] = FILTER_PLUGINS
+    scores: tuple[ScoreSpec, ...] = DEFAULT_SCORES
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingSettings:
+    """Process-level knobs of the scheduling loop and the binder."""
+
+    bind_concurrency: int = 64
+    assume_timeout_seconds: float = 30.0
+    initial_backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 10.0
+    unschedulable_flush_seconds: float = 300.0
+    event_repeat_seconds: float = 300.0
+    percentage_of_nodes_to_score: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSettings:
+    """How old a node agent's GPU report may be before its managed GPUs stop taking new pods."""
+
+    staleness_seconds: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Where /healthz, /readyz and /metrics listen."""
+
+    port: int = 10251
+    bind_address: str = "0.0.0.0"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole config file, validated; build it with ``parse_config``.
+
+    ``queues``, ``groups``, ``users``, ``namespaces`` and ``policies`` are only
+    type-checked here; their own issues give them meaning and validation.
+    """
+
+    scheduler_name: str
+    profiles: tuple[Profile, ...]
+    scheduling: SchedulingSettings = SchedulingSettings()
+    gpu: GpuSettings = GpuSettings()
+    server: ServerSettings = ServerSettings()
+    queues: tuple[Mapping[str, Any], ...] = ()
+    groups: Mapping[str, Any] = field(default_factory=FrozenMap)
+    users: Mapping[str, Any] = field(default_factory=FrozenMap)
+    namespaces: Mapping[str, Any] = field(default_factory=FrozenMap)
+    policies: Mapping[str, Any] = field(default_factory=FrozenMap)
+    active_policy: str | None = None
+
+    def profile_for(self, scheduler_name: str) -> Profile | None:
+        """The profile for a pod's ``spec.schedulerName``; None means the pod is not ours."""
+        return self._profiles_by_name.get(scheduler_name)
+
+    @cached_property
+    def scheduler_names(self) -> frozenset[str]:
+        """Every ``spec.schedulerName`` this scheduler binds; the informers filter pods by it."""
+        return frozenset(self._profiles_by_name)
+
+    @cached_property
+    def _profiles_by_name(self) -> Mapping[str, Profile]:
+        return FrozenMap({p.scheduler_name: p for p in self.profiles})
+
+
+# --- parsing ---------------------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """Raised inside the parser; parse_config adds the source and turns it into a ConfigError."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(key, reason)
+        self.key = key
+        self.reason = reason
+
+
+def _fail(key: str, reason: str) -> NoReturn:
+    raise _Invalid(key, reason)
+
+
+def _child(path: str, key: str) -> str:
+    if not _IDENTIFIER.match(key):
+        return f"{path}[{key!r}]"
+    return f"{path}.{key}" if path else key
+
+
+def _show(value: object) -> str:
+    """A value as the operator wrote it in YAML, for 'got ...' in messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return repr(value)
+
+
+def _whole(value: float) -> float | int:
+    """A default as default.yaml spells it: 10, not 10.0."""
+    return int(value) if value.is_integer() else value
+
+
+def _mapping(value: object, path: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        _fail(path, f"must be a mapping, got {_show(value)}")
+    return value
+
+
+def _list(value: object, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        _fail(path, f"must be a list, got {_show(value)}")
+    return value
+
+
+def _check_keys(data: Mapping[Any, Any], allowed: tuple[str, ...], path: str) -> None:
+    for key in data:
+        if key not in allowed:
+            hint = difflib.get_close_matches(str(key), allowed, n=1)
+            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+            _fail(path, f"unknown key {key!r}{suggestion}; expected one of {', '.join(allowed)}")
+
+
+def _string(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        _fail(path, f"must be a string, got {_show(value)}")
+    return value
+
+
+def _dns_subdomain(value: object, path: str) -> str:
+    text = _string(value, path)
+    if len(text) > 253 or not _DNS1123_SUBDOMAIN.match(text):
+        _fail(path, "must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and "
+                    f"ending with a letter or digit, at most 253 characters), got {text!r}")
+    return text
+
+
+def _integer(value: object, path: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        _fail(path, f"must be an integer between {low} and {high}, got {_show(value)}")
+    return value
+
+
+def _number(value: object, path: str, *, minimum: float, inclusive: bool) -> float:
+    """A finite int or float above ``minimum`` (or equal to it when ``inclusive``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        _fail(path, f"must be a number, got {_show(value)}")
+    if value < minimum or (value == minimum and not inclusive):
+        _fail(path, f"must be {'>=' if inclusive else '>'} {_show(minimum)}, got {_show(value)}")
+    return float(value)
+
+
+def _freeze(value: Any) -> Any:
+    """Lists to tuples and mappings to FrozenMaps, recursively, so shared config cannot be mutated."""
+    if isinstance(value, Mapping):
+        return FrozenMap({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, set):  # YAML !!set
+        return frozenset(value)
+    return value
+
+
+_Parse = Callable[[Any, str], Any]
+
+
+def _section(data: Mapping[Any, Any], key: str, parse: _Parse, default: Any, path: str = "") -> Any:
+    """Sections absent or null take their default: a section whose children are all commented out is null."""
+    value = data.get(key)
+    return default if value is None else parse(value, _child(path, key))
+
+
+def _scalar(data: Mapping[Any, Any], key: str, default: Any, parse: _Parse, path: str) -> Any:
+    """Scalars may be absent, but not null: ``port:`` with no value is an unfinished edit, not a default."""
+    return parse(data[key], _child(path, key)) if key in data else default
+
+
+_SCORE_KEYS = ("name", "weight", "resources")
+_PROFILE_KEYS = ("schedulerName", "filters", "scores")
+_SCHEDULING_KEYS = (
+    "bindConcurrency",
+    "assumeTimeoutSeconds",
+    "initialBackoffSeconds",
+    "maxBackoffSeconds",
+    "unschedulableFlushSeconds",
+    "eventRepeatSeconds",
+    "percentageOfNodesToScore",
+)
+_TOP_LEVEL_KEYS = (
+    "schedulerName",
+    "profiles",
+    "scheduling",
+    "gpu",
+    "server",
+    "queues",
+    "groups",
+    "users",
+    "namespaces",
+    "policies",
+    "activePolicy",
+)
+
+
+def _parse_resources(value: object, path: str) -> FrozenMap:
+    data = _mapping(value, path)
+    if not data:
+        _fail(path, "must name at least one resource")
+    result = {}
+    for name, weight in data.items():
+        if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
+            _fail(path, "resource names must be Kubernetes resource names such as 'cpu' or "
+                        f"'nvidia.com/gpu', got {_show(name)}")
+        result[name] = _integer(weight, _child(path, name), 1, 100)
+    return FrozenMap(result)
+
+
+def _parse_score(value: object, path: str) -> ScoreSpec:
+    data = _mapping(value, path)
+    _check_keys(data, _SCORE_KEYS, path)
+    if data.get("name") is None:
+        _fail(_child(path, "name"), f"is required; one of {', '.join(SCORE_PLUGINS)}")
+    name = _string(data["name"], _child(path, "name"))
+    if name not in SCORE_PLUGINS:
+        _fail(_child(path, "name"), f"unknown score plugin {name!r}; known: {', '.join(SCORE_PLUGINS)}")
+    weight = _scalar(data, "weight", 1, lambda v, p: _integer(v, p, 0, 100), path)
+    if name in RESOURCE_SCORERS:
+        resources = _section(data, "resources", _parse_resources, DEFAULT_SCORE_RESOURCES, path)
+    elif "resources" in data:
+        _fail(_child(path, "resources"), f"only {' and '.join(sorted(RESOURCE_SCORERS))} take resources")
+    else:
+        resources = FrozenMap()
+    return ScoreSpec(name, weight, resources)
+
+
+def _parse_filters(value: object, path: str) -> tuple[str, ...]:
+    filters: list[str] = []
+    for i, item in enumerate(_list(value, path)):
+        item_path = f"{path}[{i}]"
+        name = _string(item, item_path)
+        if name not in FILTER_PLUGINS:
+            _fail(item_path, f"unknown filter plugin {name!r}; known: {', '.join(FILTER_PLUGINS)}")
+        if name in filters:
+            _fail(item_path, f"duplicate filter plugin {name!r} (also {path}[{filters.index(name)}])")
+        filters.append(name)
+    return tuple(filters)
+
+
+def _parse_scores(value: object, path: str) -> tuple[ScoreSpec, ...]:
+    scores: list[ScoreSpec] = []
+    for i, item in enumerate(_list(value, path)):
+        score = _parse_score(item, f"{path}[{i}]")
+        earlier = [j for j, s in enumerate(scores) if s.name == score.name]
+        if earlier:
+            _fail(f"{path}[{i}].name", f"duplicate score plugin {score.name!r} (also {path}[{earlier[0]}])")
+        scores.append(score)
+    return tuple(scores)
+
+
+def _parse_profile(value: object, path: str, default_name: str | None) -> Profile:
+    data = _mapping(value, path)
+    _check_keys(data, _PROFILE_KEYS, path)
+    if "schedulerName" in data:
+        name = _dns_subdomain(data["schedulerName"], _child(path, "schedulerName"))
+    elif default_name is not None:
+        name = default_name
+    else:
+        _fail(_child(path, "schedulerName"), "is required for every profile but the first")
+    filters = _section(data, "filters", _parse_filters, FILTER_PLUGINS, path)
+    scores = _section(data, "scores", _parse_scores, DEFAULT_SCORES, path)
+    return Profile(name, filters, scores)
+
+
+def _parse_profiles(value: object, path: str, scheduler_name: str) -> tuple[Profile, ...]:
+    items = _list(value, path)
+    if not items:
+        _fail(path, "must list at least one profile")
+    profiles: list[Profile] = []
+    for i, item in enumerate(items):
+        profile = _parse_profile(item, f"{path}[{i}]", scheduler_name if i == 0 else None)
+        earlier = [j for j, p in enumerate(profiles) if p.scheduler_name == profile.scheduler_name]
+        if earlier:
+            _fail(f"{path}[{i}].schedulerName",
+                  f"duplicate scheduler name {profile.scheduler_name!r} (also {path}[{earlier[0]}])")
+        profiles.append(profile)
+    return tuple(profiles)
+
+
+def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
+    data = _mapping(value, path)
+    _check_keys(data, _SCHEDULING_KEYS, path)
+    d = SchedulingSettings()
+
+    def positive(v: object, p: str) -> float:
+        return _number(v, p, minimum=0, inclusive=False)
+
+    def get(key: str, default: Any, parse: _Parse) -> Any:
+        return _scalar(data, key, default, parse, path)
+
+    settings = SchedulingSettings(
+        bind_concurrency=get("bindConcurrency", d.bind_concurrency, lambda v, p: _integer(v, p, 1, 1024)),
+        assume_timeout_seconds=get("assumeTimeoutSeconds", d.assume_timeout_seconds, positive),
+        initial_backoff_seconds=get("initialBackoffSeconds", d.initial_backoff_seconds, positive),
+        max_backoff_seconds=get("maxBackoffSeconds", d.max_backoff_seconds, positive),
+        unschedulable_flush_seconds=get("unschedulableFlushSeconds", d.unschedulable_flush_seconds, positive),
+        event_repeat_seconds=get("eventRepeatSeconds", d.event_repeat_seconds,
+                                 lambda v, p: _number(v, p, minimum=0, inclusive=True)),
+        percentage_of_nodes_to_score=get("percentageOfNodesToScore", d.percentage_of_nodes_to_score,
+                                         lambda v, p: _integer(v, p, 1, 100)),
+    )
+    if settings.max_backoff_seconds < settings.initial_backoff_seconds:
+        # Blame the key the operator wrote; when both are written, the maximum is the one to raise.
+        initial = _show(data.get("initialBackoffSeconds", _whole(d.initial_backoff_seconds)))
+        maximum = _show(data.get("maxBackoffSeconds", _whole(d.max_backoff_seconds)))
+        initial_key, maximum_key = _child(path, "initialBackoffSeconds"), _child(path, "maxBackoffSeconds")
+        if "maxBackoffSeconds" in data:
+            _fail(maximum_key, f"must be >= {initial_key} ({initial}), got {maximum}")
+        _fail(initial_key, f"must be <= {maximum_key} ({maximum}, the default), got {initial}")
+    return settings
+
+
+def _parse_gpu(value: object, path: str) -> GpuSettings:
+    data = _mapping(value, path)
+    _check_keys(data, ("stalenessSeconds",), path)
+    return GpuSettings(_scalar(data, "stalenessSeconds", GpuSettings().staleness_seconds,
+                               lambda v, p: _number(v, p, minimum=0, inclusive=False), path))
+
+
+def _bind_address(value: object, path: str) -> str:
+    text = _string(value, path)
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        if len(text) > 253 or not _HOSTNAME.match(text):
+            _fail(path, f"must be an IP address or a host name, got {text!r}")
+    return text
+
+
+def _parse_server(value: object, path: str) -> ServerSettings:
+    data = _mapping(value, path)
+    _check_keys(data, ("port", "bindAddress"), path)
+    d = ServerSettings()
+    return ServerSettings(
+        port=_scalar(data, "port", d.port, lambda v, p: _integer(v, p, 0, 65535), path),
+        bind_address=_scalar(data, "bindAddress", d.bind_address, _bind_address, path),
+    )
+
+
+def _parse_queues(value: object, path: str) -> tuple[Mapping[str, Any], ...]:
+    return tuple(_freeze(_mapping(item, f"{path}[{i}]")) for i, item in enumerate(_list(value, path)))
+
+
+def _parse_frozen_mapping(value: object, path: str) -> Mapping[str, Any]:
+    return _freeze(_mapping(value, path))
+
+
+def _active_policy(value: object, path: str) -> str | None:
+    return None if value is None else _string(value, path)
+
+
+def _parse(data: object) -> Config:
+    if data is None:
+        data = {}
+    top = _mapping(data, "")
+    _check_keys(top, _TOP_LEVEL_KEYS, "")
+    scheduler_name = _scalar(top, "schedulerName", DEFAULT_SCHEDULER_NAME, _dns_subdomain, "")
+    return Config(
+        scheduler_name=scheduler_name,
+        profiles=_section(top, "profiles", lambda v, p: _parse_profiles(v, p, scheduler_name),
+                          (Profile(scheduler_name),)),
+        scheduling=_section(top, "scheduling", _parse_scheduling, SchedulingSettings()),
+        gpu=_section(top, "gpu", _parse_gpu, GpuSettings()),
+        server=_section(top, "server", _parse_server, ServerSettings()),
+        queues=_section(top, "queues", _parse_queues, ()),
+        groups=_section(top, "groups", _parse_frozen_mapping, FrozenMap()),
+        users=_section(top, "users", _parse_frozen_mapping, FrozenMap()),
+        namespaces=_section(top, "namespaces", _parse_frozen_mapping, FrozenMap()),
+        policies=_section(top, "policies", _parse_frozen_mapping, FrozenMap()),
+        active_policy=_scalar(top, "activePolicy", None, _active_policy, ""),
+    )
+
+
+def parse_config(data: object, source: str = "<config>") -> Config:
+    """Validate the decoded YAML of a config file; None (an empty file) gives the defaults.
+
+    Raises ConfigError naming ``source``, the first offending key and the reason.
+    """
+    try:
+        return _parse(data)
+    except _Invalid as exc:
+        raise ConfigError(exc.key, exc.reason, source) from None

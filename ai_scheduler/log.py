@@ -1,0 +1,69 @@
+"""JSON-line logging on stdout, one object per line (CONTRACT.md: `ts`, `level`, `event`).
+
+Decision lines are written for every scheduling attempt, so the writer is a
+thin orjson call rather than the stdlib logging machinery.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+import orjson
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+_DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
+
+
+def rfc3339(epoch: float | None = None, *, millis: bool = True) -> str:
+    """UTC time, e.g. 2026-11-21T10:29:38.123Z (or whole seconds, as Kubernetes timestamps are)."""
+    epoch = time.time() if epoch is None else epoch
+    whole = int(epoch)
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    return f"{text}.{int((epoch - whole) * 1000):03d}Z" if millis else f"{text}Z"
+
+
+class JsonLogger:
+    """Writes one JSON object per line; `event` names what happened."""
+
+    def __init__(self, stream: IO[bytes] | None = None, level: str = "info", **context: Any) -> None:
+        self._stream = stream if stream is not None else sys.stdout.buffer
+        self._threshold = LEVELS[level]
+        self._context = context
+
+    def enabled(self, level: str) -> bool:
+        return LEVELS[level] >= self._threshold
+
+    def log(self, level: str, event: str, **fields: Any) -> None:
+        if LEVELS[level] < self._threshold:
+            return
+        record = {"ts": rfc3339(), "level": level, "event": event, **self._context, **fields}
+        try:
+            line = orjson.dumps(record, option=_DUMP_OPTIONS, default=str)
+        except TypeError:
+            line = orjson.dumps({k: str(v) for k, v in record.items()}, option=_DUMP_OPTIONS)
+        self._stream.write(line)
+        self._stream.flush()
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self.log("debug", event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.log("info", event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.log("warning", event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self.log("error", event, **fields)
+
+
+class NullStream:
+    """A byte sink, for benchmarks and demos that keep the log out of the way."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+    def flush(self) -> None:
+        return None

@@ -1,0 +1,395 @@
+"""kube-scheduler's scheduling queue (pkg/scheduler/backend/queue) on asyncio.
+
+A pending pod is in exactly one of four states:
+
+- active: ready to be tried, ordered by priority and then by the time it
+  (re)entered the queue, so equal priorities are served first come first served;
+- backoff: failed recently and waits out an exponential backoff so that a pod
+  that keeps failing cannot starve the others;
+- unschedulable: its last attempt found no node; retrying it before the
+  cluster changes would fail the same way, so it waits for `move_all(event)`
+  (or, as a safety net, for `unschedulable_flush` seconds);
+- in flight: popped and being tried, until `done()` or `requeue()`.
+
+Every method but `pop` is synchronous and O(log n) or better, because watch
+handlers call them thousands of times per second. Time passes only through
+two timers on the running loop (backoff expiry, unschedulable flush), each
+armed for its earliest deadline, so an idle queue costs no CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sortedcontainers import SortedList
+
+from ai_scheduler.cache.records import PodRecord
+
+ACTIVE = "active"
+BACKOFF = "backoff"
+UNSCHEDULABLE = "unschedulable"
+IN_FLIGHT = "in_flight"
+
+# PodRecord fields that come from the pod's status (or bookkeeping): an update
+# that changes only these cannot make an unschedulable pod fit, and the
+# scheduler's own PodScheduled=False patch must not retry the pod at once
+# (kube-scheduler's isPodUpdated strips status and resourceVersion the same way).
+_STATUS_FIELDS = frozenset({"resource_version", "phase", "scheduled_condition"})
+_SPEC_FIELDS = tuple(name for name in PodRecord.__slots__ if name not in _STATUS_FIELDS)
+
+
+class QueueClosed(Exception):
+    """Raised by pop() once the queue is closed, so that scheduling loops end cleanly."""
+
+
+@dataclass(slots=True)
+class QueuedPod:
+    pod: PodRecord
+    attempts: int = 0                 # incremented by pop()
+    initial_attempt: float = 0.0      # clock() when first added: start of e2e scheduling latency
+    enqueued: float = 0.0             # clock() when last put into activeQ
+    seq: int = 0
+    last_failure: float = 0.0         # clock() at the last requeue
+    reason: str = ""                  # last unschedulable reason (for logs / status)
+    popped_move_cycle: int = 0
+
+
+def _spec_changed(old: PodRecord, new: PodRecord) -> bool:
+    """Whether an update may change where the pod fits (anything but status fields)."""
+    for name in _SPEC_FIELDS:
+        if name == "tolerations":
+            if [t.identity() for t in old.tolerations] != [t.identity() for t in new.tolerations]:
+                return True
+        elif getattr(old, name) != getattr(new, name):
+            return True
+    return False
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+class _Timer:
+    """One loop timer armed for the earliest of a set of deadlines (on the queue's clock).
+
+    Re-armed only when a new deadline is earlier than the armed one; a timer
+    that fires early (its pod left meanwhile) just re-arms for the next deadline.
+    """
+
+    __slots__ = ("_callback", "_clock", "_deadline", "_handle")
+
+    def __init__(self, clock: Callable[[], float], callback: Callable[[], None]) -> None:
+        self._clock = clock
+        self._callback = callback
+        self._handle: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+
+    def arm(self, deadline: float) -> None:
+        if self._handle is not None and not self._handle.cancelled() and self._deadline <= deadline:
+            return
+        loop = _running_loop()
+        if loop is None:  # built or fed outside a loop: pop() arms it once inside one
+            return
+        self.cancel()
+        self._deadline = deadline
+        delay = max(0.0, deadline - self._clock())
+        self._handle = loop.call_at(loop.time() + delay, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        self._callback()
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
+class SchedulingQueue:
+    """activeQ + backoffQ + unschedulable set, with kube-scheduler's move-request-cycle rule."""
+
+    def __init__(self, *, initial_backoff: float = 1.0, max_backoff: float = 10.0,
+                 unschedulable_flush: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 queue_name_of: Callable[[PodRecord], str] = lambda pod: "default") -> None:
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._unschedulable_flush = unschedulable_flush
+        self._clock = clock
+        self._queue_name_of = queue_name_of
+
+        self._entries: dict[str, QueuedPod] = {}
+        self._state: dict[str, str] = {}
+        self._queue_name: dict[str, str] = {}
+        self._by_queue: dict[tuple[str, str], int] = {}
+        # activeQ and backoffQ hold sort keys; the dicts give each uid's key for O(log n) removal.
+        self._active: SortedList = SortedList()            # (-priority, seq, uid)
+        self._active_key: dict[str, tuple[int, int, str]] = {}
+        self._backoff: SortedList = SortedList()           # (deadline, seq, uid)
+        self._backoff_key: dict[str, tuple[float, int, str]] = {}
+        # Insertion order is entry order (entry time = last_failure), so the
+        # oldest unschedulable pod is always first: the flush scans only what is due.
+        self._unschedulable: dict[str, QueuedPod] = {}
+        self._in_flight = 0
+
+        self._seq = 0
+        self._move_cycle = 0
+        self._closed = False
+        self._nonempty = asyncio.Event()
+        self._backoff_timer = _Timer(clock, self._on_backoff_timer)
+        self._flush_timer = _Timer(clock, self._on_flush_timer)
+
+    # ---- public API ---------------------------------------------------------------------------
+
+    def add(self, pod: PodRecord) -> None:
+        """A new pending pod goes to activeQ; a known uid is an update (watch replays, relists)."""
+        if pod.uid in self._entries:
+            self.update(pod)
+            return
+        now = self._clock()
+        qp = QueuedPod(pod=pod, initial_attempt=now)
+        self._entries[pod.uid] = qp
+        self._queue_name[pod.uid] = self._queue_name_of(pod)
+        self._push_active(qp, now)
+
+    def update(self, pod: PodRecord) -> None:
+        """Replace the record wherever it is; an unschedulable pod whose spec changed may now fit."""
+        uid = pod.uid
+        qp = self._entries.get(uid)
+        if qp is None:
+            self.add(pod)
+            return
+        old = qp.pod
+        qp.pod = pod
+        state = self._state[uid]
+        new_name = self._queue_name_of(pod)
+        if new_name != self._queue_name[uid]:
+            self._count(uid, state, -1)
+            self._queue_name[uid] = new_name
+            self._count(uid, state, +1)
+        if state == ACTIVE:
+            if pod.priority != old.priority:
+                self._active.remove(self._active_key[uid])
+                key = (-pod.priority, qp.seq, uid)
+                self._active_key[uid] = key
+                self._active.add(key)
+        elif state == UNSCHEDULABLE and _spec_changed(old, pod):
+            self._leave(qp)
+            self._push_active_or_backoff(qp)
+
+    def delete(self, uid: str) -> None:
+        """Forget the pod in any state; a later done/requeue of its in-flight attempt is ignored."""
+        qp = self._entries.get(uid)
+        if qp is None:
+            return
+        self._leave(qp)
+        del self._entries[uid]
+        del self._queue_name[uid]
+
+    async def pop(self) -> QueuedPod:
+        """Wait for the highest-priority active pod (FIFO among equals) and mark it in flight."""
+        # Timers cannot be armed outside a loop; this is the first place we are surely inside one.
+        self._arm_timers()
+        while True:
+            if self._closed:
+                raise QueueClosed
+            qp = self.pop_nowait()
+            if qp is not None:
+                return qp
+            self._nonempty.clear()
+            await self._nonempty.wait()
+
+    def pop_nowait(self) -> QueuedPod | None:
+        """The best active pod, or None if there is none (or the queue is closed)."""
+        if self._closed or not self._active:
+            return None
+        _, _, uid = self._active.pop(0)
+        del self._active_key[uid]
+        qp = self._entries[uid]
+        self._set_state(uid, ACTIVE, IN_FLIGHT)
+        self._in_flight += 1
+        qp.attempts += 1
+        qp.popped_move_cycle = self._move_cycle
+        return qp
+
+    def done(self, uid: str) -> None:
+        """The attempt succeeded (pod assumed): the queue's part is over."""
+        if self._state.get(uid) == IN_FLIGHT:
+            self.delete(uid)
+
+    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "") -> None:
+        """Put back a pod whose attempt failed.
+
+        An unschedulable pod waits for a cluster event, unless one already came
+        while it was in flight (move-request cycle): that event may have made it
+        fit, so it only backs off. Errors (e.g. a failed binding) always back off.
+        """
+        uid = qp.pod.uid
+        if self._entries.get(uid) is not qp or self._state[uid] != IN_FLIGHT:
+            return  # deleted (and maybe re-added) while in flight
+        self._in_flight -= 1
+        self._count(uid, IN_FLIGHT, -1)
+        qp.last_failure = self._clock()
+        qp.reason = reason
+        if unschedulable and qp.popped_move_cycle == self._move_cycle:
+            self._unschedulable[uid] = qp
+            self._state[uid] = UNSCHEDULABLE
+            self._count(uid, UNSCHEDULABLE, +1)
+            if not self._closed:  # a no-op unless no earlier flush is armed
+                self._flush_timer.arm(qp.last_failure + self._unschedulable_flush)
+        else:
+            self._push_active_or_backoff(qp)
+
+    def move_all(self, event: str) -> int:
+        """A cluster event (`event` names it) may let unschedulable pods fit: retry them all.
+
+        Bumps the move cycle even if nothing moved, because pods in flight may
+        have been judged against the state before the event.
+        """
+        self._move_cycle += 1
+        moved = list(self._unschedulable.values())
+        for qp in moved:
+            self._leave(qp)
+            self._push_active_or_backoff(qp)
+        return len(moved)
+
+    def flush_due(self) -> int:
+        """Move pods whose backoff expired to activeQ and pods unschedulable for longer than
+        `unschedulable_flush` out of the set; the timers call this, tests may too. Returns moves."""
+        moved = self._flush_unschedulable() + self._flush_backoff()
+        self._arm_timers()
+        return moved
+
+    def backoff_duration(self, attempts: int) -> float:
+        """initial * 2^(attempts-1), capped at max: 1, 2, 4, 8, 10, 10... with the defaults."""
+        if attempts <= 0:
+            return 0.0
+        return min(self._max_backoff, self._initial_backoff * 2.0 ** min(attempts - 1, 64))
+
+    def close(self) -> None:
+        """Wake every pop() waiter with QueueClosed and stop the timers."""
+        self._closed = True
+        self._backoff_timer.cancel()
+        self._flush_timer.cancel()
+        self._nonempty.set()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, uid: str) -> bool:
+        return uid in self._entries
+
+    def counts(self) -> dict[str, int]:
+        return {ACTIVE: len(self._active), BACKOFF: len(self._backoff),
+                UNSCHEDULABLE: len(self._unschedulable), IN_FLIGHT: self._in_flight}
+
+    def counts_by_queue(self) -> dict[tuple[str, str], int]:
+        """(queue name, state) -> pods, kept up to date on every transition for the pending-pods metric."""
+        return {key: n for key, n in self._by_queue.items() if n}
+
+    def pending_info(self, uid: str) -> QueuedPod | None:
+        return self._entries.get(uid)
+
+    # ---- transitions --------------------------------------------------------------------------
+
+    def _count(self, uid: str, state: str, delta: int) -> None:
+        key = (self._queue_name[uid], state)
+        self._by_queue[key] = self._by_queue.get(key, 0) + delta
+
+    def _set_state(self, uid: str, old: str, new: str) -> None:
+        self._count(uid, old, -1)
+        self._state[uid] = new
+        self._count(uid, new, +1)
+
+    def _push_active(self, qp: QueuedPod, now: float) -> None:
+        uid = qp.pod.uid
+        self._seq += 1
+        qp.seq = self._seq
+        qp.enqueued = now
+        key = (-qp.pod.priority, qp.seq, uid)
+        self._active_key[uid] = key
+        self._active.add(key)
+        self._state[uid] = ACTIVE
+        self._count(uid, ACTIVE, +1)
+        self._nonempty.set()
+
+    def _backoff_deadline(self, qp: QueuedPod) -> float:
+        return qp.last_failure + self.backoff_duration(qp.attempts)
+
+    def _push_active_or_backoff(self, qp: QueuedPod) -> None:
+        """Into backoffQ while the backoff since the last failure runs, else straight to activeQ."""
+        now = self._clock()
+        deadline = self._backoff_deadline(qp)
+        if deadline <= now:
+            self._push_active(qp, now)
+            return
+        uid = qp.pod.uid
+        self._seq += 1
+        key = (deadline, self._seq, uid)
+        self._backoff_key[uid] = key
+        self._backoff.add(key)
+        self._state[uid] = BACKOFF
+        self._count(uid, BACKOFF, +1)
+        if not self._closed:
+            self._backoff_timer.arm(deadline)
+
+    def _leave(self, qp: QueuedPod) -> None:
+        """Take the pod out of whatever holds it (its state entry goes too)."""
+        uid = qp.pod.uid
+        state = self._state.pop(uid)
+        self._count(uid, state, -1)
+        if state == ACTIVE:
+            self._active.remove(self._active_key.pop(uid))
+        elif state == BACKOFF:
+            self._backoff.remove(self._backoff_key.pop(uid))
+        elif state == UNSCHEDULABLE:
+            del self._unschedulable[uid]
+        else:
+            self._in_flight -= 1
+
+    # ---- timers -------------------------------------------------------------------------------
+
+    def _flush_backoff(self) -> int:
+        now = self._clock()
+        moved = 0
+        while self._backoff and self._backoff[0][0] <= now:
+            _, _, uid = self._backoff.pop(0)
+            del self._backoff_key[uid]
+            self._count(uid, BACKOFF, -1)
+            self._push_active(self._entries[uid], now)
+            moved += 1
+        return moved
+
+    def _flush_unschedulable(self) -> int:
+        cutoff = self._clock() - self._unschedulable_flush
+        due: list[QueuedPod] = []
+        for qp in self._unschedulable.values():
+            if qp.last_failure > cutoff:
+                break
+            due.append(qp)
+        for qp in due:
+            self._leave(qp)
+            self._push_active_or_backoff(qp)
+        return len(due)
+
+    def _arm_timers(self) -> None:
+        if self._closed:
+            return
+        if self._backoff:
+            self._backoff_timer.arm(self._backoff[0][0])
+        if self._unschedulable:
+            oldest = next(iter(self._unschedulable.values()))
+            self._flush_timer.arm(oldest.last_failure + self._unschedulable_flush)
+
+    def _on_backoff_timer(self) -> None:
+        self._flush_backoff()
+        self._arm_timers()
+
+    def _on_flush_timer(self) -> None:
+        self._flush_unschedulable()
+        self._arm_timers()

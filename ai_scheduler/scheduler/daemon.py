@@ -1,0 +1,305 @@
+"""The scheduler daemon: informer path and scheduling path over one cache.
+
+Everything runs on one event loop. Watch handlers and scheduling cycles are
+synchronous between awaits, so a cycle always sees a consistent cache; the
+loop yields after every pod so that watch events and binding replies keep
+flowing while a long queue drains.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from typing import Any
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.config import Config, ConfigError, ConfigWatcher
+from ai_scheduler.log import JsonLogger
+from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
+from ai_scheduler.scheduler.binder import Binder
+from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.feedback import Feedback
+from ai_scheduler.scheduler.health import HealthServer
+from ai_scheduler.scheduler.informer import Informer
+from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.plugins import FILTERS, SCORES
+
+QUEUE_LABEL = "ai-scheduler.io/queue"
+HOUSEKEEPING_SECONDS = 1.0
+
+
+def queue_name_of(pod: PodRecord) -> str:
+    return pod.labels.get(QUEUE_LABEL) or "default"
+
+
+def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
+    frameworks = {}
+    for profile in config.profiles:
+        filters = [FILTERS[name]() for name in profile.filters]
+        scores = [SCORES[spec.name](spec.weight, spec.resources) for spec in profile.scores]
+        frameworks[profile.scheduler_name] = Framework(
+            profile.scheduler_name, filters, scores, cache,
+            percentage_of_nodes_to_score=config.scheduling.percentage_of_nodes_to_score, rng=rng)
+    return frameworks
+
+
+class Scheduler:
+    def __init__(self, config: Config, client: KubeClient, logger: JsonLogger, *, config_path: str | None = None,
+                 serve_http: bool = True, seed: int | None = None) -> None:
+        self.config = config
+        self.client = client
+        self.log = logger
+        self.config_path = config_path
+        self.serve_http = serve_http
+        self.rng = random.Random(seed)
+        settings = config.scheduling
+        self.metrics = Metrics()
+        self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds)
+        self.queue = SchedulingQueue(initial_backoff=settings.initial_backoff_seconds,
+                                     max_backoff=settings.max_backoff_seconds,
+                                     unschedulable_flush=settings.unschedulable_flush_seconds,
+                                     queue_name_of=queue_name_of)
+        self.frameworks = build_frameworks(config, self.cache, self.rng)
+        self.ready = asyncio.Event()
+        self.stopped = asyncio.Event()
+        self.http: HealthServer | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._loop_task: asyncio.Task[None] | None = None
+        self.feedback: Feedback | None = None
+        self.binder: Binder | None = None
+        self.informers: dict[str, Informer] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self) -> None:
+        """Run until stop(); the caller owns the client."""
+        settings = self.config.scheduling
+        self.feedback = Feedback(self.client, self.log, self.metrics, component=self.config.scheduler_name,
+                                 repeat_window=settings.event_repeat_seconds)
+        self.binder = Binder(self.client, self.cache, self.queue, self.feedback, self.metrics, self.log,
+                             concurrency=settings.bind_concurrency)
+        self.metrics.watch_state(self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight)
+        if self.serve_http:
+            self.http = HealthServer(live=self._live, ready=self.ready.is_set, metrics=self.metrics.render)
+            port = await self.http.start(self.config.server.bind_address, self.config.server.port)
+            self.log.info("http.listening", port=port)
+        self.informers = {
+            "nodes": Informer(self.client, "nodes", self._on_node_event, self._replace_nodes, self.log,
+                              on_relist=self._on_relist),
+            "pods": Informer(self.client, "pods", self._on_pod_event, self._replace_pods, self.log,
+                             on_relist=self._on_relist),
+        }
+        self._tasks = [asyncio.create_task(inf.run(), name=f"informer-{name}")
+                       for name, inf in self.informers.items()]
+        if self.config_path:
+            watcher = ConfigWatcher(self.config_path, self._apply_config, self._config_refused)
+            self._tasks.append(asyncio.create_task(watcher.run(), name="config-watcher"))
+        self.log.info("scheduler.starting", profiles=sorted(self.frameworks),
+                      bind_concurrency=settings.bind_concurrency)
+        try:
+            synced = asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
+            stop = asyncio.ensure_future(self.stopped.wait())
+            await asyncio.wait([synced, stop], return_when=asyncio.FIRST_COMPLETED)
+            if not self.stopped.is_set():
+                self.ready.set()
+                self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue))
+                self._loop_task = asyncio.create_task(self._scheduling_loop(), name="scheduling-loop")
+                self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+            await stop
+            synced.cancel()
+        finally:
+            await self._shutdown()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    async def _shutdown(self) -> None:
+        self.queue.close()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        if self.binder is not None:
+            await self.binder.drain(timeout=5.0)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.feedback is not None:
+            await self.feedback.close()
+        if self.http is not None:
+            await self.http.stop()
+        self.log.info("scheduler.stopped")
+
+    def _live(self) -> bool:
+        return not self.ready.is_set() or (self._loop_task is not None and not self._loop_task.done())
+
+    def _cache_sizes(self) -> dict[str, int]:
+        return {"nodes": self.cache.node_count, "pods": len(self.cache.pods),
+                "assumed_pods": self.cache.assumed_count}
+
+    # ------------------------------------------------------------------ informer path
+    def _on_node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self.cache.remove_node((obj.get("metadata") or {}).get("name", ""))
+            return
+        node = NodeRecord.from_api(obj)
+        if node.spec_error:
+            self.log.error("node.invalid", node=node.name, error=node.spec_error)
+        change = self.cache.set_node(node)
+        if change.any:
+            self.queue.move_all("NodeAdd" if change.added else "NodeUpdate")
+
+    def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
+        changed, removed = self.cache.replace_nodes(NodeRecord.from_api(obj) for obj in items)
+        if changed or removed:
+            self.queue.move_all("NodeRelist")
+        if self.ready.is_set():
+            self.log.info("informer.reconciled", resource="nodes", changed=len(changed), removed=len(removed))
+
+    def _on_pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        pod = PodRecord.from_api(obj)
+        if kind == "DELETED":
+            change = self.cache.remove_pod(pod.uid)
+            self.queue.delete(pod.uid)
+            self.feedback.forget(pod.uid)
+        else:
+            change = self.cache.set_pod(pod)
+            self._sync_queue(pod)
+        if change.freed:
+            self.queue.move_all("AssignedPodDelete")
+
+    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
+        changed, removed = self.cache.replace_pods(PodRecord.from_api(obj) for obj in items)
+        for pod in removed:
+            self.queue.delete(pod.uid)
+            if self.feedback is not None:
+                self.feedback.forget(pod.uid)
+        for pod in changed:
+            self._sync_queue(pod)
+        if self.ready.is_set():
+            self.queue.move_all("PodRelist")
+            self.log.info("informer.reconciled", resource="pods", changed=len(changed), removed=len(removed))
+
+    def _sync_queue(self, pod: PodRecord) -> None:
+        """Keep the queue equal to the set of our pending pods that are not already placed."""
+        if pod.scheduler_name in self.frameworks and pod.pending and not pod.gated:
+            if not self.cache.is_assumed(pod.uid):
+                self.queue.add(pod)
+        else:
+            self.queue.delete(pod.uid)
+            if self.feedback is not None and not pod.pending:
+                self.feedback.forget(pod.uid)
+
+    def _on_relist(self, resource: str, reason: str) -> None:
+        self.metrics.relists.labels(resource, reason).inc()
+
+    # ------------------------------------------------------------------ scheduling path
+    async def _scheduling_loop(self) -> None:
+        assert self.binder is not None
+        while True:
+            await self.binder.reserve_slot()
+            try:
+                qp = await self.queue.pop()
+            except QueueClosed:
+                self.binder.release_slot()
+                return
+            bound = False
+            try:
+                bound = self._schedule_one(qp)
+            except Exception as exc:  # a bug for one pod must not stop scheduling for all
+                self.log.error("schedule.error", pod=qp.pod.key, error=f"{type(exc).__name__}: {exc}")
+                self.metrics.attempts.labels("error", qp.pod.scheduler_name).inc()
+                self.queue.requeue(qp, unschedulable=False, reason=str(exc))
+            finally:
+                if not bound:
+                    self.binder.release_slot()
+            await asyncio.sleep(0)
+
+    def _schedule_one(self, qp: QueuedPod) -> bool:
+        """One cycle; True when a binding was handed to the binder."""
+        state = self.cache.pod_state(qp.pod.uid)
+        pod = state.record if state is not None else qp.pod
+        framework = self.frameworks.get(pod.scheduler_name)
+        if framework is None or not pod.pending or pod.gated or (state is not None and (state.assumed or state.node)):
+            self.queue.delete(pod.uid)
+            return False
+        decision = framework.schedule(pod)
+        if decision.node is not None:
+            self.cache.assume(pod, decision.node)
+            self.binder.submit(qp, pod, decision.node)
+            result = "scheduled"
+        else:
+            message = decision.message
+            self.queue.requeue(qp, unschedulable=True, reason=message)
+            self.feedback.unschedulable(pod, message)
+            result = "unschedulable"
+        self.metrics.attempts.labels(result, framework.scheduler_name).inc()
+        self.metrics.attempt_duration.labels(result).observe(decision.duration)
+        self._log_decision(qp, pod, decision, result)
+        return decision.node is not None
+
+    def _log_decision(self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str) -> None:
+        fields: dict[str, Any] = {
+            "pod": pod.key, "uid": pod.uid, "profile": pod.scheduler_name, "queue": queue_name_of(pod),
+            "priority": pod.priority, "factors": {"taskPriority": pod.priority},
+            "attempt": qp.attempts, "result": result, "requests": pod.requests,
+            "nodes": decision.total_nodes, "feasible": decision.feasible, "filtered": decision.reasons,
+            "top": decision.top, "node": decision.node,
+            "cycle_ms": round(decision.duration * 1000, 3),
+            "wait_ms": round((time.monotonic() - qp.initial_attempt) * 1000, 1),
+        }
+        if decision.node is None:
+            fields["message"] = decision.message
+        self.log.info("decision", **fields)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_SECONDS)
+            for pod in self.cache.expire_assumed():
+                self.log.warning("assume.expired", pod=pod.key, uid=pod.uid,
+                                 reason="binding succeeded but the watch never showed the pod bound")
+                current = self.cache.pod_state(pod.uid)
+                if current is not None:
+                    self._sync_queue(current.record)
+                self.queue.move_all("AssumeExpired")
+
+    # ------------------------------------------------------------------ config reload
+    def _apply_config(self, config: Config) -> None:
+        restart_only = [key for key, old, new in (
+            ("server", self.config.server, config.server),
+            ("scheduling.bindConcurrency", self.config.scheduling.bind_concurrency,
+             config.scheduling.bind_concurrency),
+        ) if old != new]
+        self.config = config
+        self.frameworks = build_frameworks(config, self.cache, self.rng)
+        if self.feedback is not None:
+            self.feedback.repeat_window = config.scheduling.event_repeat_seconds
+        self.metrics.config_reloads.labels("applied").inc()
+        self.log.info("config.reloaded", path=self.config_path, profiles=sorted(self.frameworks),
+                      restart_required_for=restart_only)
+        self.queue.move_all("ConfigReload")
+
+    def _config_refused(self, error: ConfigError) -> None:
+        self.metrics.config_reloads.labels("refused").inc()
+        self.log.error("config.refused", path=self.config_path, error=str(error),
+                       detail="keeping the last good config")
+
+
+async def run_scheduler(config: Config, *, kubeconfig: str | None, master: str | None, logger: JsonLogger,
+                        config_path: str | None = None) -> None:
+    """Connect, run until SIGTERM/SIGINT, and close cleanly (the `run` sub-command)."""
+    import signal
+
+    client = await KubeClient.connect(kubeconfig, host=master,
+                                      pool_size=config.scheduling.bind_concurrency + 16)
+    scheduler = Scheduler(config, client, logger, config_path=config_path)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, scheduler.stop)
+    try:
+        await scheduler.run()
+    finally:
+        await client.close()

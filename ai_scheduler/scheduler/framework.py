@@ -1,0 +1,183 @@
+"""The scheduling framework's extension points, run over all nodes at once.
+
+kube-scheduler calls each Filter and Score plugin once per node. We keep the
+same plugin semantics but shape the calls for arrays:
+
+- a FilterPlugin returns, for the whole node table, boolean masks of the rows
+  that fail, each with the reason string that the Unschedulable message counts;
+- a StaticFilterPlugin (or StaticScorePlugin) reads only the pod's spec and the
+  node's labels, taints, unschedulable flag and readiness. It is written as a
+  plain per-node check; the framework caches its per-node results by the pod's
+  *signature* (the parts of the pod the plugin reads) and recomputes only the
+  rows whose static attributes changed — Borg's equivalence classes, per plugin;
+- a ScorePlugin returns integer scores in [0, 100] for the feasible rows.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import ClassVar
+
+import numpy as np
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.records import NodeRecord, PodRecord
+
+MAX_NODE_SCORE = 100
+
+Reasons = list[tuple[str, np.ndarray]]
+
+
+class FilterPlugin:
+    """Filter extension point: which nodes cannot host the pod, and why."""
+
+    name: ClassVar[str] = ""
+
+    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray,
+            static: StaticResults) -> Reasons:
+        raise NotImplementedError
+
+
+class StaticFilterPlugin(FilterPlugin):
+    """A filter over static node attributes, written per node and cached per pod signature."""
+
+    def signature(self, pod: PodRecord) -> Hashable | None:
+        """What of the pod `check` reads; None when the pod passes on every node."""
+        raise NotImplementedError
+
+    def check(self, pod: PodRecord, node: NodeRecord) -> str | None:
+        """The reason this node cannot host the pod, or None."""
+        raise NotImplementedError
+
+    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray,
+            static: StaticResults) -> Reasons:
+        signature = self.signature(pod)
+        if signature is None:
+            return []
+        codes, reasons = static.filter_codes(self, pod, signature)
+        failing = codes[candidates]
+        if not failing.any():
+            return []
+        result = []
+        for code in np.unique(failing[failing > 0]):
+            result.append((reasons[code], codes == code))
+        return result
+
+
+class ScorePlugin:
+    """Score extension point (with its normalisation): higher is better, in [0, MAX_NODE_SCORE]."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, weight: int) -> None:
+        self.weight = weight
+
+    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
+              static: StaticResults) -> np.ndarray | None:
+        """Scores for `rows`; None when the plugin has no opinion about this pod."""
+        raise NotImplementedError
+
+
+class StaticScorePlugin(ScorePlugin):
+    """A score over static node attributes: raw per-node values cached per signature, normalised per cycle."""
+
+    reverse: ClassVar[bool] = False
+
+    def signature(self, pod: PodRecord) -> Hashable | None:
+        raise NotImplementedError
+
+    def raw_score(self, pod: PodRecord, node: NodeRecord) -> int:
+        raise NotImplementedError
+
+    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
+              static: StaticResults) -> np.ndarray | None:
+        signature = self.signature(pod)
+        if signature is None:
+            return None
+        raw = static.raw_scores(self, pod, signature)[rows]
+        return default_normalize(raw, self.reverse)
+
+
+def default_normalize(raw: np.ndarray, reverse: bool) -> np.ndarray:
+    """kube-scheduler's helper.DefaultNormalizeScore: scale to [0, 100] by the maximum."""
+    top = int(raw.max()) if raw.size else 0
+    if top == 0:
+        return np.full(raw.shape, MAX_NODE_SCORE if reverse else 0, dtype=np.int64)
+    scaled = MAX_NODE_SCORE * raw // top
+    return MAX_NODE_SCORE - scaled if reverse else scaled
+
+
+class _Entry:
+    __slots__ = ("codes", "reason_codes", "reasons", "version")
+
+    def __init__(self, rows: int, dtype: type) -> None:
+        self.version = -1
+        self.codes = np.zeros(rows, dtype=dtype)
+        self.reasons: list[str] = [""]
+        self.reason_codes: dict[str, int] = {}
+
+
+class StaticResults:
+    """Per-(plugin, pod signature) results over the node table, kept current row by row."""
+
+    def __init__(self, cache: SchedulerCache, max_entries: int = 1024) -> None:
+        self._cache = cache
+        self._entries: OrderedDict[tuple[str, Hashable], _Entry] = OrderedDict()
+        self._max_entries = max_entries
+
+    def _entry(self, kind: str, plugin_name: str, signature: Hashable, dtype: type) -> tuple[_Entry, np.ndarray]:
+        """The cached entry and the rows it must (re)compute."""
+        key = (kind + plugin_name, signature)
+        cache = self._cache
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _Entry(cache.rows, dtype)
+            self._entries[key] = entry
+            if len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+            stale = np.flatnonzero(cache.valid)
+        else:
+            self._entries.move_to_end(key)
+            if entry.version == cache.static_version and entry.codes.shape[0] == cache.rows:
+                return entry, stale_none
+            if entry.codes.shape[0] < cache.rows:
+                grown = np.zeros(cache.rows, dtype=dtype)
+                grown[: entry.codes.shape[0]] = entry.codes
+                entry.codes = grown
+            stale = np.flatnonzero(cache.row_static_version > entry.version)
+        entry.version = cache.static_version
+        return entry, stale
+
+    def filter_codes(self, plugin: StaticFilterPlugin, pod: PodRecord,
+                     signature: Hashable) -> tuple[np.ndarray, list[str]]:
+        entry, stale = self._entry("f:", plugin.name, signature, np.int32)
+        records = self._cache.row_records
+        codes = entry.codes
+        for row in stale.tolist():
+            node = records[row]
+            reason = plugin.check(pod, node) if node is not None else None
+            if reason is None:
+                codes[row] = 0
+                continue
+            code = entry.reason_codes.get(reason)
+            if code is None:
+                code = entry.reason_codes[reason] = len(entry.reasons)
+                entry.reasons.append(reason)
+            codes[row] = code
+        return codes, entry.reasons
+
+    def raw_scores(self, plugin: StaticScorePlugin, pod: PodRecord, signature: Hashable) -> np.ndarray:
+        entry, stale = self._entry("s:", plugin.name, signature, np.int64)
+        records = self._cache.row_records
+        values = entry.codes
+        for row in stale.tolist():
+            node = records[row]
+            values[row] = plugin.raw_score(pod, node) if node is not None else 0
+        return values
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+stale_none = np.zeros(0, dtype=np.int64)

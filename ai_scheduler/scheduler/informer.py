@@ -1,0 +1,87 @@
+"""Informer path: list, then watch from the list's resourceVersion; relist whenever events may be lost.
+
+A clean end of a watch (the server's timeout) resumes from the last seen
+resourceVersion. A 410 Gone, a dropped connection or an unparsable line means
+events may be missing, so the informer lists again and hands the full set to
+`on_replace`, which reconciles the cache with what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from ai_scheduler.api.kube import KubeClient, WatchBroken, WatchExpired
+from ai_scheduler.log import JsonLogger
+
+Handler = Callable[[str, dict[str, Any]], None]
+Replacer = Callable[[list[dict[str, Any]]], None]
+
+
+class Informer:
+    def __init__(self, client: KubeClient, resource: str, on_event: Handler, on_replace: Replacer,
+                 logger: JsonLogger, *, watch_timeout: tuple[int, int] = (300, 600),
+                 on_relist: Callable[[str, str], None] | None = None) -> None:
+        self.client = client
+        self.resource = resource
+        self.on_event = on_event
+        self.on_replace = on_replace
+        self.on_relist = on_relist
+        self.log = logger
+        self.watch_timeout = watch_timeout
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self.relists = 0
+
+    async def run(self) -> None:
+        failures = 0
+        reason = "start"
+        while True:
+            try:
+                await self._list(reason)
+                failures = 0
+                await self._watch_until_broken()
+            except (WatchExpired, WatchBroken) as exc:
+                reason = "expired" if isinstance(exc, WatchExpired) else "broken"
+                self.log.warning("informer.relist", resource=self.resource, reason=reason, error=str(exc),
+                                 resource_version=self.resource_version)
+                failures += 1
+            # A failed list also lands here; back off so that a down API server is not hammered.
+            if failures > 1:
+                await asyncio.sleep(min(5.0, 0.2 * 2 ** (failures - 2)) * random.uniform(0.8, 1.2))
+
+    async def _list(self, reason: str) -> None:
+        items, version = await self.client.list(self.resource)
+        if self.synced.is_set():
+            self.relists += 1
+            if self.on_relist:
+                self.on_relist(self.resource, reason)
+        self.on_replace(items)
+        self.resource_version = version
+        self.log.info("informer.listed", resource=self.resource, items=len(items), resource_version=version,
+                      reason=reason)
+        self.synced.set()
+
+    async def _watch_until_broken(self) -> None:
+        while True:
+            timeout = random.randint(*self.watch_timeout)
+            async for event in self.client.watch(self.resource, self.resource_version, timeout_seconds=timeout):
+                kind = event.get("type")
+                obj = event["object"]
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if kind != "BOOKMARK":
+                    try:
+                        self.on_event(kind, obj)
+                    except Exception as exc:  # one bad object must not stop the informer
+                        self.log.error("informer.handler_failed", resource=self.resource, type=kind,
+                                       object=_name_of(obj), error=f"{type(exc).__name__}: {exc}")
+                if version:
+                    self.resource_version = version
+            # Clean close after the server's timeout: resume from where we are, no relist needed.
+
+
+def _name_of(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}".lstrip("/")

@@ -1,0 +1,42 @@
+"""NodeResourcesFit: the node's free allocatable must cover every resource the pod requests.
+
+Pod requests already follow kube-scheduler's arithmetic (init containers,
+sidecars, overhead; see cache.records.pod_requests). As in kube-scheduler,
+only resources the pod asks for are checked, plus one pod slot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.records import PODS, PodRecord
+from ai_scheduler.scheduler.framework import FilterPlugin, Reasons, StaticResults
+
+TOO_MANY_PODS = "Too many pods"
+
+
+def insufficient(resource: str) -> str:
+    return f"Insufficient {resource}"
+
+
+class NodeResourcesFit(FilterPlugin):
+    name = "NodeResourcesFit"
+
+    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray,
+            static: StaticResults) -> Reasons:
+        allocatable = cache.allocatable
+        requested = cache.requested
+        pods_col = cache.resource_index[PODS]
+        reasons: Reasons = [
+            (TOO_MANY_PODS, allocatable[:, pods_col] - requested[:, pods_col] < 1),
+        ]
+        for resource, amount in pod.requests.items():
+            if resource == PODS:
+                continue
+            col = cache.column(resource)
+            if col < 0:
+                reasons.append((insufficient(resource), np.ones(cache.rows, dtype=bool)))
+                continue
+            reasons.append((insufficient(resource), allocatable[:, col] - requested[:, col] < amount))
+        return reasons
