@@ -8,7 +8,6 @@ returns an `ApiResult` with the status code; transport errors become status 0.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -86,7 +85,7 @@ class KubeClient:
     async def _call(self, coroutine: Any) -> ApiResult:
         try:
             return await _result(await coroutine)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return ApiResult(0, {"message": f"{type(exc).__name__}: {exc}"})
 
     # ------------------------------------------------------------------ list / watch
@@ -122,7 +121,7 @@ class KubeClient:
             response = await self._lister(resource)(
                 watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
                 timeout_seconds=timeout_seconds, _preload_content=False, _request_timeout=timeout, **params)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise WatchBroken(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
         try:
             if response.status == 410:
@@ -132,7 +131,7 @@ class KubeClient:
                 raise WatchBroken(f"watch {resource}: HTTP {response.status}: {body}")
             async for event in _lines(response, resource):
                 yield event
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise WatchBroken(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
         finally:
             response.close()
@@ -156,6 +155,28 @@ class KubeClient:
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
         return await self._call(self.core.create_namespaced_event(namespace, event, _preload_content=False))
+
+    # Object management, for the demo, the benchmarks and tests that drive a cluster.
+    async def create_node(self, node: dict[str, Any]) -> ApiResult:
+        return await self._call(self.core.create_node(node, _preload_content=False))
+
+    async def delete_node(self, name: str) -> ApiResult:
+        return await self._call(self.core.delete_node(name, _preload_content=False))
+
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> ApiResult:
+        return await self._call(self.core.patch_node(name, patch, _preload_content=False,
+                                                     _content_type=STRATEGIC_MERGE))
+
+    async def create_pod(self, pod: dict[str, Any]) -> ApiResult:
+        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+        return await self._call(self.core.create_namespaced_pod(namespace, pod, _preload_content=False))
+
+    async def delete_pod(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> ApiResult:
+        extra = {} if grace_period_seconds is None else {"grace_period_seconds": grace_period_seconds}
+        return await self._call(self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **extra))
+
+    async def get_pod(self, namespace: str, name: str) -> ApiResult:
+        return await self._call(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
         return await self._call(self.core.patch_namespaced_event(

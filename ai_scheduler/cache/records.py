@@ -76,7 +76,7 @@ def _add_into(total: dict[str, int], part: dict[str, int]) -> None:
 
 def _max_into(total: dict[str, int], part: dict[str, int]) -> None:
     for name, value in part.items():
-        if value > total.get(name, 0):
+        if name not in total or value > total[name]:
             total[name] = value
 
 
@@ -89,22 +89,32 @@ def container_requests(container: dict[str, Any]) -> dict[str, int]:
     return requests
 
 
-def pod_requests(spec: dict[str, Any]) -> dict[str, int]:
-    """What a pod needs on a node, computed as kube-scheduler's resourcehelper.PodRequests does.
+def _is_pod_level_resource(name: str) -> bool:
+    """resourcehelper.IsSupportedPodLevelResource: pod-level spec.resources covers only these."""
+    return name in ("cpu", "memory") or name.startswith("hugepages-")
 
-    Regular containers and restartable init containers (sidecars) run together;
-    each ordinary init container runs alone beside the sidecars started before
-    it; the pod needs the larger of the two peaks, plus its overhead. Pod-level
-    `spec.resources` replaces the container sum for the resources it names.
+
+def _aggregate_requests(spec: dict[str, Any], non_missing: dict[str, int] | None) -> dict[str, int]:
+    """resourcehelper.AggregateContainerRequests; keeps zero-valued names, as Go's ResourceList does.
+
+    `non_missing` (NonMissingContainerRequests) fills in, container by container, the
+    names a container does not request at all.
     """
+
+    def requests_of(container: dict[str, Any]) -> dict[str, int]:
+        requests = container_requests(container)
+        for name, value in (non_missing or {}).items():
+            requests.setdefault(name, value)
+        return requests
+
     total: dict[str, int] = {}
     for container in spec.get("containers") or ():
-        _add_into(total, container_requests(container))
+        _add_into(total, requests_of(container))
 
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
     for container in spec.get("initContainers") or ():
-        requests = container_requests(container)
+        requests = requests_of(container)
         if container.get("restartPolicy") == "Always":
             _add_into(sidecars, requests)
             _add_into(total, requests)
@@ -113,14 +123,50 @@ def pod_requests(spec: dict[str, Any]) -> dict[str, int]:
             _add_into(step, requests)
             _max_into(init_peak, step)
     _max_into(total, init_peak)
+    return total
 
-    pod_level = (spec.get("resources") or {}).get("requests")
-    if pod_level:
-        total.update(_parse_resources(pod_level))
+
+def _pod_level_requests(spec: dict[str, Any]) -> dict[str, int]:
+    section = (spec.get("resources") or {}).get("requests") or {}
+    return {name: to_units(name, value) for name, value in section.items() if _is_pod_level_resource(name)}
+
+
+def _pod_requests(spec: dict[str, Any], non_missing: dict[str, int] | None = None) -> dict[str, int]:
+    total = _aggregate_requests(spec, non_missing)
+    total.update(_pod_level_requests(spec))
     overhead = spec.get("overhead")
     if overhead:
         _add_into(total, _parse_resources(overhead))
-    return {name: value for name, value in total.items() if value}
+    return total
+
+
+def pod_requests(spec: dict[str, Any]) -> dict[str, int]:
+    """What a pod needs on a node, computed as kube-scheduler's resourcehelper.PodRequests does.
+
+    Regular containers and restartable init containers (sidecars) run together;
+    each ordinary init container runs alone beside the sidecars started before
+    it; the pod needs the larger of the two peaks, plus its overhead. Pod-level
+    `spec.resources` replaces the container sum for the resources it names
+    (cpu, memory, hugepages-*).
+    """
+    return {name: value for name, value in _pod_requests(spec).items() if value}
+
+
+def pod_score_requests(spec: dict[str, Any]) -> dict[str, int]:
+    """The requests scoring sees (kube-scheduler's NonZeroRequested / calculatePodResourceRequest).
+
+    Every container that does not request cpu or memory counts as requesting
+    DEFAULT_SCORE_CPU_MILLI / DEFAULT_SCORE_MEMORY, container by container (so a
+    pod of two request-less containers counts 200m). With pod-level requests set,
+    the defaults apply only to the names the pod's total does not mention at all
+    (getNonMissingContainerRequests).
+    """
+    defaults = {"cpu": DEFAULT_SCORE_CPU_MILLI, "memory": DEFAULT_SCORE_MEMORY}
+    if _pod_level_requests(spec):
+        present = _pod_requests(spec)
+        defaults = {name: value for name, value in defaults.items() if name not in present}
+    result = _pod_requests(spec, defaults) if defaults else _pod_requests(spec)
+    return {name: value for name, value in result.items() if value}
 
 
 class PodRecord:
@@ -128,7 +174,7 @@ class PodRecord:
 
     __slots__ = (
         "affinity", "annotations", "creation", "deleting", "gated", "labels", "name", "namespace",
-        "node_name", "node_selector", "phase", "priority", "requests", "resource_version",
+        "node_name", "node_selector", "nonzero_requests", "phase", "priority", "requests", "resource_version",
         "scheduled_condition", "scheduler_name", "spec_error", "tolerations", "uid",
     )
 
@@ -150,6 +196,7 @@ class PodRecord:
         self.affinity: dict[str, Any] = {}
         self.tolerations: tuple[Toleration, ...] = ()
         self.requests: dict[str, int] = {}
+        self.nonzero_requests: dict[str, int] | None = None  # None: derived from `requests`
         self.scheduled_condition: tuple[str, str, str] | None = None
         self.spec_error = ""
 
@@ -200,13 +247,17 @@ class PodRecord:
                                            cond.get("message") or "")
         try:
             rec.requests = pod_requests(spec)
+            rec.nonzero_requests = pod_score_requests(spec)
         except QuantityError as exc:
             rec.requests = {}
+            rec.nonzero_requests = None
             rec.spec_error = f"invalid resource quantity: {exc}"
         return rec
 
     def score_requests(self) -> dict[str, int]:
-        """Requests as kube-scheduler's scoring sees them: cpu and memory never zero."""
+        """Requests as kube-scheduler's scoring sees them (see pod_score_requests)."""
+        if self.nonzero_requests is not None:
+            return dict(self.nonzero_requests)
         scored = dict(self.requests)
         scored.setdefault("cpu", DEFAULT_SCORE_CPU_MILLI)
         scored.setdefault("memory", DEFAULT_SCORE_MEMORY)

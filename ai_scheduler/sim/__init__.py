@@ -1,0 +1,35 @@
+"""The embedded simulated Kubernetes cluster: an API server over HTTP on loopback,
+simulated kubelets and a node lifecycle controller, for demos, tests and benchmarks.
+
+Nothing here imports the scheduler, so the scheduler is tested against this
+exactly as it would run against a real cluster: over HTTP with kubernetes_asyncio.
+"""
+
+from ai_scheduler.sim.apiserver import SimApiServer
+from ai_scheduler.sim.kubelet import (
+    DURATION_ANNOTATION,
+    KUBELET_LABEL,
+    NodeLifecycleController,
+    SimKubelets,
+    parse_duration,
+)
+from ai_scheduler.sim.objects import kubeconfig, make_node, make_pod, write_kubeconfig
+from ai_scheduler.sim.store import ApiError, Registry, ResourceType, Selector, Store
+
+__all__ = [
+    "DURATION_ANNOTATION",
+    "KUBELET_LABEL",
+    "ApiError",
+    "NodeLifecycleController",
+    "Registry",
+    "ResourceType",
+    "Selector",
+    "SimApiServer",
+    "SimKubelets",
+    "Store",
+    "kubeconfig",
+    "make_node",
+    "make_pod",
+    "parse_duration",
+    "write_kubeconfig",
+]

@@ -53,7 +53,7 @@ class ResourceType:
 
     @property
     def key(self) -> str:
-        """Group-qualified resource name, as in Kubernetes error messages (`podgroups.scheduling.x-k8s.io`)."""
+        """Group-qualified name, as in Kubernetes messages (`podgroups.scheduling.x-k8s.io`)."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property
@@ -323,16 +323,18 @@ class Watcher:
         self.buffer: deque[bytes] = deque()
         self.closed = False
         self.waiter: asyncio.Future[None] | None = None
-        self.transport: asyncio.BaseTransport | None = None
+        self.transport: asyncio.Transport | None = None
 
     def push(self, data: bytes) -> None:
         if self.closed:
             return
         self.buffer.append(data)
         if len(self.buffer) > self.limit:
-            # A client this far behind is stuck; the real server closes it too, and the
+            # A client this far behind is stuck; the real server drops it too, and the
             # client resumes from the last version it saw.
             self.close(drop=True)
+            if self.transport is not None:
+                self.transport.abort()
         else:
             self._wake()
 

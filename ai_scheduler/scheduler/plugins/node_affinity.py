@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -13,11 +14,19 @@ from ai_scheduler.scheduler.framework import StaticFilterPlugin, StaticScorePlug
 REASON = "node(s) didn't match Pod's node affinity/selector"
 
 
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
 def _as_int(text: str) -> int | None:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
+    """Go's strconv.ParseInt(text, 10, 64), which labels.Requirement uses for Gt/Lt.
+
+    Python's int() is laxer: it takes "1_000", surrounding blanks and non-ASCII
+    digits, and has no 64-bit range; such label values do not match in Kubernetes.
+    """
+    if not isinstance(text, str) or not _INT64.fullmatch(text):
         return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
 
 
 def requirement_matches(requirement: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:

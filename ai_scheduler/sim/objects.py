@@ -1,0 +1,136 @@
+"""Builders for the objects that demos, tests and benchmarks put into the simulated cluster."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ai_scheduler.sim.kubelet import DURATION_ANNOTATION
+from ai_scheduler.sim.store import now_rfc3339
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def make_node(name: str, *, cpu: str = "32", memory: str = "128Gi", pods: int = 110, gpus: int = 0,
+              ephemeral_storage: str = "100Gi", labels: dict[str, str] | None = None,
+              annotations: dict[str, str] | None = None, taints: list[dict[str, Any]] | None = None,
+              ready: bool = True, unschedulable: bool = False,
+              extra_allocatable: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Node as a kubelet would register it (capacity == allocatable, a Ready condition)."""
+    allocatable: dict[str, str] = {"cpu": str(cpu), "memory": str(memory), "pods": str(pods),
+                                   "ephemeral-storage": str(ephemeral_storage)}
+    if gpus:
+        allocatable[GPU_RESOURCE] = str(gpus)
+    allocatable.update(extra_allocatable or {})
+    now = now_rfc3339()
+    digest = zlib.crc32(name.encode())
+    address = f"10.0.{(digest >> 8) & 0xFF}.{(digest & 0xFF) or 1}"
+    spec: dict[str, Any] = {}
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    if unschedulable:
+        spec["unschedulable"] = True
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                   **(labels or {})},
+    }
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": metadata,
+        "spec": spec,
+        "status": {
+            "capacity": dict(allocatable),
+            "allocatable": allocatable,
+            "conditions": [{
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": "KubeletReady" if ready else "KubeletNotReady",
+                "message": "kubelet is posting ready status" if ready else "kubelet is not ready",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }],
+            "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
+            # Every field, because kubernetes_asyncio's V1NodeSystemInfo refuses a missing one.
+            "nodeInfo": {
+                "machineID": f"{digest:08x}", "systemUUID": f"{digest:08x}", "bootID": f"{digest:08x}",
+                "kernelVersion": "6.8.0-sim", "osImage": "sim", "containerRuntimeVersion": "sim://1.0",
+                "kubeletVersion": "v1.36.0-sim", "kubeProxyVersion": "", "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m", memory: str | None = "128Mi",
+             gpus: int = 0, scheduler_name: str = "ai-scheduler", priority: int | None = None,
+             priority_class: str | None = None, labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None, duration: float | str | None = None,
+             node_selector: dict[str, str] | None = None, tolerations: list[dict[str, Any]] | None = None,
+             affinity: dict[str, Any] | None = None, node_name: str | None = None,
+             init_containers: list[dict[str, Any]] | None = None,
+             overhead: dict[str, str] | None = None) -> dict[str, Any]:
+    """A one-container Pod ("main", busybox); `duration` makes the simulated kubelet finish it."""
+    requests: dict[str, str] = {}
+    if cpu is not None:
+        requests["cpu"] = str(cpu)
+    if memory is not None:
+        requests["memory"] = str(memory)
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if gpus:
+        resources["limits"] = {GPU_RESOURCE: str(gpus)}
+    container: dict[str, Any] = {"name": "main", "image": "busybox", "resources": resources}
+    spec: dict[str, Any] = {"schedulerName": scheduler_name, "containers": [container]}
+    if priority is not None:
+        spec["priority"] = priority
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        spec["tolerations"] = [dict(t) for t in tolerations]
+    if affinity:
+        spec["affinity"] = affinity
+    if node_name:
+        spec["nodeName"] = node_name
+    if init_containers:
+        spec["initContainers"] = list(init_containers)
+    if overhead:
+        spec["overhead"] = dict(overhead)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    all_annotations = dict(annotations or {})
+    if duration is not None:
+        all_annotations[DURATION_ANNOTATION] = str(duration)
+    if all_annotations:
+        metadata["annotations"] = all_annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def kubeconfig(url: str) -> dict[str, Any]:
+    """A kubeconfig for the plain-HTTP, unauthenticated simulated server."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "sim", "cluster": {"server": url}}],
+        "users": [{"name": "sim", "user": {}}],
+        "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": "sim", "namespace": "default"}}],
+        "current-context": "sim",
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(url: str, path: str | Path) -> Path:
+    """Write `kubeconfig(url)` as JSON (valid YAML, so kubectl and clients read it)."""
+    target = Path(path)
+    target.write_bytes(orjson.dumps(kubeconfig(url), option=orjson.OPT_INDENT_2))
+    return target

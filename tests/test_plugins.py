@@ -1,0 +1,698 @@
+"""Filter and score plugins, directly and through Framework.schedule, against kube-scheduler's semantics.
+
+Expected answers are worked out by hand from kube-scheduler's plugins
+(nodename, nodeunschedulable, tainttoleration, nodeaffinity, noderesources
+fit.go / least_allocated.go / most_allocated.go) and the v1 helpers they use.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.scheduler.cycle import Framework, fit_error_message
+from ai_scheduler.scheduler.framework import ScorePlugin, default_normalize
+from ai_scheduler.scheduler.plugins import FILTERS
+from ai_scheduler.scheduler.plugins.node_affinity import (
+    NodeAffinityFilter,
+    NodeAffinityScore,
+    requirement_matches,
+    term_matches,
+)
+from ai_scheduler.scheduler.plugins.node_name import NodeName
+from ai_scheduler.scheduler.plugins.node_ready import NodeReady
+from ai_scheduler.scheduler.plugins.node_unschedulable import NodeUnschedulable
+from ai_scheduler.scheduler.plugins.resource_allocation import LeastAllocated, MostAllocated
+from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter, TaintTolerationScore
+
+Gi, Mi = 2**30, 2**20
+GPU = "nvidia.com/gpu"
+AFFINITY_REASON = "node(s) didn't match Pod's node affinity/selector"
+RESOURCES = {"cpu": 1, "memory": 1, GPU: 1}
+
+
+# --------------------------------------------------------------------------- builders
+def node_json(name: str, *, cpu: str = "4", memory: str = "8Gi", pods: str = "110", gpu: str | None = None,
+              labels: dict[str, str] | None = None, taints: Sequence[tuple[str, str, str]] = (),
+              unschedulable: bool = False, ready: str | None = "True", rv: str = "1") -> dict[str, Any]:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": pods}
+    if gpu is not None:
+        allocatable[GPU] = gpu
+    conditions = [] if ready is None else [{"type": "Ready", "status": ready}]
+    return {
+        "metadata": {"name": name, "labels": labels or {}, "resourceVersion": rv},
+        "spec": {"taints": [{"key": k, "value": v, "effect": e} for k, v, e in taints],
+                 "unschedulable": unschedulable},
+        "status": {"allocatable": allocatable, "conditions": conditions},
+    }
+
+
+def node(name: str, **kw: Any) -> NodeRecord:
+    return NodeRecord.from_api(node_json(name, **kw))
+
+
+def pod(name: str = "p", *, cpu: str | None = None, memory: str | None = None, gpu: str | None = None,
+        tolerations: Iterable[dict[str, str]] = (), node_selector: dict[str, str] | None = None,
+        affinity: dict[str, Any] | None = None, node_name: str = "", containers: int = 1,
+        **spec_extra: Any) -> PodRecord:
+    requests: dict[str, str] = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+    if gpu is not None:
+        requests[GPU] = gpu
+    first: dict[str, Any] = {"name": "c0", "image": "i"}
+    if requests:
+        first["resources"] = {"requests": requests}
+    spec: dict[str, Any] = {"containers": [first] + [{"name": f"c{i}", "image": "i"} for i in range(1, containers)],
+                            "tolerations": list(tolerations), **spec_extra}
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    if affinity:
+        spec["affinity"] = affinity
+    if node_name:
+        spec["nodeName"] = node_name
+    return PodRecord.from_api({"metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}",
+                                            "resourceVersion": "1"},
+                               "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}})
+
+
+def cluster(*nodes: NodeRecord, initial_rows: int = 64) -> SchedulerCache:
+    cache = SchedulerCache(initial_rows=initial_rows)
+    for rec in nodes:
+        cache.set_node(rec)
+    return cache
+
+
+def framework(cache: SchedulerCache, scores: Sequence[ScorePlugin] = (), seed: int = 1,
+              filters: Sequence[Any] | None = None) -> Framework:
+    return Framework("default-scheduler", list(filters) if filters is not None else [f() for f in FILTERS.values()],
+                     scores, cache, rng=random.Random(seed))
+
+
+def feasible_names(fw: Framework, p: PodRecord) -> set[str]:
+    rows, _ = fw.feasible_rows(p)
+    return {fw.cache.row_names[int(r)] for r in rows}
+
+
+def rows_of(cache: SchedulerCache, names: Sequence[str]) -> np.ndarray:
+    return np.array([cache.row_of(n) for n in names], dtype=np.int64)
+
+
+def scores_of(plugin: ScorePlugin, fw: Framework, p: PodRecord, names: Sequence[str]) -> list[int] | None:
+    values = plugin.score(p, fw.cache, rows_of(fw.cache, names), fw.static)
+    return None if values is None else [int(v) for v in values]
+
+
+def bind(cache: SchedulerCache, name: str, node_name: str, **kw: Any) -> None:
+    cache.set_pod(pod(name, node_name=node_name, **kw))
+
+
+def tol(key: str = "", operator: str = "Equal", value: str = "", effect: str = "") -> dict[str, str]:
+    return {"key": key, "operator": operator, "value": value, "effect": effect}
+
+
+# --------------------------------------------------------------------------- NodeName
+def test_node_name_only_the_named_node() -> None:
+    fw = framework(cluster(node("a"), node("b"), node("c")))
+    p = pod(node_name="b")
+    decision = fw.schedule(p)
+    assert decision.node == "b" and decision.feasible == 1
+    assert decision.reasons == {"node(s) didn't match the requested node name": 2}
+
+
+def test_node_name_missing_node() -> None:
+    decision = framework(cluster(node("a"), node("b"))).schedule(pod(node_name="zz"))
+    assert decision.node is None
+    assert decision.message == "0/2 nodes are available: 2 node(s) didn't match the requested node name."
+
+
+def test_node_name_direct() -> None:
+    plugin = NodeName()
+    assert plugin.signature(pod()) is None
+    assert plugin.check(pod(node_name="a"), node("a")) is None
+    assert plugin.check(pod(node_name="a"), node("b")) == "node(s) didn't match the requested node name"
+
+
+# --------------------------------------------------------------------------- NodeUnschedulable
+@pytest.mark.parametrize(
+    ("tolerations", "fits"),
+    [
+        ([], False),
+        ([tol("node.kubernetes.io/unschedulable", "Exists", effect="NoSchedule")], True),
+        ([tol("node.kubernetes.io/unschedulable", "Exists")], True),                   # empty effect: all
+        ([tol("node.kubernetes.io/unschedulable", "Equal", "", "NoSchedule")], True),  # taint value is ""
+        ([tol("node.kubernetes.io/unschedulable", "Equal", "x", "NoSchedule")], False),
+        ([tol("node.kubernetes.io/unschedulable", "Exists", effect="NoExecute")], False),
+        ([tol("", "Exists")], True),                                                     # tolerates everything
+        ([tol("other", "Exists", effect="NoSchedule")], False),
+    ],
+)
+def test_node_unschedulable(tolerations: list[dict[str, str]], fits: bool) -> None:
+    fw = framework(cluster(node("cordoned", unschedulable=True), node("open", cpu="1")),
+                   filters=[NodeUnschedulable()])
+    p = pod(tolerations=tolerations)
+    assert feasible_names(fw, p) == ({"cordoned", "open"} if fits else {"open"})
+    assert NodeUnschedulable().check(p, node("x", unschedulable=False)) is None
+    if not fits:
+        assert fw.schedule(p).reasons == {"node(s) were unschedulable": 1}
+
+
+# --------------------------------------------------------------------------- NodeReady
+@pytest.mark.parametrize(
+    ("ready", "tolerations", "fits"),
+    [
+        ("True", [], True),
+        ("False", [], False),
+        ("Unknown", [], False),
+        (None, [], False),  # no Ready condition at all: Unknown
+        ("False", [tol("node.kubernetes.io/not-ready", "Exists", effect="NoSchedule")], True),
+        ("False", [tol("node.kubernetes.io/not-ready", "Exists")], True),
+        # the default NoExecute toleration (tolerationSeconds) does not cover NoSchedule
+        ("False", [tol("node.kubernetes.io/not-ready", "Exists", effect="NoExecute")], False),
+        ("False", [tol("node.kubernetes.io/unreachable", "Exists", effect="NoSchedule")], False),
+        ("Unknown", [tol("node.kubernetes.io/unreachable", "Exists", effect="NoSchedule")], True),
+        (None, [tol("node.kubernetes.io/unreachable", "Exists")], True),
+        ("Unknown", [tol("node.kubernetes.io/not-ready", "Exists", effect="NoSchedule")], False),
+        ("Unknown", [tol("", "Exists")], True),
+    ],
+)
+def test_node_ready(ready: str | None, tolerations: list[dict[str, str]], fits: bool) -> None:
+    fw = framework(cluster(node("n", ready=ready), node("ok")), filters=[NodeReady()])
+    p = pod(tolerations=tolerations)
+    assert feasible_names(fw, p) == ({"n", "ok"} if fits else {"ok"})
+    assert (NodeReady().check(p, node("n", ready=ready)) is None) is fits
+    if not fits:
+        assert fw.feasible_rows(p)[1] == {"node(s) were not ready": 1}
+
+
+# --------------------------------------------------------------------------- TaintToleration filter
+def test_hard_taints_must_be_tolerated_soft_ones_never_filter() -> None:
+    fw = framework(cluster(node("ns", taints=[("k", "v", "NoSchedule")]),
+                           node("ne", taints=[("k", "v", "NoExecute")]),
+                           node("soft", taints=[("k", "v", "PreferNoSchedule")]),
+                           node("plain")))
+    decision = fw.schedule(pod())
+    assert decision.feasible == 2
+    assert decision.reasons == {"node(s) had untolerated taint {k: v}": 2}
+    assert feasible_names(fw, pod()) == {"soft", "plain"}
+    assert feasible_names(fw, pod(tolerations=[tol("k", "Equal", "v", "NoSchedule")])) == {"ns", "soft", "plain"}
+    assert feasible_names(fw, pod(tolerations=[tol("k", "Equal", "v")])) == {"ns", "ne", "soft", "plain"}
+    assert feasible_names(fw, pod(tolerations=[tol("k", "Equal", "w")])) == {"soft", "plain"}
+    assert feasible_names(fw, pod(tolerations=[tol("k", "Exists")])) == {"ns", "ne", "soft", "plain"}
+    assert feasible_names(fw, pod(tolerations=[tol("", "Exists")])) == {"ns", "ne", "soft", "plain"}
+    assert feasible_names(fw, pod(tolerations=[tol("", "Exists", effect="NoExecute")])) == {"ne", "soft", "plain"}
+
+
+def test_untolerated_taint_message_names_the_first_untolerated_taint() -> None:
+    n = node("n", taints=[("a", "1", "NoSchedule"), ("b", "2", "NoExecute"), ("c", "3", "NoSchedule")])
+    plugin = TaintTolerationFilter()
+    assert plugin.check(pod(), n) == "node(s) had untolerated taint {a: 1}"
+    assert plugin.check(pod(tolerations=[tol("a", "Exists")]), n) == "node(s) had untolerated taint {b: 2}"
+    assert plugin.check(pod(tolerations=[tol("a", "Exists"), tol("b", "Equal", "2")]), n) == (
+        "node(s) had untolerated taint {c: 3}")
+    assert plugin.check(pod(tolerations=[tol("", "Exists")]), n) is None
+
+    fw = framework(cluster(n, node("dedicated", taints=[("dedicated", "gpu", "NoSchedule")])))
+    assert fw.schedule(pod(tolerations=[tol("a", "Exists")])).message == (
+        "0/2 nodes are available: 1 node(s) had untolerated taint {b: 2}, "
+        "1 node(s) had untolerated taint {dedicated: gpu}.")
+
+
+# --------------------------------------------------------------------------- TaintToleration score
+def test_prefer_no_schedule_lowers_the_score() -> None:
+    fw = framework(cluster(node("clean"), node("one", taints=[("a", "", "PreferNoSchedule")]),
+                           node("two", taints=[("a", "", "PreferNoSchedule"), ("b", "x", "PreferNoSchedule"),
+                                               ("c", "y", "NoSchedule")])))
+    plugin = TaintTolerationScore(1)
+    names = ["clean", "one", "two"]
+    # untolerated PreferNoSchedule counts 0, 1, 2 -> reverse-normalised by the max: 100, 50, 0
+    assert scores_of(plugin, fw, pod(), names) == [100, 50, 0]
+    # a toleration with empty effect or PreferNoSchedule counts; NoSchedule-only does not
+    assert scores_of(plugin, fw, pod(tolerations=[tol("a", "Exists")]), names) == [100, 100, 0]
+    assert scores_of(plugin, fw, pod(tolerations=[tol("a", "Exists", effect="PreferNoSchedule")]),
+                     names) == [100, 100, 0]
+    assert scores_of(plugin, fw, pod(tolerations=[tol("a", "Exists", effect="NoSchedule")]),
+                     names) == [100, 50, 0]
+    assert scores_of(plugin, fw, pod(tolerations=[tol("", "Exists")]), names) == [100, 100, 100]
+    # normalisation is over the scored rows only
+    assert scores_of(plugin, fw, pod(), ["one", "two"]) == [50, 0]
+    assert scores_of(plugin, fw, pod(), ["clean", "one"]) == [100, 0]
+
+
+def test_prefer_no_schedule_steers_the_pod() -> None:
+    fw = framework(cluster(node("tainted", taints=[("spot", "true", "PreferNoSchedule")]), node("clean")),
+                   scores=[TaintTolerationScore(1)])
+    for i in range(5):
+        decision = fw.schedule(pod(f"p{i}"))
+        assert decision.node == "clean" and decision.feasible == 2
+
+
+def test_default_normalize() -> None:
+    assert default_normalize(np.array([0, 3, 6]), False).tolist() == [0, 50, 100]
+    assert default_normalize(np.array([0, 3, 6]), True).tolist() == [100, 50, 0]
+    assert default_normalize(np.array([1, 2, 3]), False).tolist() == [33, 66, 100]
+    assert default_normalize(np.array([0, 0]), False).tolist() == [0, 0]
+    assert default_normalize(np.array([0, 0]), True).tolist() == [100, 100]
+
+
+# --------------------------------------------------------------------------- NodeAffinity
+def req(key: str, operator: str, *values: str) -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": list(values)}
+
+
+def required(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
+def preferred(*items: tuple[int, dict[str, Any]]) -> dict[str, Any]:
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": w, "preference": term} for w, term in items]}}
+
+
+@pytest.mark.parametrize(
+    ("requirement", "labels", "matches"),
+    [
+        (req("zone", "In", "a", "b"), {"zone": "b"}, True),
+        (req("zone", "In", "a", "b"), {"zone": "c"}, False),
+        (req("zone", "In", "a"), {}, False),
+        (req("zone", "NotIn", "a"), {"zone": "b"}, True),
+        (req("zone", "NotIn", "a"), {"zone": "a"}, False),
+        (req("zone", "NotIn", "a"), {}, True),           # NotIn matches an absent key
+        (req("zone", "Exists"), {"zone": ""}, True),
+        (req("zone", "Exists"), {}, False),
+        (req("zone", "DoesNotExist"), {}, True),
+        (req("zone", "DoesNotExist"), {"zone": "a"}, False),
+        (req("gen", "Gt", "5"), {"gen": "10"}, True),     # numeric, not lexicographic ("10" < "5" as text)
+        (req("gen", "Gt", "5"), {"gen": "5"}, False),
+        (req("gen", "Gt", "5"), {}, False),
+        (req("gen", "Gt", "5"), {"gen": "abc"}, False),   # non-integer label: no match
+        (req("gen", "Gt", "5"), {"gen": "1_0"}, False),   # Go's ParseInt rejects underscores
+        (req("gen", "Gt", "5"), {"gen": "99999999999999999999"}, False),  # beyond int64
+        (req("gen", "Gt", "-1"), {"gen": "0"}, True),
+        (req("gen", "Lt", "5"), {"gen": "4"}, True),
+        (req("gen", "Lt", "5"), {"gen": "10"}, False),
+        (req("gen", "Lt", "5"), {"gen": "4.5"}, False),
+        (req("gen", "Lt", "x"), {"gen": "4"}, False),     # non-integer bound
+        (req("zone", "Bogus", "a"), {"zone": "a"}, False),
+    ],
+)
+def test_requirement_operators(requirement: dict[str, Any], labels: dict[str, str], matches: bool) -> None:
+    assert requirement_matches(requirement, labels) is matches
+    # and through the filter, as the only term of a required affinity
+    n = node("n", labels=labels)
+    reason = NodeAffinityFilter().check(pod(affinity=required({"matchExpressions": [requirement]})), n)
+    assert (reason is None) is matches
+
+
+def test_node_selector_requires_every_pair() -> None:
+    fw = framework(cluster(node("both", labels={"gpu": "a100", "zone": "x"}),
+                           node("gpu-only", labels={"gpu": "a100"}),
+                           node("wrong", labels={"gpu": "v100", "zone": "x"})))
+    p = pod(node_selector={"gpu": "a100", "zone": "x"})
+    decision = fw.schedule(p)
+    assert decision.node == "both"
+    assert decision.reasons == {AFFINITY_REASON: 2}
+    assert feasible_names(fw, pod(node_selector={"gpu": "a100"})) == {"both", "gpu-only"}
+    # an empty selector value requires the key to be present with an empty value
+    assert feasible_names(fw, pod(node_selector={"zone": ""})) == set()
+
+
+def test_required_terms_are_ored_and_expressions_anded() -> None:
+    fw = framework(cluster(node("a", labels={"zone": "a"}), node("a-gpu", labels={"zone": "a", "gpu": "1"}),
+                           node("b", labels={"zone": "b"}), node("c", labels={"zone": "c", "gpu": "1"})))
+    ored = required({"matchExpressions": [req("zone", "In", "a")]}, {"matchExpressions": [req("zone", "In", "b")]})
+    assert feasible_names(fw, pod(affinity=ored)) == {"a", "a-gpu", "b"}
+    anded = required({"matchExpressions": [req("zone", "In", "a", "c"), req("gpu", "Exists")]})
+    assert feasible_names(fw, pod(affinity=anded)) == {"a-gpu", "c"}
+    mixed = required({"matchExpressions": [req("zone", "In", "a"), req("gpu", "DoesNotExist")]},
+                     {"matchExpressions": [req("zone", "NotIn", "a", "b")]})
+    assert feasible_names(fw, pod(affinity=mixed)) == {"a", "c"}
+
+
+def test_node_selector_and_required_affinity_must_both_match() -> None:
+    fw = framework(cluster(node("a", labels={"zone": "a", "disk": "ssd"}), node("b", labels={"zone": "b", "disk": "ssd"}),
+                           node("a-hdd", labels={"zone": "a", "disk": "hdd"})))
+    p = pod(node_selector={"disk": "ssd"}, affinity=required({"matchExpressions": [req("zone", "In", "a")]}))
+    assert feasible_names(fw, p) == {"a"}
+
+
+def test_match_fields_metadata_name() -> None:
+    fw = framework(cluster(node("a"), node("b"), node("c")))
+    by_name = required({"matchFields": [req("metadata.name", "In", "b")]})
+    assert feasible_names(fw, pod(affinity=by_name)) == {"b"}
+    not_name = required({"matchFields": [req("metadata.name", "NotIn", "b")]})
+    assert feasible_names(fw, pod(affinity=not_name)) == {"a", "c"}
+    # fields and labels in one term are ANDed
+    fw2 = framework(cluster(node("a", labels={"zone": "x"}), node("b", labels={"zone": "y"})))
+    both = required({"matchFields": [req("metadata.name", "In", "a")],
+                     "matchExpressions": [req("zone", "In", "y")]})
+    assert feasible_names(fw2, pod(affinity=both)) == set()
+
+
+def test_empty_term_matches_nothing() -> None:
+    fw = framework(cluster(node("a", labels={"zone": "a"}), node("b", labels={"zone": "b"})))
+    assert feasible_names(fw, pod(affinity=required({}))) == set()
+    assert feasible_names(fw, pod(affinity=required({"matchExpressions": []}))) == set()
+    assert feasible_names(fw, pod(affinity=required({}, {"matchExpressions": [req("zone", "In", "b")]}))) == {"b"}
+    assert not term_matches({}, node("a"))
+    decision = fw.schedule(pod(affinity=required({})))
+    assert decision.message == f"0/2 nodes are available: 2 {AFFINITY_REASON}."
+
+
+def test_preferred_weights_summed_and_normalised_by_the_best_node() -> None:
+    fw = framework(cluster(node("a-gpu", labels={"zone": "a", "gpu": "1"}), node("a", labels={"zone": "a"}),
+                           node("b-gpu", labels={"zone": "b", "gpu": "1"}), node("c", labels={"zone": "c"})))
+    p = pod(affinity=preferred((20, {"matchExpressions": [req("zone", "In", "a")]}),
+                               (60, {"matchExpressions": [req("gpu", "Exists")]}),
+                               (0, {"matchExpressions": [req("zone", "In", "c")]}),   # weight 0: ignored
+                               (50, {})))                                            # empty term: no match
+    names = ["a-gpu", "a", "b-gpu", "c"]
+    plugin = NodeAffinityScore(1)
+    assert [plugin.raw_score(p, fw.cache.node_record(n)) for n in names] == [80, 20, 60, 0]
+    assert scores_of(plugin, fw, p, names) == [100, 25, 75, 0]
+    assert scores_of(plugin, fw, p, ["a", "c"]) == [100, 0]
+    assert scores_of(plugin, fw, pod(), names) is None  # no preferences: no opinion
+
+    fw_scored = framework(fw.cache, scores=[NodeAffinityScore(1)])
+    assert fw_scored.schedule(p).node == "a-gpu"
+
+
+def test_preferred_affinity_does_not_filter() -> None:
+    fw = framework(cluster(node("a", labels={"zone": "a"}), node("b")))
+    p = pod(affinity=preferred((10, {"matchExpressions": [req("zone", "In", "zz")]})))
+    assert feasible_names(fw, p) == {"a", "b"}
+
+
+# --------------------------------------------------------------------------- NodeResourcesFit
+def test_each_insufficient_resource_is_counted_on_the_same_node() -> None:
+    fw = framework(cluster(node("small", cpu="2", memory="4Gi"), node("mid", cpu="4", memory="4Gi")))
+    decision = fw.schedule(pod(cpu="3", memory="8Gi"))
+    assert decision.node is None
+    assert decision.reasons == {"Insufficient cpu": 1, "Insufficient memory": 2}
+    assert decision.message == "0/2 nodes are available: 2 Insufficient memory, 1 Insufficient cpu."
+
+
+def test_usage_of_bound_pods_is_subtracted_and_the_boundary_fits() -> None:
+    cache = cluster(node("n", cpu="4", memory="8Gi"))
+    bind(cache, "old", "n", cpu="3", memory="6Gi")
+    fw = framework(cache)
+    assert fw.schedule(pod("fits", cpu="1", memory="2Gi")).node == "n"  # exactly the free amount
+    d = fw.schedule(pod("big", cpu="1001m", memory="2Gi"))
+    assert d.node is None and d.reasons == {"Insufficient cpu": 1}
+    d = fw.schedule(pod("mem", cpu="1", memory="2049Mi"))
+    assert d.reasons == {"Insufficient memory": 1}
+
+
+def test_extended_resource_missing_on_node_is_insufficient() -> None:
+    fw = framework(cluster(node("cpu1"), node("cpu2")))
+    decision = fw.schedule(pod(gpu="1"))
+    assert decision.node is None
+    assert decision.message == f"0/2 nodes are available: 2 Insufficient {GPU}."
+
+    fw = framework(cluster(node("cpu1"), node("gpu", gpu="2"), node("cpu2")))
+    decision = fw.schedule(pod(gpu="1"))
+    assert decision.node == "gpu"
+    assert decision.reasons == {f"Insufficient {GPU}": 2}
+    assert fw.schedule(pod(gpu="3")).reasons == {f"Insufficient {GPU}": 3}
+
+
+def test_too_many_pods() -> None:
+    cache = cluster(node("full", pods="2"), node("free", pods="3"))
+    bind(cache, "a", "full")
+    bind(cache, "b", "full")
+    bind(cache, "c", "free")
+    fw = framework(cache)
+    decision = fw.schedule(pod("x"))
+    assert decision.node == "free"
+    assert decision.reasons == {"Too many pods": 1}
+    bind(cache, "d", "free")
+    bind(cache, "e", "free")
+    decision = fw.schedule(pod("y", cpu="100"))
+    assert decision.message == "0/2 nodes are available: 2 Insufficient cpu, 2 Too many pods."
+
+
+def test_pod_without_requests_fits_a_full_node_with_a_free_slot() -> None:
+    cache = cluster(node("n", cpu="1", memory="1Gi", pods="2"))
+    bind(cache, "hog", "n", cpu="1", memory="1Gi")
+    fw = framework(cache)
+    decision = fw.schedule(pod("empty"))
+    assert decision.node == "n" and decision.reasons == {}
+    assert fw.schedule(pod("small", cpu="1m")).reasons == {"Insufficient cpu": 1}
+
+
+def test_init_containers_and_overhead_are_counted() -> None:
+    fw = framework(cluster(node("n", cpu="2", memory="8Gi")))
+    init = pod("init", cpu="1", initContainers=[{"name": "i", "image": "i", "resources": {"requests": {"cpu": "3"}}}])
+    assert init.requests["cpu"] == 3000
+    assert fw.schedule(init).reasons == {"Insufficient cpu": 1}
+    overhead = pod("oh", cpu="2", overhead={"cpu": "100m"})
+    assert fw.schedule(overhead).reasons == {"Insufficient cpu": 1}
+    assert fw.schedule(pod("ok", cpu="1900m", overhead={"cpu": "100m"})).node == "n"
+
+
+def test_resource_fit_direct() -> None:
+    cache = cluster(node("a", cpu="1"), node("b", cpu="2"))
+    fw = framework(cache)
+    reasons = dict(NodeResourcesFit().run(pod(cpu="1500m"), cache, cache.valid.copy(), fw.static))
+    rows = rows_of(cache, ["a", "b"])
+    assert reasons["Insufficient cpu"][rows].tolist() == [True, False]
+    assert reasons["Too many pods"][rows].tolist() == [False, False]
+
+
+# --------------------------------------------------------------------------- Least/MostAllocated
+def busy_and_empty() -> SchedulerCache:
+    cache = cluster(node("busy", cpu="4", memory="8Gi"), node("empty", cpu="4", memory="8Gi"))
+    bind(cache, "old", "busy", cpu="3", memory="6Gi")
+    return cache
+
+
+def test_least_and_most_allocated_scores_by_hand() -> None:
+    fw = framework(busy_and_empty())
+    p = pod(cpu="1", memory="1Gi")
+    # busy: cpu (4000-4000)*100/4000 = 0, memory (8-7)*100/8 = 12 -> (0+12)/2 = 6
+    # empty: cpu 3000*100/4000 = 75, memory 7*100/8 = 87 -> (75+87)/2 = 81
+    assert scores_of(LeastAllocated(1, RESOURCES), fw, p, ["busy", "empty"]) == [6, 81]
+    # busy: cpu 100, memory 87 -> 93; empty: cpu 25, memory 12 -> 18
+    assert scores_of(MostAllocated(1, RESOURCES), fw, p, ["busy", "empty"]) == [93, 18]
+    # resource weights: cpu counted three times as much as memory
+    assert scores_of(LeastAllocated(1, {"cpu": 3, "memory": 1}), fw, p, ["busy", "empty"]) == [3, 78]
+
+
+def test_least_allocated_spreads_most_allocated_packs() -> None:
+    cache = busy_and_empty()
+    least = framework(cache, scores=[LeastAllocated(1, RESOURCES)])
+    most = framework(cache, scores=[MostAllocated(1, RESOURCES)])
+    for i in range(5):
+        assert least.schedule(pod(f"l{i}", cpu="500m", memory="512Mi")).node == "empty"
+        assert most.schedule(pod(f"m{i}", cpu="500m", memory="512Mi")).node == "busy"
+
+
+def test_pods_without_requests_are_scored_with_the_non_zero_defaults() -> None:
+    fw = framework(cluster(node("n", cpu="1", memory="1Gi")))
+    # 100m of 1000m -> 90; 200Mi of 1024Mi -> 824*100/1024 = 80 -> 85
+    assert scores_of(LeastAllocated(1, RESOURCES), fw, pod(), ["n"]) == [85]
+    # two request-less containers: 200m -> 80, 400Mi -> 624*100/1024 = 60 -> 70
+    assert scores_of(LeastAllocated(1, RESOURCES), fw, pod(containers=2), ["n"]) == [70]
+
+
+def test_bound_pods_without_requests_count_their_defaults_in_scoring() -> None:
+    cache = cluster(node("n", cpu="1", memory="1Gi"))
+    bind(cache, "old", "n")  # no requests: scored as 100m / 200Mi on the node
+    fw = framework(cache)
+    assert scores_of(LeastAllocated(1, RESOURCES), fw, pod(), ["n"]) == [70]
+    assert cache.node_usage("n") == {"pods": 1}  # but it takes no real capacity
+
+
+def test_cpu_only_pod_is_not_scored_on_gpus() -> None:
+    cache = cluster(node("gpu", cpu="8", memory="16Gi", gpu="4"), node("cpu", cpu="8", memory="16Gi"))
+    fw = framework(cache)
+    p = pod(cpu="2", memory="4Gi")
+    # cpu 6/8 -> 75, memory 12/16 -> 75 on both; the idle GPUs must not add 100 to "gpu"
+    assert scores_of(LeastAllocated(1, RESOURCES), fw, p, ["gpu", "cpu"]) == [75, 75]
+    assert scores_of(MostAllocated(1, RESOURCES), fw, p, ["gpu", "cpu"]) == [25, 25]
+
+
+def test_gpu_pod_is_scored_on_gpus() -> None:
+    cache = cluster(node("g1", cpu="8", memory="16Gi", gpu="4"), node("g2", cpu="8", memory="16Gi", gpu="4"))
+    bind(cache, "old", "g1", gpu="3")
+    fw = framework(cache)
+    p = pod(cpu="2", memory="4Gi", gpu="1")
+    # g1: cpu 75, mem 75, gpu 0 -> 50; g2: cpu 75, mem 75, gpu 75 -> 75
+    # (the bound request-less pod adds 100m / 200Mi to g1: cpu (8000-2100)*100/8000 = 73,
+    #  memory (16384-4296)*100/16384 = 73 in MiB -> (73+73+0)/3 = 48)
+    assert scores_of(LeastAllocated(1, RESOURCES), fw, p, ["g1", "g2"]) == [48, 75]
+    assert framework(cache, scores=[MostAllocated(1, RESOURCES)]).schedule(p).node == "g1"
+    assert framework(cache, scores=[LeastAllocated(1, RESOURCES)]).schedule(p).node == "g2"
+
+
+def test_ties_are_broken_at_random() -> None:
+    fw = framework(cluster(node("a"), node("b"), node("c", cpu="1")), scores=[LeastAllocated(1, RESOURCES)],
+                   seed=12345)
+    chosen = Counter(fw.schedule(pod(f"p{i}", cpu="500m", memory="1Gi")).node for i in range(40))
+    assert set(chosen) == {"a", "b"}  # c scores lower; a and b tie and both get picked
+    assert min(chosen.values()) >= 5
+
+
+def test_weights_combine_scores() -> None:
+    # "spot" is emptier (LeastAllocated prefers it) but has a PreferNoSchedule taint
+    cache = cluster(node("spot", taints=[("spot", "", "PreferNoSchedule")]), node("busy"))
+    bind(cache, "old", "busy", cpu="2", memory="4Gi")
+    p = pod(cpu="1", memory="1Gi")
+    # LeastAllocated: spot (75+87)/2 = 81, busy (25+37)/2 = 31; taint score: spot 0, busy 100
+    assert framework(cache, scores=[LeastAllocated(1, RESOURCES), TaintTolerationScore(1)]).schedule(p).node == "busy"
+    assert framework(cache, scores=[LeastAllocated(3, RESOURCES), TaintTolerationScore(1)]).schedule(p).node == "spot"
+    decision = framework(cache, scores=[LeastAllocated(1, RESOURCES), TaintTolerationScore(1)]).schedule(p)
+    assert decision.top == [("busy", 131), ("spot", 81)]
+
+
+# --------------------------------------------------------------------------- filter order and messages
+def test_a_node_is_charged_only_to_the_first_failing_filter() -> None:
+    fw = framework(cluster(
+        node("everything", unschedulable=True, taints=[("k", "v", "NoSchedule")], cpu="1", labels={}),
+        node("taint-and-cpu", taints=[("k", "v", "NoSchedule")], cpu="1"),
+        node("selector-and-cpu", cpu="1"),
+        node("not-ready-and-taint", ready="False", taints=[("k", "v", "NoSchedule")]),
+        node("cpu", cpu="1", labels={"pool": "x"}),
+    ))
+    decision = fw.schedule(pod(cpu="2", node_selector={"pool": "x"}))
+    assert decision.reasons == {
+        "node(s) were unschedulable": 1,
+        "node(s) had untolerated taint {k: v}": 1,
+        AFFINITY_REASON: 1,
+        "node(s) were not ready": 1,
+        "Insufficient cpu": 1,
+    }
+    assert sum(decision.reasons.values()) == 5
+
+
+def test_full_message_for_a_mixed_cluster() -> None:
+    cache = cluster(
+        node("small1", cpu="2"), node("small2", cpu="2"), node("small3", cpu="2", memory="1Gi"),
+        node("tainted", taints=[("k", "v", "NoSchedule")]),
+        node("cordoned", unschedulable=True),
+        node("elsewhere", labels={"pool": "other"}),
+    )
+    p = pod(cpu="3", memory="2Gi", affinity=required({"matchExpressions": [req("pool", "NotIn", "other")]}))
+    decision = framework(cache).schedule(p)
+    assert decision.node is None and decision.total_nodes == 6 and decision.feasible == 0
+    assert decision.message == (
+        "0/6 nodes are available: 3 Insufficient cpu, 1 Insufficient memory, "
+        "1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {k: v}, "
+        "1 node(s) were unschedulable.")
+
+
+def test_fit_error_message_orders_by_count_then_text() -> None:
+    assert fit_error_message(12, {"b": 1, "a": 1, "Insufficient cpu": 10, "z": 2}) == (
+        "0/12 nodes are available: 10 Insufficient cpu, 2 z, 1 a, 1 b.")
+
+
+def test_empty_cluster_and_invalid_pod() -> None:
+    decision = framework(cluster()).schedule(pod())
+    assert decision.node is None and decision.total_nodes == 0 and decision.reasons == {}
+
+    bad = PodRecord.from_api({"metadata": {"name": "bad", "namespace": "ns", "uid": "bad"},
+                              "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1x"}}}]}})
+    decision = framework(cluster(node("a"))).schedule(bad)
+    assert decision.node is None and decision.error.startswith("invalid resource quantity")
+    assert decision.message.startswith("0/1 nodes are available: invalid resource quantity")
+
+
+# --------------------------------------------------------------------------- static result caching
+def test_cached_selector_result_follows_label_changes() -> None:
+    cache = cluster(node("a", labels={"gpu": "yes"}), node("b"))
+    fw = framework(cache)
+    assert fw.schedule(pod("p1", node_selector={"gpu": "yes"})).node == "a"
+    cache.set_node(node("a", rv="2"))
+    cache.set_node(node("b", labels={"gpu": "yes"}, rv="2"))
+    decision = fw.schedule(pod("p2", node_selector={"gpu": "yes"}))
+    assert decision.node == "b" and decision.reasons == {AFFINITY_REASON: 1}
+    cache.set_node(node("b", rv="3"))
+    assert fw.schedule(pod("p3", node_selector={"gpu": "yes"})).reasons == {AFFINITY_REASON: 2}
+
+
+def test_cached_taint_result_follows_taint_changes() -> None:
+    cache = cluster(node("a"), node("b"))
+    fw = framework(cache)
+    assert feasible_names(fw, pod("p1")) == {"a", "b"}
+    cache.set_node(node("a", taints=[("k", "v", "NoSchedule")], rv="2"))
+    assert feasible_names(fw, pod("p2")) == {"b"}
+    assert fw.schedule(pod("p3")).node == "b"
+    cache.set_node(node("b", taints=[("k", "v", "NoExecute")], rv="2"))
+    assert fw.schedule(pod("p4")).message == "0/2 nodes are available: 2 node(s) had untolerated taint {k: v}."
+    cache.set_node(node("a", rv="3"))
+    assert fw.schedule(pod("p5")).node == "a"
+
+
+def test_cached_scores_follow_taint_changes() -> None:
+    cache = cluster(node("a"), node("b", taints=[("s", "", "PreferNoSchedule")]))
+    fw = framework(cache, scores=[TaintTolerationScore(1)])
+    assert fw.schedule(pod("p1")).node == "a"
+    cache.set_node(node("a", taints=[("s", "", "PreferNoSchedule")], rv="2"))
+    cache.set_node(node("b", rv="2"))
+    assert fw.schedule(pod("p2")).node == "b"
+
+
+def test_cached_results_follow_cordon_and_readiness() -> None:
+    cache = cluster(node("a"), node("b"))
+    fw = framework(cache)
+    assert feasible_names(fw, pod("p1")) == {"a", "b"}
+    cache.set_node(node("a", unschedulable=True, rv="2"))
+    cache.set_node(node("b", ready="False", rv="2"))
+    assert fw.schedule(pod("p2")).reasons == {"node(s) were unschedulable": 1, "node(s) were not ready": 1}
+    cache.set_node(node("a", rv="3"))
+    cache.set_node(node("b", rv="3"))
+    assert feasible_names(fw, pod("p3")) == {"a", "b"}
+
+
+def test_cached_results_after_node_delete_and_readd() -> None:
+    cache = cluster(node("a", labels={"gpu": "yes"}), node("b"))
+    fw = framework(cache)
+    sel = {"gpu": "yes"}
+    assert fw.schedule(pod("p1", node_selector=sel)).node == "a"
+    cache.remove_node("a")
+    decision = fw.schedule(pod("p2", node_selector=sel))
+    assert decision.node is None and decision.total_nodes == 1 and decision.reasons == {AFFINITY_REASON: 1}
+    # a different node takes over the freed row: it must be evaluated afresh
+    cache.set_node(node("c"))
+    assert fw.schedule(pod("p3", node_selector=sel)).reasons == {AFFINITY_REASON: 2}
+    cache.set_node(node("a"))  # back, without the label now
+    assert fw.schedule(pod("p4", node_selector=sel)).reasons == {AFFINITY_REASON: 3}
+    cache.set_node(node("c", labels={"gpu": "yes"}, rv="2"))
+    assert fw.schedule(pod("p5", node_selector=sel)).node == "c"
+    cache.remove_node("c")
+    cache.set_node(node("d", labels={"gpu": "yes"}))
+    assert fw.schedule(pod("p6", node_selector=sel)).node == "d"
+
+
+def test_cached_results_survive_row_growth() -> None:
+    cache = cluster(node("n0", labels={"gpu": "yes"}), initial_rows=2)
+    fw = framework(cache)
+    sel = {"gpu": "yes"}
+    assert fw.schedule(pod("p0", node_selector=sel)).node == "n0"
+    for i in range(1, 9):
+        cache.set_node(node(f"n{i}", labels={"gpu": "yes"} if i == 7 else {}))
+    assert cache.rows >= 9
+    assert feasible_names(fw, pod("p1", node_selector=sel)) == {"n0", "n7"}
+    assert fw.schedule(pod("p2", node_selector=sel)).reasons == {AFFINITY_REASON: 7}
+
+
+def test_pods_with_the_same_signature_share_fresh_results() -> None:
+    cache = cluster(node("a", labels={"zone": "a"}), node("b", labels={"zone": "b"}))
+    fw = framework(cache)
+    aff = required({"matchExpressions": [req("zone", "In", "a")]})
+    assert feasible_names(fw, pod("first", affinity=aff)) == {"a"}
+    cache.set_node(node("b", labels={"zone": "a"}, rv="2"))
+    assert feasible_names(fw, pod("second", affinity=aff)) == {"a", "b"}
+    # a different signature is computed on its own
+    other = required({"matchExpressions": [req("zone", "In", "b")]})
+    assert feasible_names(fw, pod("third", affinity=other)) == set()
