@@ -23,6 +23,8 @@ from ai_scheduler.sim import SimApiServer, make_node, make_pod
 
 GPU = "nvidia.com/gpu"
 LATE_NODE_AT = 4.0   # seconds: a large node joins, so the waiting 16-GPU pod gets placed
+# The large node is dedicated to large jobs, so the small ones do not take it first.
+LARGE_TAINT = {"key": "ai-scheduler.io/dedicated", "value": "large", "effect": "NoSchedule"}
 DEADLINE = 40.0
 
 
@@ -51,7 +53,8 @@ def _workload(count: int, rng: random.Random) -> list[dict[str, Any]]:
         else:
             pods.append(make_pod(f"batch-{i}", cpu=rng.choice(["500m", "1", "2"]), memory="2Gi", labels=labels,
                                  duration=rng.uniform(1, 3)))
-    pods.append(make_pod("big-train", gpus=16, cpu="8", memory="64Gi", tolerations=gpu_toleration,
+    large_toleration = [*gpu_toleration, {**LARGE_TAINT, "operator": "Equal"}]
+    pods.append(make_pod("big-train", gpus=16, cpu="8", memory="64Gi", tolerations=large_toleration,
                          labels={"ai-scheduler.io/task-type": "training"}, duration=2, priority=100))
     pods.append(make_pod("impossible", cpu="1000", memory="1Gi", labels={"ai-scheduler.io/task-type": "batch"}))
     pods.append(make_pod("other-scheduler", scheduler_name="default-scheduler", cpu="1", memory="1Gi"))
@@ -90,7 +93,7 @@ class _Progress:
 def _summary(server: SimApiServer, placed_at: dict[str, float]) -> None:
     pods = [p for p in server.store.list("pods")]
     nodes = sorted(server.store.list("nodes"), key=lambda n: n["metadata"]["name"])
-    print("\n\nNode usage (pods that ever ran there, peak-free view: requests of pods still on the node)")
+    print("\n\nNodes: requests of the pods still on each node, and how many pods were placed there in all")
     print(f"{'node':<10} {'zone':<5} {'cpu':>12} {'gpu':>8} {'pods placed':>12}")
     placed = Counter(p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName"))
     for node in nodes:
@@ -160,7 +163,8 @@ async def run_demo(*, nodes: int = 6, pods: int = 60, seed: int = 7, log_file: s
             elapsed = time.monotonic() - started
             if not late_node_added and elapsed >= LATE_NODE_AT:
                 server.create("nodes", make_node("gpu-large", cpu="64", memory="512Gi", gpus=16,
-                                                       labels={"topology.kubernetes.io/zone": "b"}))
+                                                 labels={"topology.kubernetes.io/zone": "b"},
+                                                 taints=[LARGE_TAINT]))
                 late_node_added = True
             counts = progress.show(elapsed)
             big = server.store.get("pods", "default", "big-train")

@@ -113,9 +113,9 @@ class ServerPod:
 
     def requests(self) -> dict[str, int]:
         """Real requests in cache units, summed by hand."""
-        total = {"cpu": sum(c.cpu for c in self.containers), "memory": sum(c.memory for c in self.containers) * Mi,
-                 GPU: sum(c.gpu for c in self.containers), "pods": 1}
-        return total
+        return {"cpu": sum(c.cpu for c in self.containers),
+                "memory": sum(c.memory for c in self.containers) * Mi,
+                GPU: sum(c.gpu for c in self.containers), "pods": 1}
 
     def score_requests(self) -> dict[str, int]:
         """kube-scheduler's non-zero requests: each container without cpu/memory counts the defaults."""
@@ -126,13 +126,15 @@ class ServerPod:
     def record(self) -> PodRecord:
         containers = []
         for i, c in enumerate(self.containers):
-            requests = {k: v for k, v in (("cpu", f"{c.cpu}m"), ("memory", f"{c.memory}Mi"), (GPU, str(c.gpu)))
-                        if not v.startswith("0")}
+            amounts = (("cpu", c.cpu, f"{c.cpu}m"), ("memory", c.memory, f"{c.memory}Mi"),
+                       (GPU, c.gpu, str(c.gpu)))
+            requests = {name: text for name, amount, text in amounts if amount}
             container: dict[str, Any] = {"name": f"c{i}", "image": "img"}
             if requests:
                 container["resources"] = {"requests": requests}
             containers.append(container)
-        meta: dict[str, Any] = {"name": self.uid, "namespace": "ns", "uid": self.uid, "resourceVersion": str(self.rv)}
+        meta: dict[str, Any] = {"name": self.uid, "namespace": "ns", "uid": self.uid,
+                                "resourceVersion": str(self.rv)}
         if self.deleting:
             meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
         spec: dict[str, Any] = {"containers": containers,
@@ -258,7 +260,8 @@ class CacheMachine(RuleBasedStateMachine):
         return keep | set(self.m.assumed)
 
     def pending_in_cache(self) -> list[str]:
-        return sorted(uid for uid, p in self.m.seen_pods.items() if p.alive_unbound and uid not in self.m.assumed)
+        return sorted(uid for uid, p in self.m.seen_pods.items()
+                      if p.alive_unbound and uid not in self.m.assumed)
 
     def fits(self, pod: ServerPod, node: ServerNode, used: dict[str, int]) -> bool:
         if not node.ready or node.unschedulable or (pod.zone and node.zone != pod.zone):
@@ -291,8 +294,8 @@ class CacheMachine(RuleBasedStateMachine):
                 alloc = alloc.at_least(self.m.floor[old.name])
             ready = data.draw(st.sampled_from([True, True, False]))
             unschedulable = data.draw(st.sampled_from([False, False, True]))
-            self.set_server_node(replace(old, alloc=alloc, zone=zone, ready=ready, unschedulable=unschedulable),
-                                 deliver)
+            new = replace(old, alloc=alloc, zone=zone, ready=ready, unschedulable=unschedulable)
+            self.set_server_node(new, deliver)
         elif kind == "remove" and present:
             name = data.draw(st.sampled_from(present))
             del self.m.server_nodes[name]
@@ -300,23 +303,26 @@ class CacheMachine(RuleBasedStateMachine):
                 self.deliver_node_now(name)
 
     # ------------------------------------------------------------------ pods (server side)
-    @rule(data=st.data(), kind=st.sampled_from(["create", "create", "create", "create_failed", "other", "other",
-                                                "finish", "terminate", "delete"]),
+    @rule(data=st.data(), kind=st.sampled_from(["create", "create", "create", "create_failed", "other",
+                                                "other", "finish", "terminate", "delete"]),
           cs=container_lists, zone=zones, deliver=deliveries)
     def pod_event(self, data: st.DataObject, kind: str, cs: tuple[Container, ...], zone: str | None,
                   deliver: bool) -> None:
         pods = self.m.server_pods
         if kind in ("create", "create_failed"):
             self.next_pod += 1
-            pod = ServerPod(f"p{self.next_pod}", cs, zone=zone, phase="Failed" if kind == "create_failed" else "Pending")
+            phase = "Failed" if kind == "create_failed" else "Pending"
+            pod = ServerPod(f"p{self.next_pod}", cs, zone=zone, phase=phase)
             self.set_server_pod(pod, deliver)
         elif kind == "other" and self.OTHERS:
-            # bound by another scheduler, to a node the cache may not know (yet): the pod arrives before its node
+            # bound by another scheduler, maybe to a node the cache does not know yet
             self.next_pod += 1
             node = data.draw(st.sampled_from(NODE_NAMES))
             phase = data.draw(st.sampled_from(["Running", "Running", "Succeeded"]))
-            self.set_server_pod(ServerPod(f"p{self.next_pod}", cs, node_name=node, phase=phase, ours=False), deliver)
-        elif kind == "finish" and (running := sorted(u for u, p in pods.items() if p.node_name and not p.terminal)):
+            pod = ServerPod(f"p{self.next_pod}", cs, node_name=node, phase=phase, ours=False)
+            self.set_server_pod(pod, deliver)
+        elif kind == "finish" and (running := sorted(u for u, p in pods.items()
+                                                     if p.node_name and not p.terminal)):
             uid = data.draw(st.sampled_from(running))
             self.set_server_pod(replace(pods[uid], phase=data.draw(st.sampled_from(["Succeeded", "Failed"]))),
                                 deliver)

@@ -73,8 +73,8 @@ def pod(name: str = "p", *, cpu: str | None = None, memory: str | None = None, g
     first: dict[str, Any] = {"name": "c0", "image": "i"}
     if requests:
         first["resources"] = {"requests": requests}
-    spec: dict[str, Any] = {"containers": [first] + [{"name": f"c{i}", "image": "i"} for i in range(1, containers)],
-                            "tolerations": list(tolerations), **spec_extra}
+    rest = [{"name": f"c{i}", "image": "i"} for i in range(1, containers)]
+    spec: dict[str, Any] = {"containers": [first, *rest], "tolerations": list(tolerations), **spec_extra}
     if node_selector:
         spec["nodeSelector"] = node_selector
     if affinity:
@@ -95,8 +95,8 @@ def cluster(*nodes: NodeRecord, initial_rows: int = 64) -> SchedulerCache:
 
 def framework(cache: SchedulerCache, scores: Sequence[ScorePlugin] = (), seed: int = 1,
               filters: Sequence[Any] | None = None) -> Framework:
-    return Framework("default-scheduler", list(filters) if filters is not None else [f() for f in FILTERS.values()],
-                     scores, cache, rng=random.Random(seed))
+    chosen = list(filters) if filters is not None else [f() for f in FILTERS.values()]
+    return Framework("default-scheduler", chosen, scores, cache, rng=random.Random(seed))
 
 
 def feasible_names(fw: Framework, p: PodRecord) -> set[str]:
@@ -153,7 +153,7 @@ def test_node_name_direct() -> None:
         ([tol("node.kubernetes.io/unschedulable", "Equal", "", "NoSchedule")], True),  # taint value is ""
         ([tol("node.kubernetes.io/unschedulable", "Equal", "x", "NoSchedule")], False),
         ([tol("node.kubernetes.io/unschedulable", "Exists", effect="NoExecute")], False),
-        ([tol("", "Exists")], True),                                                     # tolerates everything
+        ([tol("", "Exists")], True),  # tolerates everything
         ([tol("other", "Exists", effect="NoSchedule")], False),
     ],
 )
@@ -205,12 +205,14 @@ def test_hard_taints_must_be_tolerated_soft_ones_never_filter() -> None:
     assert decision.feasible == 2
     assert decision.reasons == {"node(s) had untolerated taint {k: v}": 2}
     assert feasible_names(fw, pod()) == {"soft", "plain"}
-    assert feasible_names(fw, pod(tolerations=[tol("k", "Equal", "v", "NoSchedule")])) == {"ns", "soft", "plain"}
+    no_schedule = [tol("k", "Equal", "v", "NoSchedule")]
+    assert feasible_names(fw, pod(tolerations=no_schedule)) == {"ns", "soft", "plain"}
     assert feasible_names(fw, pod(tolerations=[tol("k", "Equal", "v")])) == {"ns", "ne", "soft", "plain"}
     assert feasible_names(fw, pod(tolerations=[tol("k", "Equal", "w")])) == {"soft", "plain"}
     assert feasible_names(fw, pod(tolerations=[tol("k", "Exists")])) == {"ns", "ne", "soft", "plain"}
     assert feasible_names(fw, pod(tolerations=[tol("", "Exists")])) == {"ns", "ne", "soft", "plain"}
-    assert feasible_names(fw, pod(tolerations=[tol("", "Exists", effect="NoExecute")])) == {"ne", "soft", "plain"}
+    every_no_execute = [tol("", "Exists", effect="NoExecute")]
+    assert feasible_names(fw, pod(tolerations=every_no_execute)) == {"ne", "soft", "plain"}
 
 
 def test_untolerated_taint_message_names_the_first_untolerated_taint() -> None:
@@ -271,7 +273,8 @@ def req(key: str, operator: str, *values: str) -> dict[str, Any]:
 
 
 def required(*terms: dict[str, Any]) -> dict[str, Any]:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+    selector = {"nodeSelectorTerms": list(terms)}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": selector}}
 
 
 def preferred(*items: tuple[int, dict[str, Any]]) -> dict[str, Any]:
@@ -330,7 +333,8 @@ def test_node_selector_requires_every_pair() -> None:
 def test_required_terms_are_ored_and_expressions_anded() -> None:
     fw = framework(cluster(node("a", labels={"zone": "a"}), node("a-gpu", labels={"zone": "a", "gpu": "1"}),
                            node("b", labels={"zone": "b"}), node("c", labels={"zone": "c", "gpu": "1"})))
-    ored = required({"matchExpressions": [req("zone", "In", "a")]}, {"matchExpressions": [req("zone", "In", "b")]})
+    ored = required({"matchExpressions": [req("zone", "In", "a")]},
+                    {"matchExpressions": [req("zone", "In", "b")]})
     assert feasible_names(fw, pod(affinity=ored)) == {"a", "a-gpu", "b"}
     anded = required({"matchExpressions": [req("zone", "In", "a", "c"), req("gpu", "Exists")]})
     assert feasible_names(fw, pod(affinity=anded)) == {"a-gpu", "c"}
@@ -340,7 +344,8 @@ def test_required_terms_are_ored_and_expressions_anded() -> None:
 
 
 def test_node_selector_and_required_affinity_must_both_match() -> None:
-    fw = framework(cluster(node("a", labels={"zone": "a", "disk": "ssd"}), node("b", labels={"zone": "b", "disk": "ssd"}),
+    fw = framework(cluster(node("a", labels={"zone": "a", "disk": "ssd"}),
+                           node("b", labels={"zone": "b", "disk": "ssd"}),
                            node("a-hdd", labels={"zone": "a", "disk": "hdd"})))
     p = pod(node_selector={"disk": "ssd"}, affinity=required({"matchExpressions": [req("zone", "In", "a")]}))
     assert feasible_names(fw, p) == {"a"}
@@ -363,7 +368,8 @@ def test_empty_term_matches_nothing() -> None:
     fw = framework(cluster(node("a", labels={"zone": "a"}), node("b", labels={"zone": "b"})))
     assert feasible_names(fw, pod(affinity=required({}))) == set()
     assert feasible_names(fw, pod(affinity=required({"matchExpressions": []}))) == set()
-    assert feasible_names(fw, pod(affinity=required({}, {"matchExpressions": [req("zone", "In", "b")]}))) == {"b"}
+    one_valid = required({}, {"matchExpressions": [req("zone", "In", "b")]})
+    assert feasible_names(fw, pod(affinity=one_valid)) == {"b"}
     assert not term_matches({}, node("a"))
     decision = fw.schedule(pod(affinity=required({})))
     assert decision.message == f"0/2 nodes are available: 2 {AFFINITY_REASON}."
@@ -452,7 +458,8 @@ def test_pod_without_requests_fits_a_full_node_with_a_free_slot() -> None:
 
 def test_init_containers_and_overhead_are_counted() -> None:
     fw = framework(cluster(node("n", cpu="2", memory="8Gi")))
-    init = pod("init", cpu="1", initContainers=[{"name": "i", "image": "i", "resources": {"requests": {"cpu": "3"}}}])
+    init_container = {"name": "i", "image": "i", "resources": {"requests": {"cpu": "3"}}}
+    init = pod("init", cpu="1", initContainers=[init_container])
     assert init.requests["cpu"] == 3000
     assert fw.schedule(init).reasons == {"Insufficient cpu": 1}
     overhead = pod("oh", cpu="2", overhead={"cpu": "100m"})
@@ -549,9 +556,11 @@ def test_weights_combine_scores() -> None:
     bind(cache, "old", "busy", cpu="2", memory="4Gi")
     p = pod(cpu="1", memory="1Gi")
     # LeastAllocated: spot (75+87)/2 = 81, busy (25+37)/2 = 31; taint score: spot 0, busy 100
-    assert framework(cache, scores=[LeastAllocated(1, RESOURCES), TaintTolerationScore(1)]).schedule(p).node == "busy"
-    assert framework(cache, scores=[LeastAllocated(3, RESOURCES), TaintTolerationScore(1)]).schedule(p).node == "spot"
-    decision = framework(cache, scores=[LeastAllocated(1, RESOURCES), TaintTolerationScore(1)]).schedule(p)
+    equal = framework(cache, scores=[LeastAllocated(1, RESOURCES), TaintTolerationScore(1)])
+    spread_first = framework(cache, scores=[LeastAllocated(3, RESOURCES), TaintTolerationScore(1)])
+    assert equal.schedule(p).node == "busy"
+    assert spread_first.schedule(p).node == "spot"
+    decision = equal.schedule(p)
     assert decision.top == [("busy", 131), ("spot", 81)]
 
 
@@ -600,8 +609,9 @@ def test_empty_cluster_and_invalid_pod() -> None:
     decision = framework(cluster()).schedule(pod())
     assert decision.node is None and decision.total_nodes == 0 and decision.reasons == {}
 
+    container = {"name": "c", "resources": {"requests": {"cpu": "1x"}}}
     bad = PodRecord.from_api({"metadata": {"name": "bad", "namespace": "ns", "uid": "bad"},
-                              "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1x"}}}]}})
+                              "spec": {"containers": [container]}})
     decision = framework(cluster(node("a"))).schedule(bad)
     assert decision.node is None and decision.error.startswith("invalid resource quantity")
     assert decision.message.startswith("0/1 nodes are available: invalid resource quantity")
@@ -628,7 +638,8 @@ def test_cached_taint_result_follows_taint_changes() -> None:
     assert feasible_names(fw, pod("p2")) == {"b"}
     assert fw.schedule(pod("p3")).node == "b"
     cache.set_node(node("b", taints=[("k", "v", "NoExecute")], rv="2"))
-    assert fw.schedule(pod("p4")).message == "0/2 nodes are available: 2 node(s) had untolerated taint {k: v}."
+    assert fw.schedule(pod("p4")).message == (
+        "0/2 nodes are available: 2 node(s) had untolerated taint {k: v}.")
     cache.set_node(node("a", rv="3"))
     assert fw.schedule(pod("p5")).node == "a"
 

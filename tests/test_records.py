@@ -243,7 +243,8 @@ def test_pod_record_fields() -> None:
     assert rec.node_selector == {"gpu": "a100"}
     assert rec.gated
     assert rec.scheduled_condition == ("False", "Unschedulable", "0/1 nodes are available")
-    assert [t.identity() for t in rec.tolerations] == [("k", "Exists", "", "NoSchedule"), ("j", "Equal", "v", "")]
+    assert [t.identity() for t in rec.tolerations] == [("k", "Exists", "", "NoSchedule"),
+                                                       ("j", "Equal", "v", "")]
 
 
 def test_pod_record_defaults() -> None:
@@ -264,7 +265,8 @@ def test_pod_record_defaults() -> None:
         ("n1", "Succeeded", False, False, True),
     ],
 )
-def test_pending_and_terminal(node_name: str, phase: str, deleting: bool, pending: bool, terminal: bool) -> None:
+def test_pending_and_terminal(node_name: str, phase: str, deleting: bool, pending: bool,
+                              terminal: bool) -> None:
     meta: dict[str, Any] = {"name": "p", "namespace": "ns", "uid": "u"}
     if deleting:
         meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
@@ -281,7 +283,8 @@ def score_of(spec: dict[str, Any]) -> dict[str, int]:
 
 
 def test_score_requests_default_missing_cpu_and_memory() -> None:
-    assert score_of({"containers": [ctr()]}) == {"cpu": DEFAULT_SCORE_CPU_MILLI, "memory": DEFAULT_SCORE_MEMORY}
+    defaults = {"cpu": DEFAULT_SCORE_CPU_MILLI, "memory": DEFAULT_SCORE_MEMORY}
+    assert score_of({"containers": [ctr()]}) == defaults
     assert score_of({"containers": [ctr({"cpu": "2"})]}) == {"cpu": 2000, "memory": 200 * Mi}
 
 

@@ -49,11 +49,12 @@ def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) 
 
 class Scheduler:
     def __init__(self, config: Config, client: KubeClient, logger: JsonLogger, *, config_path: str | None = None,
-                 serve_http: bool = True, seed: int | None = None) -> None:
+                 serve_http: bool = True, seed: int | None = None, config_poll_seconds: float = 2.0) -> None:
         self.config = config
         self.client = client
         self.log = logger
         self.config_path = config_path
+        self.config_poll_seconds = config_poll_seconds
         self.serve_http = serve_http
         self.rng = random.Random(seed)
         settings = config.scheduling
@@ -95,7 +96,8 @@ class Scheduler:
         self._tasks = [asyncio.create_task(inf.run(), name=f"informer-{name}")
                        for name, inf in self.informers.items()]
         if self.config_path:
-            watcher = ConfigWatcher(self.config_path, self._apply_config, self._config_refused)
+            watcher = ConfigWatcher(self.config_path, self._apply_config, self._config_refused,
+                                    interval=self.config_poll_seconds)
             self._tasks.append(asyncio.create_task(watcher.run(), name="config-watcher"))
         self.log.info("scheduler.starting", profiles=sorted(self.frameworks),
                       bind_concurrency=settings.bind_concurrency)

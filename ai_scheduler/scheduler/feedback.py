@@ -3,8 +3,9 @@
 API calls are the scarce resource at thousands of pods per second, so a placed
 pod costs one event, and an unschedulable pod costs calls only when what we
 would tell it changes: the condition is patched when its message differs from
-the last one written, and a repeated FailedScheduling is aggregated (count and
-lastTimestamp patched on the existing event) at most once per repeat window.
+the last one written, and FailedScheduling is sent once per pod, then
+aggregated (count, latest message and lastTimestamp patched on that event) at
+most once per repeat window, however often the pod is retried.
 Everything goes through a bounded queue drained by a few workers, so a slow
 API server delays events instead of the scheduling loop.
 """
@@ -28,11 +29,10 @@ MAX_PENDING_CALLS = 20_000
 
 @dataclass(slots=True)
 class _Reported:
-    message: str
+    condition: str = ""      # the message of the PodScheduled condition we last wrote (or found)
     event_name: str = ""
     count: int = 0
     last_sent: float = 0.0
-    condition_written: bool = False
 
 
 class Feedback:
@@ -70,23 +70,24 @@ class Feedback:
         self._submit("event", (pod, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}", 1, ""))
 
     def unschedulable(self, pod: PodRecord, message: str) -> None:
-        now = self._clock()
+        """Condition when its text changes; one FailedScheduling event, then aggregation per window."""
         state = self._reported.get(pod.uid)
-        if state is None or state.message != message:
-            known = pod.scheduled_condition == ("False", "Unschedulable", message)
-            state = self._reported[pod.uid] = _Reported(message, condition_written=known)
-        if not state.condition_written:
-            state.condition_written = True
+        if state is None:
+            known = pod.scheduled_condition
+            state = self._reported[pod.uid] = _Reported(
+                condition=known[2] if known and known[:2] == ("False", "Unschedulable") else "")
+        if state.condition != message:
+            state.condition = message
             self._submit("condition", (pod, message))
-        if state.event_name and now - state.last_sent < self.repeat_window:
-            return
+        now = self._clock()
         state.count += 1
-        state.last_sent = now
         if not state.event_name:
             state.event_name = f"{pod.name}.{uuid.uuid4().hex[:16]}"
+            state.last_sent = now
             self._submit("event", (pod, "Warning", "FailedScheduling", message, 1, state.event_name))
-        else:
-            self._submit("event-repeat", (pod, state.event_name, state.count))
+        elif now - state.last_sent >= self.repeat_window:
+            state.last_sent = now
+            self._submit("event-repeat", (pod, state.event_name, state.count, message))
 
     def forget(self, uid: str) -> None:
         self._reported.pop(uid, None)
@@ -134,8 +135,8 @@ class Feedback:
             self.log.warning("feedback.event_failed", pod=pod.key, reason=reason, code=result.status,
                              error=result.message)
 
-    async def _repeat_event(self, pod: PodRecord, name: str, count: int) -> None:
-        patch = {"count": count, "lastTimestamp": rfc3339(millis=False)}
+    async def _repeat_event(self, pod: PodRecord, name: str, count: int, message: str) -> None:
+        patch = {"count": count, "message": message, "lastTimestamp": rfc3339(millis=False)}
         result = await self.client.patch_event(pod.namespace, name, patch)
         if not result.ok:
             self.metrics.api_errors.labels("event", str(result.status)).inc()

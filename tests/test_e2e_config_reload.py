@@ -1,0 +1,54 @@
+"""A config change is applied live; a broken one is refused and the last good config stays."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from conftest import StartScheduler, wait_for
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.config import load_config
+from ai_scheduler.sim import SimApiServer, make_node, make_pod
+
+SPREAD = """
+server: {port: 0, bindAddress: 127.0.0.1}
+scheduling: {initialBackoffSeconds: 0.05, maxBackoffSeconds: 0.2}
+"""
+BINPACK = SPREAD + """
+profiles:
+  - scores:
+      - {name: NodeResourcesMostAllocated, weight: 1, resources: {cpu: 1, memory: 1}}
+"""
+
+
+async def _place(sim: SimApiServer, api: KubeClient, prefix: str, count: int) -> Counter[str]:
+    for i in range(count):
+        assert (await api.create_pod(make_pod(f"{prefix}-{i}", cpu="1", memory="1Gi"))).ok
+    def placed() -> Counter[str] | None:
+        pods = [p for p in sim.store.list("pods") if p["metadata"]["name"].startswith(prefix)]
+        if len(pods) == count and all(p["spec"].get("nodeName") for p in pods):
+            return Counter(p["spec"]["nodeName"] for p in pods)
+        return None
+    return await wait_for(placed, what=f"{prefix} pods placed")
+
+
+async def test_reload_switches_scoring_and_refuses_a_broken_file(
+        tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(SPREAD)
+    running = await start_scheduler(load_config(path), config_path=str(path), config_poll_seconds=0.05)
+    for i in range(4):
+        assert (await api.create_node(make_node(f"n{i}", cpu="16", memory="64Gi"))).ok
+
+    spread = await _place(sim, api, "spread", 4)
+    assert len(spread) == 4, "least-allocated puts one pod on each empty node"
+
+    path.write_text("profiles:\n  - scores: [{name: NoSuchPlugin, weight: 1}]\n")
+    await wait_for(lambda: running.log_lines("config.refused"), what="broken config refused")
+    assert "profiles[0].scores[0].name" in running.log_lines("config.refused")[0]["error"]
+
+    path.write_text(BINPACK)
+    await wait_for(lambda: running.log_lines("config.reloaded"), what="new config applied")
+    packed = await _place(sim, api, "packed", 6)
+    assert len(packed) == 1, f"most-allocated packs the new pods onto one node: {packed}"
