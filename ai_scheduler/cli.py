@@ -17,29 +17,48 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ai-scheduler",
         description="A Kubernetes scheduler for AI and deep-learning clusters. It schedules every pod whose "
-                    "spec.schedulerName names one of its profiles (default: ai-scheduler).")
+        "spec.schedulerName names one of its profiles (default: ai-scheduler).",
+    )
     parser.add_argument("--version", action="version", version=f"ai-scheduler {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", help="run the scheduler daemon",
-                              description="Run the scheduler daemon. In a pod it uses the in-cluster service "
-                                          "account unless --kubeconfig or --master says otherwise.")
-    run.add_argument("--config", metavar="FILE",
-                     help="YAML config file; reloaded when it changes (default: built-in defaults)")
+    run = commands.add_parser(
+        "run",
+        help="run the scheduler daemon",
+        description="Run the scheduler daemon. In a pod it uses the in-cluster service "
+        "account unless --kubeconfig or --master says otherwise.",
+    )
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML config file; reloaded when it changes (default: built-in defaults)",
+    )
     run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file to reach the API server")
-    run.add_argument("--master", metavar="URL", help="API server URL without credentials (overrides --kubeconfig)")
-    run.add_argument("--log-level", choices=sorted(LEVELS, key=LEVELS.get), default="info",
-                     help="lowest level written to the JSON log on stdout (default: info)")
+    run.add_argument(
+        "--master", metavar="URL", help="API server URL without credentials (overrides --kubeconfig)"
+    )
+    run.add_argument(
+        "--log-level",
+        choices=sorted(LEVELS, key=LEVELS.get),
+        default="info",
+        help="lowest level written to the JSON log on stdout (default: info)",
+    )
 
-    demo = commands.add_parser("demo", help="run the real scheduler against an embedded simulated cluster",
-                               description="Start an embedded simulated Kubernetes cluster (API server over HTTP "
-                                           "on 127.0.0.1 and simulated kubelets), submit a mixed workload, run "
-                                           "the real scheduler against it and print what happened.")
+    demo = commands.add_parser(
+        "demo",
+        help="run the real scheduler against an embedded simulated cluster",
+        description="Start an embedded simulated Kubernetes cluster (API server over HTTP "
+        "on 127.0.0.1 and simulated kubelets), submit a mixed workload, run "
+        "the real scheduler against it and print what happened.",
+    )
     demo.add_argument("--nodes", type=int, default=6, help="number of nodes (default: 6)")
     demo.add_argument("--pods", type=int, default=60, help="number of workload pods (default: 60)")
     demo.add_argument("--seed", type=int, default=7, help="random seed of the workload (default: 7)")
-    demo.add_argument("--log-file", metavar="FILE",
-                      help="write the scheduler's JSON log here (default: kept out of the way)")
+    demo.add_argument(
+        "--log-file",
+        metavar="FILE",
+        help="write the scheduler's JSON log here (default: kept out of the way)",
+    )
     return parser
 
 
@@ -62,8 +81,11 @@ def _run(args: argparse.Namespace) -> int:
         logger.error("config.invalid", path=args.config, error=str(exc))
         print(f"ai-scheduler: invalid config: {exc}", file=sys.stderr)
         return 2
-    uvloop.run(run_scheduler(config, kubeconfig=args.kubeconfig, master=args.master, logger=logger,
-                             config_path=args.config))
+    uvloop.run(
+        run_scheduler(
+            config, kubeconfig=args.kubeconfig, master=args.master, logger=logger, config_path=args.config
+        )
+    )
     return 0
 
 

@@ -22,7 +22,7 @@ from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 
 GPU = "nvidia.com/gpu"
-LATE_NODE_AT = 4.0   # seconds: a large node joins, so the waiting 16-GPU pod gets placed
+LATE_NODE_AT = 4.0  # seconds: a large node joins, so the waiting 16-GPU pod gets placed
 # The large node is dedicated to large jobs, so the small ones do not take it first.
 LARGE_TAINT = {"key": "ai-scheduler.io/dedicated", "value": "large", "effect": "NoSchedule"}
 DEADLINE = 40.0
@@ -32,9 +32,16 @@ def _cluster(nodes: int) -> list[dict[str, Any]]:
     result = [make_node("cpu-1", cpu="16", memory="64Gi", labels={"topology.kubernetes.io/zone": "a"})]
     for i in range(1, max(nodes, 2)):
         zone = "a" if i % 2 else "b"
-        result.append(make_node(f"gpu-{i}", cpu="32", memory="256Gi", gpus=8,
-                                labels={"topology.kubernetes.io/zone": zone, "nvidia.com/gpu.product": "H100"},
-                                taints=[{"key": GPU, "value": "present", "effect": "NoSchedule"}]))
+        result.append(
+            make_node(
+                f"gpu-{i}",
+                cpu="32",
+                memory="256Gi",
+                gpus=8,
+                labels={"topology.kubernetes.io/zone": zone, "nvidia.com/gpu.product": "H100"},
+                taints=[{"key": GPU, "value": "present", "effect": "NoSchedule"}],
+            )
+        )
     return result
 
 
@@ -45,18 +52,57 @@ def _workload(count: int, rng: random.Random) -> list[dict[str, Any]]:
         kind = rng.choices(["training", "inference", "batch"], weights=[2, 3, 4])[0]
         labels = {"ai-scheduler.io/task-type": kind}
         if kind == "training":
-            pods.append(make_pod(f"train-{i}", gpus=rng.choice([2, 4]), cpu="4", memory="32Gi", labels=labels,
-                                 tolerations=gpu_toleration, duration=rng.uniform(3, 6), priority=100))
+            pods.append(
+                make_pod(
+                    f"train-{i}",
+                    gpus=rng.choice([2, 4]),
+                    cpu="4",
+                    memory="32Gi",
+                    labels=labels,
+                    tolerations=gpu_toleration,
+                    duration=rng.uniform(3, 6),
+                    priority=100,
+                )
+            )
         elif kind == "inference":
-            pods.append(make_pod(f"infer-{i}", gpus=1, cpu="2", memory="8Gi", labels=labels,
-                                 tolerations=gpu_toleration, duration=rng.uniform(1, 4), priority=50))
+            pods.append(
+                make_pod(
+                    f"infer-{i}",
+                    gpus=1,
+                    cpu="2",
+                    memory="8Gi",
+                    labels=labels,
+                    tolerations=gpu_toleration,
+                    duration=rng.uniform(1, 4),
+                    priority=50,
+                )
+            )
         else:
-            pods.append(make_pod(f"batch-{i}", cpu=rng.choice(["500m", "1", "2"]), memory="2Gi", labels=labels,
-                                 duration=rng.uniform(1, 3)))
+            pods.append(
+                make_pod(
+                    f"batch-{i}",
+                    cpu=rng.choice(["500m", "1", "2"]),
+                    memory="2Gi",
+                    labels=labels,
+                    duration=rng.uniform(1, 3),
+                )
+            )
     large_toleration = [*gpu_toleration, {**LARGE_TAINT, "operator": "Equal"}]
-    pods.append(make_pod("big-train", gpus=16, cpu="8", memory="64Gi", tolerations=large_toleration,
-                         labels={"ai-scheduler.io/task-type": "training"}, duration=2, priority=100))
-    pods.append(make_pod("impossible", cpu="1000", memory="1Gi", labels={"ai-scheduler.io/task-type": "batch"}))
+    pods.append(
+        make_pod(
+            "big-train",
+            gpus=16,
+            cpu="8",
+            memory="64Gi",
+            tolerations=large_toleration,
+            labels={"ai-scheduler.io/task-type": "training"},
+            duration=2,
+            priority=100,
+        )
+    )
+    pods.append(
+        make_pod("impossible", cpu="1000", memory="1Gi", labels={"ai-scheduler.io/task-type": "batch"})
+    )
     pods.append(make_pod("other-scheduler", scheduler_name="default-scheduler", cpu="1", memory="1Gi"))
     return pods
 
@@ -80,8 +126,10 @@ class _Progress:
 
     def show(self, elapsed: float) -> Counter[str]:
         counts = self.phases()
-        line = (f"t={elapsed:5.1f}s  waiting {counts['waiting']:3d}  bound {counts['bound']:3d}  "
-                f"running {counts['Running']:3d}  succeeded {counts['Succeeded']:3d}")
+        line = (
+            f"t={elapsed:5.1f}s  waiting {counts['waiting']:3d}  bound {counts['bound']:3d}  "
+            f"running {counts['Running']:3d}  succeeded {counts['Succeeded']:3d}"
+        )
         if self.tty:
             print("\r" + line, end="", flush=True)
         elif line != self.last_line:
@@ -99,14 +147,25 @@ def _summary(server: SimApiServer, placed_at: dict[str, float]) -> None:
     for node in nodes:
         name = node["metadata"]["name"]
         alloc = node["status"]["allocatable"]
-        active = [p for p in pods if p["spec"].get("nodeName") == name
-                  and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
-        cpu = sum(to_units("cpu", c["resources"]["requests"].get("cpu", "0"))
-                  for p in active for c in p["spec"]["containers"])
-        gpu = sum(int(c["resources"].get("limits", {}).get(GPU, 0)) for p in active for c in p["spec"]["containers"])
-        print(f"{name:<10} {node['metadata']['labels'].get('topology.kubernetes.io/zone', '-'):<5} "
-              f"{cpu / 1000:>5.1f}/{to_units('cpu', alloc['cpu']) / 1000:<6.0f} "
-              f"{gpu:>3}/{alloc.get(GPU, '0'):<4} {placed[name]:>12}")
+        active = [
+            p
+            for p in pods
+            if p["spec"].get("nodeName") == name
+            and p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        cpu = sum(
+            to_units("cpu", c["resources"]["requests"].get("cpu", "0"))
+            for p in active
+            for c in p["spec"]["containers"]
+        )
+        gpu = sum(
+            int(c["resources"].get("limits", {}).get(GPU, 0)) for p in active for c in p["spec"]["containers"]
+        )
+        print(
+            f"{name:<10} {node['metadata']['labels'].get('topology.kubernetes.io/zone', '-'):<5} "
+            f"{cpu / 1000:>5.1f}/{to_units('cpu', alloc['cpu']) / 1000:<6.0f} "
+            f"{gpu:>3}/{alloc.get(GPU, '0'):<4} {placed[name]:>12}"
+        )
     print("\nPods by kind")
     print(f"{'kind':<11} {'total':>6} {'placed':>7} {'succeeded':>10}")
     kinds: dict[str, Counter[str]] = {}
@@ -122,18 +181,21 @@ def _summary(server: SimApiServer, placed_at: dict[str, float]) -> None:
         print(f"{kind:<11} {tally['total']:>6} {tally['placed']:>7} {tally['succeeded']:>10}")
     other = next((p for p in pods if p["metadata"]["name"] == "other-scheduler"), None)
     if other is not None:
-        print(f"\nPod of another scheduler: other-scheduler -> node {other['spec'].get('nodeName') or '(none)'} "
+        node = other["spec"].get("nodeName") or "(none)"
+        print(f"\nPod of another scheduler: other-scheduler -> node {node} "
               "(ai-scheduler never binds it, only counts what it uses)")
     big = placed_at.get("big-train")
     if big is not None:
-        print(f"big-train (16 GPUs) waited until gpu-large joined at t={LATE_NODE_AT:.0f}s, placed at t={big:.1f}s")
+        print(f"big-train (16 GPUs) waited until gpu-large joined at t={LATE_NODE_AT:.0f}s, "
+              f"placed at t={big:.1f}s")
     print("\nStill unschedulable, with what the pod's PodScheduled condition says:")
     for pod in pods:
         if pod["spec"].get("nodeName") or pod["spec"].get("schedulerName") != "ai-scheduler":
             continue
         conditions = {c["type"]: c for c in pod.get("status", {}).get("conditions", [])}
         cond = conditions.get("PodScheduled", {})
-        print(f"  {pod['metadata']['name']}: {cond.get('reason', '?')}: {cond.get('message', '(no condition yet)')}")
+        message = cond.get("message", "(no condition yet)")
+        print(f"  {pod['metadata']['name']}: {cond.get('reason', '?')}: {message}")
     events = Counter(e.get("reason") for e in server.store.list("events"))
     print(f"\nEvents written: {dict(events)}")
 
@@ -153,8 +215,12 @@ async def run_demo(*, nodes: int = 6, pods: int = 60, seed: int = 7, log_file: s
         for pod in _workload(pods, rng):
             server.create("pods", pod)
         # The pod of another scheduler: bound by "someone else"; ai-scheduler must only count it.
-        await client.bind("default", "other-scheduler",
-                          server.store.get("pods", "default", "other-scheduler")["metadata"]["uid"], "cpu-1")
+        await client.bind(
+            "default",
+            "other-scheduler",
+            server.store.get("pods", "default", "other-scheduler")["metadata"]["uid"],
+            "cpu-1",
+        )
         progress = _Progress(server)
         started = time.monotonic()
         placed_at: dict[str, float] = {}
@@ -162,9 +228,17 @@ async def run_demo(*, nodes: int = 6, pods: int = 60, seed: int = 7, log_file: s
         while True:
             elapsed = time.monotonic() - started
             if not late_node_added and elapsed >= LATE_NODE_AT:
-                server.create("nodes", make_node("gpu-large", cpu="64", memory="512Gi", gpus=16,
-                                                 labels={"topology.kubernetes.io/zone": "b"},
-                                                 taints=[LARGE_TAINT]))
+                server.create(
+                    "nodes",
+                    make_node(
+                        "gpu-large",
+                        cpu="64",
+                        memory="512Gi",
+                        gpus=16,
+                        labels={"topology.kubernetes.io/zone": "b"},
+                        taints=[LARGE_TAINT],
+                    ),
+                )
                 late_node_added = True
             counts = progress.show(elapsed)
             big = server.store.get("pods", "default", "big-train")

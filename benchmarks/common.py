@@ -12,30 +12,47 @@ import numpy as np
 BENCH_LABEL = "ai-scheduler.io/benchmark"
 
 
-def kwok_node(name: str, *, cpu: str = "32", memory: str = "256Gi", pods: int = 110, gpus: int = 8) -> dict[str, Any]:
+def kwok_node(
+    name: str, *, cpu: str = "32", memory: str = "256Gi", pods: int = 110, gpus: int = 8
+) -> dict[str, Any]:
     """A Node object with capacity and Ready status and no kubelet behind it (kwok-style)."""
     allocatable = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": "500Gi"}
     if gpus:
         allocatable["nvidia.com/gpu"] = str(gpus)
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, BENCH_LABEL: "true",
-                                              "type": "kwok"},
-                     "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, BENCH_LABEL: "true", "type": "kwok"},
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
         "spec": {},
-        "status": {"capacity": allocatable, "allocatable": allocatable,
-                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+        "status": {
+            "capacity": allocatable,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
     }
 
 
-def bench_pod(name: str, scheduler_name: str, *, namespace: str = "default", cpu: str = "100m",
-              memory: str = "128Mi") -> dict[str, Any]:
+def bench_pod(
+    name: str, scheduler_name: str, *, namespace: str = "default", cpu: str = "100m", memory: str = "128Mi"
+) -> dict[str, Any]:
     return {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": {BENCH_LABEL: "true"}},
-        "spec": {"schedulerName": scheduler_name,
-                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
+                }
+            ],
+        },
     }
 
 
@@ -43,8 +60,11 @@ def percentiles(values_ms: list[float]) -> dict[str, float]:
     if not values_ms:
         return {"p50": float("nan"), "p99": float("nan")}
     arr = np.asarray(values_ms)
-    return {"p50": float(np.percentile(arr, 50)), "p99": float(np.percentile(arr, 99)),
-            "mean": float(statistics.fmean(values_ms))}
+    return {
+        "p50": float(np.percentile(arr, 50)),
+        "p99": float(np.percentile(arr, 99)),
+        "mean": float(statistics.fmean(values_ms)),
+    }
 
 
 def peak_rss_mib(pid: int | None = None) -> float:

@@ -55,11 +55,20 @@ async def _create_all(client: KubeClient, objects: list[dict[str, Any]], create:
     await asyncio.gather(*(one(obj) for obj in objects))
 
 
+def _cpu_seconds(pid: int) -> float:
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
 def _start_sim(workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     kubeconfig = workdir / "kubeconfig"
     proc = subprocess.Popen(
         [sys.executable, "-m", "ai_scheduler.sim", "--no-kubelets", "--kubeconfig-out", str(kubeconfig)],
-        stdout=subprocess.PIPE, stderr=open(workdir / "sim.err", "wb"))
+        stdout=subprocess.PIPE,
+        stderr=(workdir / "sim.err").open("wb"),  # the child process owns it
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
@@ -67,14 +76,20 @@ def _start_sim(workdir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     return proc, kubeconfig
 
 
-def _start_scheduler(workdir: Path, kubeconfig: str, scheduler_name: str, port: int,
-                     bind_concurrency: int) -> subprocess.Popen[bytes]:
+def _start_scheduler(
+    workdir: Path, kubeconfig: str, scheduler_name: str, port: int, bind_concurrency: int
+) -> subprocess.Popen[bytes]:
     config = workdir / "config.yaml"
-    config.write_text(f"schedulerName: {scheduler_name}\nserver:\n  port: {port}\n  bindAddress: 127.0.0.1\n"
-                      f"scheduling:\n  bindConcurrency: {bind_concurrency}\n")
-    log = open(workdir / "scheduler.log", "wb")
-    return subprocess.Popen([sys.executable, "-m", "ai_scheduler", "run", "--config", str(config),
-                             "--kubeconfig", kubeconfig], stdout=log, stderr=subprocess.STDOUT)
+    config.write_text(
+        f"schedulerName: {scheduler_name}\nserver:\n  port: {port}\n  bindAddress: 127.0.0.1\n"
+        f"scheduling:\n  bindConcurrency: {bind_concurrency}\n"
+    )
+    log = (workdir / "scheduler.log").open("wb")  # the child process owns it
+    return subprocess.Popen(
+        [sys.executable, "-m", "ai_scheduler", "run", "--config", str(config), "--kubeconfig", kubeconfig],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
 
 async def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 120) -> float:
@@ -119,8 +134,9 @@ class BindWatcher:
                 now = time.monotonic()
                 for obj in items:
                     self._see(obj, now)
-                async for event in self.client.watch("pods", version, timeout_seconds=3600,
-                                                     label_selector=selector):
+                async for event in self.client.watch(
+                    "pods", version, timeout_seconds=3600, label_selector=selector
+                ):
                     if event["type"] in ("ADDED", "MODIFIED"):
                         self._see(event["object"], time.monotonic())
                     if self.done.is_set():
@@ -152,15 +168,19 @@ async def full_path(args: argparse.Namespace) -> dict[str, Any]:
         ready = t0
         if start_ours:
             port = _free_port()
-            scheduler_proc = _start_scheduler(workdir, kubeconfig, args.scheduler_name, port,
-                                              args.bind_concurrency)
+            scheduler_proc = _start_scheduler(
+                workdir, kubeconfig, args.scheduler_name, port, args.bind_concurrency
+            )
             ready = await _wait_ready(port, scheduler_proc)
         await asyncio.wait_for(watcher.done.wait(), args.timeout)
         last = max(watcher.bound_at.values())
         watch_task.cancel()
         latencies = [(at - ready) * 1000 for at in watcher.bound_at.values()]
         result = {
-            "mode": "full-path", "nodes": args.nodes, "pods": args.pods, "scheduler": args.scheduler_name,
+            "mode": "full-path",
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "scheduler": args.scheduler_name,
             "api_server": "embedded simulated (own process)" if sim_proc else "given kubeconfig",
             "setup_s": round(created - started, 2),
             "start_to_ready_s": round(ready - t0, 3),
@@ -168,6 +188,9 @@ async def full_path(args: argparse.Namespace) -> dict[str, Any]:
             "pods_per_s_from_ready": round(args.pods / (last - ready), 1),
             "latency_ms_from_ready": {k: round(v, 1) for k, v in percentiles(latencies).items()},
             "scheduler_peak_rss_mib": round(peak_rss_mib(scheduler_proc.pid), 1) if scheduler_proc else None,
+            "scheduler_cpu_ms_per_pod": round(_cpu_seconds(scheduler_proc.pid) * 1000 / args.pods, 3)
+            if scheduler_proc
+            else None,
         }
         if sim_proc is None:
             for pod in pods:
@@ -214,20 +237,29 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
         durations.append((time.perf_counter() - t) * 1000)
     total = time.perf_counter() - started
     assert not cache.check_consistency()
-    return {"mode": "in-process", "nodes": args.nodes, "pods": args.pods,
-            "pods_per_s": round(args.pods / total, 1),
-            "decision_ms": {k: round(v, 4) for k, v in percentiles(durations).items()},
-            "peak_rss_mib": round(peak_rss_mib(), 1)}
+    return {
+        "mode": "in-process",
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "pods_per_s": round(args.pods / total, 1),
+        "decision_ms": {k: round(v, 4) for k, v in percentiles(durations).items()},
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--kubeconfig", help="time a real cluster instead of the embedded simulated one")
     parser.add_argument("--scheduler-name", default="ai-scheduler")
-    parser.add_argument("--start-scheduler", action="store_true",
-                        help="with --kubeconfig: also start ai-scheduler against that cluster")
+    parser.add_argument(
+        "--start-scheduler",
+        action="store_true",
+        help="with --kubeconfig: also start ai-scheduler against that cluster",
+    )
     parser.add_argument("--bind-concurrency", type=int, default=64)
     parser.add_argument("--in-process", action="store_true", help="the scheduling core alone, no API server")
     parser.add_argument("--timeout", type=float, default=600)

@@ -17,8 +17,9 @@ from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer
 
 
-async def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02,
-                   what: str = "condition") -> Any:
+async def wait_for(
+    predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "condition"
+) -> Any:
     """Poll until predicate() is truthy (a deadline, not a timing assertion)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
@@ -33,7 +34,9 @@ async def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval
 class RunningScheduler:
     """A daemon running in this event loop, with its JSON log captured for assertions."""
 
-    def __init__(self, scheduler: Scheduler, client: KubeClient, log: io.BytesIO, task: asyncio.Task[None]) -> None:
+    def __init__(
+        self, scheduler: Scheduler, client: KubeClient, log: io.BytesIO, task: asyncio.Task[None]
+    ) -> None:
         self.scheduler = scheduler
         self.client = client
         self._log = log
@@ -67,8 +70,12 @@ async def api(sim: SimApiServer) -> AsyncIterator[KubeClient]:
 
 def fast_config(**scheduling: Any) -> Config:
     """Defaults with fast retries, so that tests converge quickly."""
-    settings = {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2, "unschedulableFlushSeconds": 5,
-                **scheduling}
+    settings = {
+        "initialBackoffSeconds": 0.05,
+        "maxBackoffSeconds": 0.2,
+        "unschedulableFlushSeconds": 5,
+        **scheduling,
+    }
     return parse_config({"server": {"port": 0, "bindAddress": "127.0.0.1"}, "scheduling": settings})
 
 
@@ -79,7 +86,9 @@ StartScheduler = Callable[..., Awaitable[RunningScheduler]]
 async def start_scheduler(sim: SimApiServer) -> AsyncIterator[StartScheduler]:
     running: list[RunningScheduler] = []
 
-    async def start(config: Config | None = None, *, wait_ready: bool = True, **kwargs: Any) -> RunningScheduler:
+    async def start(
+        config: Config | None = None, *, wait_ready: bool = True, **kwargs: Any
+    ) -> RunningScheduler:
         client = await KubeClient.connect(host=sim.url)
         log = io.BytesIO()
         scheduler = Scheduler(config or fast_config(), client, JsonLogger(stream=log), seed=1, **kwargs)

@@ -1,4 +1,4 @@
-"""The installed command, as a user runs it: help, config errors, the daemon against the simulated cluster, demo."""
+"""The installed command as a user runs it: help, config errors, the daemon, the demo."""
 
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ def test_help_describes_every_subcommand() -> None:
 def test_invalid_config_at_start_exits_nonzero_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("scheduling:\n  bindConcurrency: lots\n")
-    result = subprocess.run([*COMMAND, "run", "--config", str(config), "--master", "http://127.0.0.1:9"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*COMMAND, "run", "--config", str(config), "--master", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "scheduling.bindConcurrency" in result.stderr
     line = orjson.loads(result.stdout.splitlines()[0])
@@ -49,11 +53,21 @@ async def test_run_command_schedules_through_a_kubeconfig_and_stops_on_sigterm(t
         log = tmp_path / "scheduler.log"
         with open(log, "wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                *COMMAND, "run", "--config", str(config), "--kubeconfig", str(kubeconfig),
-                stdout=out, stderr=subprocess.STDOUT)
+                *COMMAND,
+                "run",
+                "--config",
+                str(config),
+                "--kubeconfig",
+                str(kubeconfig),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
             try:
-                await wait_for(lambda: all(p["spec"].get("nodeName") == "n1" for p in sim.store.list("pods")),
-                               timeout=60, what="pods bound by the run command")
+                await wait_for(
+                    lambda: all(p["spec"].get("nodeName") == "n1" for p in sim.store.list("pods")),
+                    timeout=60,
+                    what="pods bound by the run command",
+                )
             finally:
                 proc.send_signal(signal.SIGTERM)
                 code = await asyncio.wait_for(proc.wait(), 30)
@@ -63,8 +77,9 @@ async def test_run_command_schedules_through_a_kubeconfig_and_stops_on_sigterm(t
 
 
 def test_demo_runs_and_prints_a_summary() -> None:
-    result = subprocess.run([*COMMAND, "demo", "--nodes", "3", "--pods", "12"], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [*COMMAND, "demo", "--nodes", "3", "--pods", "12"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "Pods by kind" in out

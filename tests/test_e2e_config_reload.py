@@ -15,26 +15,32 @@ SPREAD = """
 server: {port: 0, bindAddress: 127.0.0.1}
 scheduling: {initialBackoffSeconds: 0.05, maxBackoffSeconds: 0.2}
 """
-BINPACK = SPREAD + """
+BINPACK = (
+    SPREAD
+    + """
 profiles:
   - scores:
       - {name: NodeResourcesMostAllocated, weight: 1, resources: {cpu: 1, memory: 1}}
 """
+)
 
 
 async def _place(sim: SimApiServer, api: KubeClient, prefix: str, count: int) -> Counter[str]:
     for i in range(count):
         assert (await api.create_pod(make_pod(f"{prefix}-{i}", cpu="1", memory="1Gi"))).ok
+
     def placed() -> Counter[str] | None:
         pods = [p for p in sim.store.list("pods") if p["metadata"]["name"].startswith(prefix)]
         if len(pods) == count and all(p["spec"].get("nodeName") for p in pods):
             return Counter(p["spec"]["nodeName"] for p in pods)
         return None
+
     return await wait_for(placed, what=f"{prefix} pods placed")
 
 
 async def test_reload_switches_scoring_and_refuses_a_broken_file(
-        tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(SPREAD)
     running = await start_scheduler(load_config(path), config_path=str(path), config_poll_seconds=0.05)

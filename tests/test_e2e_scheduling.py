@@ -41,8 +41,11 @@ def assert_not_overcommitted(sim: SimApiServer) -> None:
 
 
 def bound_pods(sim: SimApiServer, scheduler_name: str = "ai-scheduler") -> list[dict[str, Any]]:
-    return [p for p in sim.store.list("pods")
-            if p["spec"].get("schedulerName") == scheduler_name and p["spec"].get("nodeName")]
+    return [
+        p
+        for p in sim.store.list("pods")
+        if p["spec"].get("schedulerName") == scheduler_name and p["spec"].get("nodeName")
+    ]
 
 
 def pod_condition(sim: SimApiServer, name: str, namespace: str = "default") -> dict[str, Any]:
@@ -51,8 +54,9 @@ def pod_condition(sim: SimApiServer, name: str, namespace: str = "default") -> d
 
 
 def events_for(sim: SimApiServer, name: str, reason: str) -> list[dict[str, Any]]:
-    return [e for e in sim.store.list("events")
-            if e["involvedObject"]["name"] == name and e["reason"] == reason]
+    return [
+        e for e in sim.store.list("events") if e["involvedObject"]["name"] == name and e["reason"] == reason
+    ]
 
 
 async def create_all(api: KubeClient, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
@@ -63,40 +67,67 @@ async def create_all(api: KubeClient, nodes: list[dict[str, Any]], pods: list[di
 
 
 async def test_200_pods_on_20_nodes_all_bound_without_overcommit(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
     nodes = [make_node(f"node-{i}", cpu="8", memory="32Gi", pods=30) for i in range(20)]
-    # 200 pods of 700m cpu: 11 fit per node by cpu, 220 in all; tight enough that a bookkeeping error over-commits.
+    # 200 pods of 700m cpu: 11 fit per node by cpu, 220 in all: a bookkeeping error would over-commit.
     pods = [make_pod(f"pod-{i}", cpu="700m", memory="1Gi") for i in range(200)]
     await create_all(api, nodes, pods)
     await wait_for(lambda: len(bound_pods(sim)) == 200, what="all 200 pods bound")
     assert_not_overcommitted(sim)
     placed = Counter(p["spec"]["nodeName"] for p in bound_pods(sim))
     assert len(placed) == 20, "least-allocated spreads the pods over every node"
-    await wait_for(lambda: len([e for e in sim.store.list("events") if e["reason"] == "Scheduled"]) == 200,
-                   what="one Scheduled event per pod")
+    await wait_for(
+        lambda: len([e for e in sim.store.list("events") if e["reason"] == "Scheduled"]) == 200,
+        what="one Scheduled event per pod",
+    )
     event = events_for(sim, "pod-7", "Scheduled")[0]
-    assert event["message"] == f"Successfully assigned default/pod-7 to {sim.store.get('pods', 'default', 'pod-7')['spec']['nodeName']}"
+    node = sim.store.get("pods", "default", "pod-7")["spec"]["nodeName"]
+    assert event["message"] == f"Successfully assigned default/pod-7 to {node}"
     decisions = running.log_lines("decision")
     assert len({d["uid"] for d in decisions if d["result"] == "scheduled"}) == 200
     sample = decisions[0]
-    for key in ("ts", "level", "pod", "queue", "priority", "nodes", "feasible", "filtered", "top", "node",
-                "cycle_ms"):
+    for key in (
+        "ts",
+        "level",
+        "pod",
+        "queue",
+        "priority",
+        "nodes",
+        "feasible",
+        "filtered",
+        "top",
+        "node",
+        "cycle_ms",
+    ):
         assert key in sample
     assert running.scheduler.cache.check_consistency() == []
 
 
 async def test_unschedulable_pod_gets_condition_and_event_then_lands_on_new_node(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     await start_scheduler()
-    nodes = [make_node("small-1", cpu="2", memory="4Gi"), make_node("small-2", cpu="2", memory="4Gi"),
-             make_node("tainted", cpu="64", memory="256Gi",
-                       taints=[{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}])]
+    nodes = [
+        make_node("small-1", cpu="2", memory="4Gi"),
+        make_node("small-2", cpu="2", memory="4Gi"),
+        make_node(
+            "tainted",
+            cpu="64",
+            memory="256Gi",
+            taints=[{"key": "dedicated", "value": "infra", "effect": "NoSchedule"}],
+        ),
+    ]
     await create_all(api, nodes, [make_pod("big", cpu="16", memory="8Gi")])
-    expected = ("0/3 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, "
-                "1 node(s) had untolerated taint {dedicated: infra}.")
-    await wait_for(lambda: pod_condition(sim, "big").get("message") == expected,
-                   what="Unschedulable condition with kube-scheduler's message")
+    expected = (
+        "0/3 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, "
+        "1 node(s) had untolerated taint {dedicated: infra}."
+    )
+    await wait_for(
+        lambda: pod_condition(sim, "big").get("message") == expected,
+        what="Unschedulable condition with kube-scheduler's message",
+    )
     condition = pod_condition(sim, "big")
     assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
     await wait_for(lambda: events_for(sim, "big", "FailedScheduling"), what="FailedScheduling event")
@@ -104,13 +135,16 @@ async def test_unschedulable_pod_gets_condition_and_event_then_lands_on_new_node
     assert events_for(sim, "big", "FailedScheduling")[0]["type"] == "Warning"
 
     assert (await api.create_node(make_node("large", cpu="32", memory="64Gi"))).ok
-    await wait_for(lambda: sim.store.get("pods", "default", "big")["spec"].get("nodeName") == "large",
-                   what="pod placed on the node that fits")
+    await wait_for(
+        lambda: sim.store.get("pods", "default", "big")["spec"].get("nodeName") == "large",
+        what="pod placed on the node that fits",
+    )
     await wait_for(lambda: events_for(sim, "big", "Scheduled"), what="Scheduled event")
 
 
 async def test_failed_scheduling_events_are_not_repeated_on_every_retry(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
     await create_all(api, [make_node("n1", cpu="1", memory="1Gi")], [make_pod("huge", cpu="8", memory="1Gi")])
     await wait_for(lambda: events_for(sim, "huge", "FailedScheduling"), what="first FailedScheduling")
@@ -118,15 +152,20 @@ async def test_failed_scheduling_events_are_not_repeated_on_every_retry(
     for i in range(5):
         assert (await api.patch_node("n1", {"metadata": {"labels": {"round": str(i)}}})).ok
         attempts = i + 2
-        await wait_for(lambda a=attempts: len([d for d in running.log_lines("decision") if d["pod"] == "default/huge"])
-                       >= a, what=f"attempt {attempts}")
+        await wait_for(
+            lambda a=attempts: (
+                len([d for d in running.log_lines("decision") if d["pod"] == "default/huge"]) >= a
+            ),
+            what=f"attempt {attempts}",
+        )
     assert len(events_for(sim, "huge", "FailedScheduling")) == 1
     status_patches = sim.stats()["requests"].get("pods/status", {}).get("patch", 0)
     assert status_patches == 1, "the unchanged condition is written once, not on every retry"
 
 
 async def test_pods_of_other_schedulers_are_never_bound_but_their_usage_counts(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     await start_scheduler()
     nodes = [make_node("a", cpu="4", memory="16Gi"), make_node("b", cpu="4", memory="16Gi")]
     foreign_bound = make_pod("foreign-bound", cpu="3", memory="1Gi", scheduler_name="default-scheduler")
@@ -137,17 +176,28 @@ async def test_pods_of_other_schedulers_are_never_bound_but_their_usage_counts(
     ours = [make_pod(f"ours-{i}", cpu="2", memory="1Gi") for i in range(3)]
     await create_all(api, [], ours)
     await wait_for(lambda: len(bound_pods(sim)) == 2, what="two of our pods bound")
-    await wait_for(lambda: pod_condition(sim, next(p["metadata"]["name"] for p in sim.store.list("pods")
-                                                  if p["metadata"]["name"].startswith("ours")
-                                                  and not p["spec"].get("nodeName"))).get("reason")
-                   == "Unschedulable", what="third pod reported unschedulable")
+    await wait_for(
+        lambda: (
+            pod_condition(
+                sim,
+                next(
+                    p["metadata"]["name"]
+                    for p in sim.store.list("pods")
+                    if p["metadata"]["name"].startswith("ours") and not p["spec"].get("nodeName")
+                ),
+            ).get("reason")
+            == "Unschedulable"
+        ),
+        what="third pod reported unschedulable",
+    )
     assert {p["spec"]["nodeName"] for p in bound_pods(sim)} == {"b"}, "node a has only 1 cpu left"
     assert not sim.store.get("pods", "default", "foreign-pending")["spec"].get("nodeName")
     assert_not_overcommitted(sim)
 
 
 async def test_watch_cut_garbled_and_expired_loses_nothing_and_binds_once(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
     await create_all(api, [make_node(f"n{i}", cpu="32", memory="64Gi", pods=50) for i in range(10)], [])
     for batch in range(6):
@@ -179,25 +229,37 @@ async def test_watch_cut_garbled_and_expired_loses_nothing_and_binds_once(
 
 
 async def test_bind_conflict_forgets_assumption_and_keeps_going(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
-    await create_all(api, [make_node("n1", cpu="4", memory="8Gi"), make_node("n2", cpu="4", memory="8Gi")], [])
+    await create_all(
+        api, [make_node("n1", cpu="4", memory="8Gi"), make_node("n2", cpu="4", memory="8Gi")], []
+    )
     sim.inject_bind_conflict("default", "contested", "n2")
     await create_all(api, [], [make_pod("contested", cpu="3", memory="1Gi")])
     await wait_for(lambda: running.log_lines("bind.failed"), what="the 409 reported")
     failure = running.log_lines("bind.failed")[0]
     assert failure["code"] == 409 and failure["pod"] == "default/contested"
     # The competing binder won: the pod is on n2, and our cache counts it there, not where we assumed it.
-    await wait_for(lambda: running.scheduler.cache.node_usage("n2").get("cpu") == 3000, what="usage moved to n2")
+    await wait_for(
+        lambda: running.scheduler.cache.node_usage("n2").get("cpu") == 3000, what="usage moved to n2"
+    )
     assert running.scheduler.cache.node_usage("n1").get("cpu", 0) == 0
     assert sim.store.get("pods", "default", "contested")["spec"]["nodeName"] == "n2"
     # Scheduling goes on, and the room the contested pod took on n2 is respected: of two more 3-cpu pods
     # only one fits (on n1), the other is reported unschedulable.
     await create_all(api, [], [make_pod(f"after-{i}", cpu="3", memory="1Gi") for i in range(2)])
     await wait_for(lambda: len(bound_pods(sim)) == 2, what="one later pod placed")
-    await wait_for(lambda: {pod_condition(sim, "after-0").get("reason"), pod_condition(sim, "after-1").get("reason")}
-                   >= {"Unschedulable"}, what="the other reported unschedulable")
-    assert {p["spec"]["nodeName"] for p in bound_pods(sim) if p["metadata"]["name"].startswith("after")} == {"n1"}
+    await wait_for(
+        lambda: (
+            {pod_condition(sim, "after-0").get("reason"), pod_condition(sim, "after-1").get("reason")}
+            >= {"Unschedulable"}
+        ),
+        what="the other reported unschedulable",
+    )
+    assert {p["spec"]["nodeName"] for p in bound_pods(sim) if p["metadata"]["name"].startswith("after")} == {
+        "n1"
+    }
     assert_not_overcommitted(sim)
     assert running.scheduler.cache.check_consistency() == []
     metrics = running.scheduler.metrics.render().decode()
@@ -213,12 +275,18 @@ async def test_not_ready_taint_and_condition_are_honoured() -> None:
         sched_client = await KubeClient.connect(host=sim.url)
         scheduler = Scheduler(fast_config(), sched_client, JsonLogger(stream=NullStream()), serve_http=False)
         task = asyncio.create_task(scheduler.run())
-        expected = "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
-        await wait_for(lambda: pod_condition(sim, "p").get("message") == expected, what="not-ready taint reported")
+        expected = (
+            "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
+        )
+        await wait_for(
+            lambda: pod_condition(sim, "p").get("message") == expected, what="not-ready taint reported"
+        )
         # The node controller's job, done by hand: clear the taint; the pod is placed.
         assert (await client.patch_node("fresh", {"spec": {"taints": None}})).ok
-        await wait_for(lambda: sim.store.get("pods", "default", "p")["spec"].get("nodeName") == "fresh",
-                       what="placed once the taint is gone")
+        await wait_for(
+            lambda: sim.store.get("pods", "default", "p")["spec"].get("nodeName") == "fresh",
+            what="placed once the taint is gone",
+        )
         scheduler.stop()
         await task
         await sched_client.close()
@@ -227,13 +295,19 @@ async def test_not_ready_taint_and_condition_are_honoured() -> None:
         await sim.stop()
 
 
-async def test_health_ready_and_metrics_over_http(sim: SimApiServer, api: KubeClient,
-                                                  start_scheduler: StartScheduler) -> None:
+async def test_health_ready_and_metrics_over_http(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
-    await create_all(api, [make_node("n1", cpu="4", memory="8Gi")],
-                     [make_pod("fits", cpu="1"), make_pod("never", cpu="100")])
+    await create_all(
+        api,
+        [make_node("n1", cpu="4", memory="8Gi")],
+        [make_pod("fits", cpu="1"), make_pod("never", cpu="100")],
+    )
     await wait_for(lambda: len(bound_pods(sim)) == 1, what="one pod bound")
-    await wait_for(lambda: pod_condition(sim, "never").get("reason") == "Unschedulable", what="other reported")
+    await wait_for(
+        lambda: pod_condition(sim, "never").get("reason") == "Unschedulable", what="other reported"
+    )
     port = running.scheduler.http.port
     async with aiohttp.ClientSession() as session:
         for path in ("/healthz", "/readyz"):
@@ -249,28 +323,61 @@ async def test_health_ready_and_metrics_over_http(sim: SimApiServer, api: KubeCl
     assert "ai_scheduler_bind_errors_total" in text
 
 
-async def test_not_ready_before_first_sync(sim: SimApiServer, start_scheduler: StartScheduler) -> None:
-    running = await start_scheduler(wait_ready=False)
-    await wait_for(lambda: running.scheduler.http is not None and running.scheduler.http.port,
-                   what="http listening")
-    # Ready only once both informers have listed: then /readyz flips to 200.
-    await wait_for(running.scheduler.ready.is_set, what="ready")
-    async with aiohttp.ClientSession() as session, session.get(
-            f"http://127.0.0.1:{running.scheduler.http.port}/readyz") as response:
-        assert response.status == 200
+async def test_ready_only_after_first_sync() -> None:
+    """Started before its API server is reachable, the daemon is live but not ready, and binds nothing."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = await KubeClient.connect(host=f"http://127.0.0.1:{port}")
+    scheduler = Scheduler(fast_config(), client, JsonLogger(stream=NullStream()))
+    task = asyncio.create_task(scheduler.run())
+    sim = SimApiServer()
+    try:
+        await wait_for(lambda: scheduler.http is not None and scheduler.http.port, what="http listening")
+        url = f"http://127.0.0.1:{scheduler.http.port}"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/healthz") as response:
+                assert response.status == 200
+            async with session.get(f"{url}/readyz") as response:
+                assert response.status == 503
+            await sim.start(port=port)
+            sim.create("nodes", make_node("n1"))
+            sim.create("pods", make_pod("p1"))
+            await wait_for(scheduler.ready.is_set, what="ready once the API server answers")
+            async with session.get(f"{url}/readyz") as response:
+                assert response.status == 200
+        await wait_for(
+            lambda: sim.store.get("pods", "default", "p1")["spec"].get("nodeName") == "n1",
+            what="pod bound after the sync",
+        )
+    finally:
+        scheduler.stop()
+        await task
+        await client.close()
+        await sim.stop()
 
 
-async def test_restart_keeps_bound_pods_counted(sim: SimApiServer, api: KubeClient,
-                                                start_scheduler: StartScheduler) -> None:
+async def test_restart_keeps_bound_pods_counted(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     first = await start_scheduler()
-    await create_all(api, [make_node("n1", cpu="4", memory="8Gi"), make_node("n2", cpu="4", memory="8Gi")],
-                     [make_pod(f"a-{i}", cpu="1500m", memory="1Gi") for i in range(4)])
+    await create_all(
+        api,
+        [make_node("n1", cpu="4", memory="8Gi"), make_node("n2", cpu="4", memory="8Gi")],
+        [make_pod(f"a-{i}", cpu="1500m", memory="1Gi") for i in range(4)],
+    )
     await wait_for(lambda: len(bound_pods(sim)) == 4, what="first wave bound")
     await first.stop()
     second = await start_scheduler()
     await create_all(api, [], [make_pod(f"b-{i}", cpu="1500m", memory="1Gi") for i in range(2)])
-    await wait_for(lambda: pod_condition(sim, "b-0").get("reason") == "Unschedulable"
-                   and pod_condition(sim, "b-1").get("reason") == "Unschedulable",
-                   what="second wave reported unschedulable: the restarted cache counts the first wave")
+    await wait_for(
+        lambda: (
+            pod_condition(sim, "b-0").get("reason") == "Unschedulable"
+            and pod_condition(sim, "b-1").get("reason") == "Unschedulable"
+        ),
+        what="second wave reported unschedulable: the restarted cache counts the first wave",
+    )
     assert_not_overcommitted(sim)
     assert second.scheduler.cache.check_consistency() == []

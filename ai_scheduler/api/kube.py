@@ -23,7 +23,7 @@ MERGE_PATCH = "application/merge-patch+json"
 
 @dataclass(slots=True)
 class ApiResult:
-    status: int          # HTTP status; 0 when the request never got an answer
+    status: int  # HTTP status; 0 when the request never got an answer
     body: dict[str, Any]
 
     @property
@@ -41,6 +41,18 @@ class WatchExpired(Exception):
 
 class WatchBroken(Exception):
     """The stream failed (connection, unexpected status, unparsable line); the caller must list again."""
+
+
+def _env_proxy(host: str) -> str | None:
+    """HTTPS_PROXY / HTTP_PROXY / NO_PROXY as aiohttp's trust_env would apply them to the API server."""
+    import urllib.request
+
+    from yarl import URL
+
+    url = URL(host)
+    if not url.host or urllib.request.proxy_bypass(url.host):
+        return None
+    return urllib.request.getproxies().get(url.scheme)
 
 
 async def _result(response: aiohttp.ClientResponse) -> ApiResult:
@@ -64,8 +76,9 @@ class KubeClient:
         self.custom = client.CustomObjectsApi(api_client)
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None, *, host: str | None = None,
-                      pool_size: int = 128) -> KubeClient:
+    async def connect(
+        cls, kubeconfig: str | None = None, *, host: str | None = None, pool_size: int = 128
+    ) -> KubeClient:
         """From a kubeconfig file, a plain URL (the simulated cluster), or the in-cluster service account."""
         configuration = client.Configuration()
         if host:
@@ -77,7 +90,15 @@ class KubeClient:
         else:
             await config.load_kube_config(client_configuration=configuration)
         configuration.connection_pool_maxsize = pool_size
-        return cls(client.ApiClient(configuration))
+        if configuration.proxy is None:
+            configuration.proxy = _env_proxy(configuration.host)
+        api_client = client.ApiClient(configuration)
+        # kubernetes_asyncio's session has trust_env=True, which costs two thread-pool hops per request
+        # (netrc and proxy lookups). The proxy is resolved once above; no other env setting applies to us.
+        session = api_client.rest_client.pool_manager
+        if hasattr(session, "_trust_env"):
+            session._trust_env = False
+        return cls(api_client)
 
     async def close(self) -> None:
         await self.api_client.close()
@@ -103,10 +124,13 @@ class KubeClient:
             raise WatchExpired(result.message)
         if not result.ok:
             raise WatchBroken(f"list {resource}: {result.message}")
-        return result.body.get("items") or [], str((result.body.get("metadata") or {}).get("resourceVersion", ""))
+        return result.body.get("items") or [], str(
+            (result.body.get("metadata") or {}).get("resourceVersion", "")
+        )
 
-    async def watch(self, resource: str, resource_version: str, *, timeout_seconds: int,
-                    **params: Any) -> AsyncIterator[dict[str, Any]]:
+    async def watch(
+        self, resource: str, resource_version: str, *, timeout_seconds: int, **params: Any
+    ) -> AsyncIterator[dict[str, Any]]:
         """Watch events (`{"type", "object"}` dicts) from a resourceVersion, bookmarks on.
 
         Ends normally when the server closes the stream after `timeout_seconds`.
@@ -116,11 +140,19 @@ class KubeClient:
         """
         # No total timeout on a stream; a read timeout longer than the server's own close notices a
         # half-open connection (kubernetes_asyncio sets no client-side read timeout by default).
-        timeout = aiohttp.ClientTimeout(total=None, connect=30, sock_connect=30, sock_read=timeout_seconds + 60)
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=30, sock_connect=30, sock_read=timeout_seconds + 60
+        )
         try:
             response = await self._lister(resource)(
-                watch=True, resource_version=resource_version, allow_watch_bookmarks=True,
-                timeout_seconds=timeout_seconds, _preload_content=False, _request_timeout=timeout, **params)
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                _request_timeout=timeout,
+                **params,
+            )
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise WatchBroken(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
         try:
@@ -139,19 +171,29 @@ class KubeClient:
     # ------------------------------------------------------------------ writes
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> ApiResult:
         """POST pods/binding; the server answers 201 with a Status, or 409 if the pod is already bound."""
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": name, "namespace": namespace, "uid": uid},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        return await self._call(self.core.create_namespaced_pod_binding(
-            name, namespace, body, _preload_content=False))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        return await self._call(
+            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        )
 
     async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
-        return await self._call(self.core.patch_namespaced_pod_status(
-            name, namespace, patch, _preload_content=False, _content_type=STRATEGIC_MERGE))
+        return await self._call(
+            self.core.patch_namespaced_pod_status(
+                name, namespace, patch, _preload_content=False, _content_type=STRATEGIC_MERGE
+            )
+        )
 
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
-        return await self._call(self.core.patch_namespaced_pod(
-            name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH))
+        return await self._call(
+            self.core.patch_namespaced_pod(
+                name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH
+            )
+        )
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
         return await self._call(self.core.create_namespaced_event(namespace, event, _preload_content=False))
@@ -164,23 +206,31 @@ class KubeClient:
         return await self._call(self.core.delete_node(name, _preload_content=False))
 
     async def patch_node(self, name: str, patch: dict[str, Any]) -> ApiResult:
-        return await self._call(self.core.patch_node(name, patch, _preload_content=False,
-                                                     _content_type=STRATEGIC_MERGE))
+        return await self._call(
+            self.core.patch_node(name, patch, _preload_content=False, _content_type=STRATEGIC_MERGE)
+        )
 
     async def create_pod(self, pod: dict[str, Any]) -> ApiResult:
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
         return await self._call(self.core.create_namespaced_pod(namespace, pod, _preload_content=False))
 
-    async def delete_pod(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> ApiResult:
+    async def delete_pod(
+        self, namespace: str, name: str, grace_period_seconds: int | None = None
+    ) -> ApiResult:
         extra = {} if grace_period_seconds is None else {"grace_period_seconds": grace_period_seconds}
-        return await self._call(self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **extra))
+        return await self._call(
+            self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **extra)
+        )
 
     async def get_pod(self, namespace: str, name: str) -> ApiResult:
         return await self._call(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
-        return await self._call(self.core.patch_namespaced_event(
-            name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH))
+        return await self._call(
+            self.core.patch_namespaced_event(
+                name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH
+            )
+        )
 
 
 async def _lines(response: aiohttp.ClientResponse, resource: str) -> AsyncIterator[dict[str, Any]]:

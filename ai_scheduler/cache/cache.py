@@ -26,8 +26,8 @@ BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
 @dataclass(slots=True)
 class PodState:
     record: PodRecord
-    node: str = ""               # where it counts ("" = nowhere)
-    assumed: bool = False        # placed by us, not yet seen bound in the watch
+    node: str = ""  # where it counts ("" = nowhere)
+    assumed: bool = False  # placed by us, not yet seen bound in the watch
     deadline: float | None = None  # assumed pods expire after their binding finished
 
 
@@ -42,7 +42,7 @@ class NodeState:
 @dataclass(slots=True)
 class NodeChange:
     added: bool = False
-    static_changed: bool = False     # labels, taints, unschedulable, readiness
+    static_changed: bool = False  # labels, taints, unschedulable, readiness
     resources_changed: bool = False  # allocatable
 
     @property
@@ -52,16 +52,21 @@ class NodeChange:
 
 @dataclass(slots=True)
 class PodChange:
-    freed: bool = False      # resources were released somewhere: pending pods may now fit
+    freed: bool = False  # resources were released somewhere: pending pods may now fit
     confirmed: bool = False  # an assumption of ours was confirmed by the watch
-    moved: bool = False      # bound somewhere other than where we assumed it
+    moved: bool = False  # bound somewhere other than where we assumed it
 
 
 class SchedulerCache:
     """Nodes, pods and assumptions; the only writer of the resource columns."""
 
-    def __init__(self, *, assume_timeout: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 initial_rows: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        assume_timeout: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        initial_rows: int = 64,
+    ) -> None:
         self.assume_timeout = assume_timeout
         self._clock = clock
         self.resource_index: dict[str, int] = {name: i for i, name in enumerate(BASE_RESOURCES)}
@@ -318,8 +323,9 @@ class SchedulerCache:
         if not self.assumed_count:
             return []
         now = self._clock()
-        expired = [s.record for s in self.pods.values()
-                   if s.assumed and s.deadline is not None and s.deadline <= now]
+        expired = [
+            s.record for s in self.pods.values() if s.assumed and s.deadline is not None and s.deadline <= now
+        ]
         for pod in expired:
             self.forget(pod.uid)
         return expired
@@ -361,8 +367,11 @@ class SchedulerCache:
         row = self.row_of(name)
         if row < 0:
             return {}
-        return {res: int(self.requested[row, col]) for res, col in self.resource_index.items()
-                if self.requested[row, col]}
+        return {
+            res: int(self.requested[row, col])
+            for res, col in self.resource_index.items()
+            if self.requested[row, col]
+        }
 
     def pods_on(self, name: str) -> set[str]:
         state = self.nodes.get(name)
@@ -377,7 +386,9 @@ class SchedulerCache:
                 continue
             node = self.nodes.get(state.node)
             if node is None or uid not in (node.pods or ()):
-                problems.append(f"pod {state.record.key} counts on {state.node} but the node does not list it")
+                problems.append(
+                    f"pod {state.record.key} counts on {state.node} but the node does not list it"
+                )
                 continue
             if node.row >= 0:
                 for res, value in state.record.requests.items():
@@ -388,6 +399,9 @@ class SchedulerCache:
                 if self.pods.get(uid) is None or self.pods[uid].node != name:
                     problems.append(f"node {name} lists pod {uid} that does not count there")
         diff = np.argwhere(expected != self.requested)
-        problems.extend(f"row {r} ({self.row_names[r]}) {self.resource_names[c]}: "
-                        f"kept {self.requested[r, c]}, expected {expected[r, c]}" for r, c in diff)
+        problems.extend(
+            f"row {r} ({self.row_names[r]}) {self.resource_names[c]}: "
+            f"kept {self.requested[r, c]}, expected {expected[r, c]}"
+            for r, c in diff
+        )
         return problems

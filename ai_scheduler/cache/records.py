@@ -231,7 +231,10 @@ class PodRecord:
         rec.annotations = meta.get("annotations") or {}
         rec.scheduler_name = spec.get("schedulerName") or "default-scheduler"
         rec.node_name = spec.get("nodeName") or ""
-        rec.priority = int(spec.get("priority") or 0)
+        try:
+            rec.priority = int(spec.get("priority") or 0)
+        except (TypeError, ValueError):
+            rec.spec_error = f"invalid spec.priority {spec.get('priority')!r}"
         rec.gated = bool(spec.get("schedulingGates"))
         rec.node_selector = spec.get("nodeSelector") or {}
         rec.affinity = spec.get("affinity") or {}

@@ -22,9 +22,18 @@ from ai_scheduler.scheduler.metrics import Metrics
 
 
 class Binder:
-    def __init__(self, client: KubeClient, cache: SchedulerCache, queue: SchedulingQueue, feedback: Feedback,
-                 metrics: Metrics, logger: JsonLogger, *, concurrency: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        cache: SchedulerCache,
+        queue: SchedulingQueue,
+        feedback: Feedback,
+        metrics: Metrics,
+        logger: JsonLogger,
+        *,
+        concurrency: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.cache = cache
         self.queue = queue
@@ -75,8 +84,15 @@ class Binder:
             return
         self.cache.forget(pod.uid)
         self.metrics.bind_errors.labels(str(result.status)).inc()
-        self.log.warning("bind.failed", pod=pod.key, uid=pod.uid, node=node, code=result.status,
-                         error=result.message, attempt=qp.attempts)
+        self.log.warning(
+            "bind.failed",
+            pod=pod.key,
+            uid=pod.uid,
+            node=node,
+            code=result.status,
+            error=result.message,
+            attempt=qp.attempts,
+        )
         if result.status == 404:
             self.queue.delete(pod.uid)  # the pod is gone
         else:

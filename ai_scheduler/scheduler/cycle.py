@@ -26,7 +26,7 @@ class Decision:
     feasible: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     top: list[tuple[str, int]] = field(default_factory=list)
-    error: str = ""          # the pod itself is invalid (no node could ever fit it as written)
+    error: str = ""  # the pod itself is invalid (no node could ever fit it as written)
     duration: float = 0.0
 
     @property
@@ -48,9 +48,16 @@ def fit_error_message(total: int, reasons: dict[str, int], error: str = "") -> s
 class Framework:
     """A profile's plugins, bound to the cache: runs cycles."""
 
-    def __init__(self, scheduler_name: str, filters: Sequence[FilterPlugin],
-                 scores: Sequence[ScorePlugin], cache: SchedulerCache, *,
-                 percentage_of_nodes_to_score: int = 100, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        scheduler_name: str,
+        filters: Sequence[FilterPlugin],
+        scores: Sequence[ScorePlugin],
+        cache: SchedulerCache,
+        *,
+        percentage_of_nodes_to_score: int = 100,
+        rng: random.Random | None = None,
+    ) -> None:
         self.scheduler_name = scheduler_name
         self.filters = list(filters)
         self.scores = [s for s in scores if s.weight > 0]

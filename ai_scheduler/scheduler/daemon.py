@@ -42,14 +42,28 @@ def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) 
         filters = [FILTERS[name]() for name in profile.filters]
         scores = [SCORES[spec.name](spec.weight, spec.resources) for spec in profile.scores]
         frameworks[profile.scheduler_name] = Framework(
-            profile.scheduler_name, filters, scores, cache,
-            percentage_of_nodes_to_score=config.scheduling.percentage_of_nodes_to_score, rng=rng)
+            profile.scheduler_name,
+            filters,
+            scores,
+            cache,
+            percentage_of_nodes_to_score=config.scheduling.percentage_of_nodes_to_score,
+            rng=rng,
+        )
     return frameworks
 
 
 class Scheduler:
-    def __init__(self, config: Config, client: KubeClient, logger: JsonLogger, *, config_path: str | None = None,
-                 serve_http: bool = True, seed: int | None = None, config_poll_seconds: float = 2.0) -> None:
+    def __init__(
+        self,
+        config: Config,
+        client: KubeClient,
+        logger: JsonLogger,
+        *,
+        config_path: str | None = None,
+        serve_http: bool = True,
+        seed: int | None = None,
+        config_poll_seconds: float = 2.0,
+    ) -> None:
         self.config = config
         self.client = client
         self.log = logger
@@ -60,10 +74,12 @@ class Scheduler:
         settings = config.scheduling
         self.metrics = Metrics()
         self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds)
-        self.queue = SchedulingQueue(initial_backoff=settings.initial_backoff_seconds,
-                                     max_backoff=settings.max_backoff_seconds,
-                                     unschedulable_flush=settings.unschedulable_flush_seconds,
-                                     queue_name_of=queue_name_of)
+        self.queue = SchedulingQueue(
+            initial_backoff=settings.initial_backoff_seconds,
+            max_backoff=settings.max_backoff_seconds,
+            unschedulable_flush=settings.unschedulable_flush_seconds,
+            queue_name_of=queue_name_of,
+        )
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
@@ -78,29 +94,56 @@ class Scheduler:
     async def run(self) -> None:
         """Run until stop(); the caller owns the client."""
         settings = self.config.scheduling
-        self.feedback = Feedback(self.client, self.log, self.metrics, component=self.config.scheduler_name,
-                                 repeat_window=settings.event_repeat_seconds)
-        self.binder = Binder(self.client, self.cache, self.queue, self.feedback, self.metrics, self.log,
-                             concurrency=settings.bind_concurrency)
+        self.feedback = Feedback(
+            self.client,
+            self.log,
+            self.metrics,
+            component=self.config.scheduler_name,
+            repeat_window=settings.event_repeat_seconds,
+        )
+        self.binder = Binder(
+            self.client,
+            self.cache,
+            self.queue,
+            self.feedback,
+            self.metrics,
+            self.log,
+            concurrency=settings.bind_concurrency,
+        )
         self.metrics.watch_state(self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight)
         if self.serve_http:
             self.http = HealthServer(live=self._live, ready=self.ready.is_set, metrics=self.metrics.render)
             port = await self.http.start(self.config.server.bind_address, self.config.server.port)
             self.log.info("http.listening", port=port)
         self.informers = {
-            "nodes": Informer(self.client, "nodes", self._on_node_event, self._replace_nodes, self.log,
-                              on_relist=self._on_relist),
-            "pods": Informer(self.client, "pods", self._on_pod_event, self._replace_pods, self.log,
-                             on_relist=self._on_relist),
+            "nodes": Informer(
+                self.client,
+                "nodes",
+                self._on_node_event,
+                self._replace_nodes,
+                self.log,
+                on_relist=self._on_relist,
+            ),
+            "pods": Informer(
+                self.client,
+                "pods",
+                self._on_pod_event,
+                self._replace_pods,
+                self.log,
+                on_relist=self._on_relist,
+            ),
         }
-        self._tasks = [asyncio.create_task(inf.run(), name=f"informer-{name}")
-                       for name, inf in self.informers.items()]
+        self._tasks = [
+            asyncio.create_task(inf.run(), name=f"informer-{name}") for name, inf in self.informers.items()
+        ]
         if self.config_path:
-            watcher = ConfigWatcher(self.config_path, self._apply_config, self._config_refused,
-                                    interval=self.config_poll_seconds)
+            watcher = ConfigWatcher(
+                self.config_path, self._apply_config, self._config_refused, interval=self.config_poll_seconds
+            )
             self._tasks.append(asyncio.create_task(watcher.run(), name="config-watcher"))
-        self.log.info("scheduler.starting", profiles=sorted(self.frameworks),
-                      bind_concurrency=settings.bind_concurrency)
+        self.log.info(
+            "scheduler.starting", profiles=sorted(self.frameworks), bind_concurrency=settings.bind_concurrency
+        )
         try:
             synced = asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
             stop = asyncio.ensure_future(self.stopped.wait())
@@ -138,8 +181,11 @@ class Scheduler:
         return not self.ready.is_set() or (self._loop_task is not None and not self._loop_task.done())
 
     def _cache_sizes(self) -> dict[str, int]:
-        return {"nodes": self.cache.node_count, "pods": len(self.cache.pods),
-                "assumed_pods": self.cache.assumed_count}
+        return {
+            "nodes": self.cache.node_count,
+            "pods": len(self.cache.pods),
+            "assumed_pods": self.cache.assumed_count,
+        }
 
     # ------------------------------------------------------------------ informer path
     def _on_node_event(self, kind: str, obj: dict[str, Any]) -> None:
@@ -224,7 +270,12 @@ class Scheduler:
         state = self.cache.pod_state(qp.pod.uid)
         pod = state.record if state is not None else qp.pod
         framework = self.frameworks.get(pod.scheduler_name)
-        if framework is None or not pod.pending or pod.gated or (state is not None and (state.assumed or state.node)):
+        if (
+            framework is None
+            or not pod.pending
+            or pod.gated
+            or (state is not None and (state.assumed or state.node))
+        ):
             self.queue.delete(pod.uid)
             return False
         decision = framework.schedule(pod)
@@ -244,11 +295,20 @@ class Scheduler:
 
     def _log_decision(self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str) -> None:
         fields: dict[str, Any] = {
-            "pod": pod.key, "uid": pod.uid, "profile": pod.scheduler_name, "queue": queue_name_of(pod),
-            "priority": pod.priority, "factors": {"taskPriority": pod.priority},
-            "attempt": qp.attempts, "result": result, "requests": pod.requests,
-            "nodes": decision.total_nodes, "feasible": decision.feasible, "filtered": decision.reasons,
-            "top": decision.top, "node": decision.node,
+            "pod": pod.key,
+            "uid": pod.uid,
+            "profile": pod.scheduler_name,
+            "queue": queue_name_of(pod),
+            "priority": pod.priority,
+            "factors": {"taskPriority": pod.priority},
+            "attempt": qp.attempts,
+            "result": result,
+            "requests": pod.requests,
+            "nodes": decision.total_nodes,
+            "feasible": decision.feasible,
+            "filtered": decision.reasons,
+            "top": decision.top,
+            "node": decision.node,
             "cycle_ms": round(decision.duration * 1000, 3),
             "wait_ms": round((time.monotonic() - qp.initial_attempt) * 1000, 1),
         }
@@ -260,8 +320,12 @@ class Scheduler:
         while True:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             for pod in self.cache.expire_assumed():
-                self.log.warning("assume.expired", pod=pod.key, uid=pod.uid,
-                                 reason="binding succeeded but the watch never showed the pod bound")
+                self.log.warning(
+                    "assume.expired",
+                    pod=pod.key,
+                    uid=pod.uid,
+                    reason="binding succeeded but the watch never showed the pod bound",
+                )
                 current = self.cache.pod_state(pod.uid)
                 if current is not None:
                     self._sync_queue(current.record)
@@ -269,33 +333,52 @@ class Scheduler:
 
     # ------------------------------------------------------------------ config reload
     def _apply_config(self, config: Config) -> None:
-        restart_only = [key for key, old, new in (
-            ("server", self.config.server, config.server),
-            ("scheduling.bindConcurrency", self.config.scheduling.bind_concurrency,
-             config.scheduling.bind_concurrency),
-        ) if old != new]
+        restart_only = [
+            key
+            for key, old, new in (
+                ("server", self.config.server, config.server),
+                (
+                    "scheduling.bindConcurrency",
+                    self.config.scheduling.bind_concurrency,
+                    config.scheduling.bind_concurrency,
+                ),
+            )
+            if old != new
+        ]
         self.config = config
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         if self.feedback is not None:
             self.feedback.repeat_window = config.scheduling.event_repeat_seconds
         self.metrics.config_reloads.labels("applied").inc()
-        self.log.info("config.reloaded", path=self.config_path, profiles=sorted(self.frameworks),
-                      restart_required_for=restart_only)
+        self.log.info(
+            "config.reloaded",
+            path=self.config_path,
+            profiles=sorted(self.frameworks),
+            restart_required_for=restart_only,
+        )
         self.queue.move_all("ConfigReload")
 
     def _config_refused(self, error: ConfigError) -> None:
         self.metrics.config_reloads.labels("refused").inc()
-        self.log.error("config.refused", path=self.config_path, error=str(error),
-                       detail="keeping the last good config")
+        self.log.error(
+            "config.refused", path=self.config_path, error=str(error), detail="keeping the last good config"
+        )
 
 
-async def run_scheduler(config: Config, *, kubeconfig: str | None, master: str | None, logger: JsonLogger,
-                        config_path: str | None = None) -> None:
+async def run_scheduler(
+    config: Config,
+    *,
+    kubeconfig: str | None,
+    master: str | None,
+    logger: JsonLogger,
+    config_path: str | None = None,
+) -> None:
     """Connect, run until SIGTERM/SIGINT, and close cleanly (the `run` sub-command)."""
     import signal
 
-    client = await KubeClient.connect(kubeconfig, host=master,
-                                      pool_size=config.scheduling.bind_concurrency + 16)
+    client = await KubeClient.connect(
+        kubeconfig, host=master, pool_size=config.scheduling.bind_concurrency + 16
+    )
     scheduler = Scheduler(config, client, logger, config_path=config_path)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -29,15 +29,24 @@ MAX_PENDING_CALLS = 20_000
 
 @dataclass(slots=True)
 class _Reported:
-    condition: str = ""      # the message of the PodScheduled condition we last wrote (or found)
+    condition: str = ""  # the message of the PodScheduled condition we last wrote (or found)
     event_name: str = ""
     count: int = 0
     last_sent: float = 0.0
 
 
 class Feedback:
-    def __init__(self, client: KubeClient, logger: JsonLogger, metrics: Metrics, *, component: str,
-                 repeat_window: float, workers: int = 8, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        logger: JsonLogger,
+        metrics: Metrics,
+        *,
+        component: str,
+        repeat_window: float,
+        workers: int = 8,
+        clock: Any = time.monotonic,
+    ) -> None:
         self.client = client
         self.log = logger
         self.metrics = metrics
@@ -67,7 +76,9 @@ class Feedback:
     # ------------------------------------------------------------------ what the scheduler reports
     def scheduled(self, pod: PodRecord, node: str) -> None:
         self._reported.pop(pod.uid, None)
-        self._submit("event", (pod, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}", 1, ""))
+        self._submit(
+            "event", (pod, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}", 1, "")
+        )
 
     def unschedulable(self, pod: PodRecord, message: str) -> None:
         """Condition when its text changes; one FailedScheduling event, then aggregation per window."""
@@ -75,7 +86,8 @@ class Feedback:
         if state is None:
             known = pod.scheduled_condition
             state = self._reported[pod.uid] = _Reported(
-                condition=known[2] if known and known[:2] == ("False", "Unschedulable") else "")
+                condition=known[2] if known and known[:2] == ("False", "Unschedulable") else ""
+            )
         if state.condition != message:
             state.condition = message
             self._submit("condition", (pod, message))
@@ -109,31 +121,57 @@ class Feedback:
                 self._calls.task_done()
 
     async def _write_condition(self, pod: PodRecord, message: str) -> None:
-        patch = {"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-            "lastProbeTime": None, "lastTransitionTime": rfc3339(millis=False)}]}}
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": rfc3339(millis=False),
+                    }
+                ]
+            }
+        }
         result = await self.client.patch_pod_status(pod.namespace, pod.name, patch)
         if not result.ok and result.status != 404:
             self.metrics.api_errors.labels("pod_status", str(result.status)).inc()
-            self.log.warning("feedback.condition_failed", pod=pod.key, code=result.status, error=result.message)
+            self.log.warning(
+                "feedback.condition_failed", pod=pod.key, code=result.status, error=result.message
+            )
 
-    async def _create_event(self, pod: PodRecord, kind: str, reason: str, message: str, count: int,
-                            name: str) -> None:
+    async def _create_event(
+        self, pod: PodRecord, kind: str, reason: str, message: str, count: int, name: str
+    ) -> None:
         now = rfc3339(millis=False)
         event: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": name or f"{pod.name}.{uuid.uuid4().hex[:16]}", "namespace": pod.namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name,
-                               "uid": pod.uid},
-            "reason": reason, "message": message, "type": kind, "count": count,
-            "firstTimestamp": now, "lastTimestamp": now,
-            "source": {"component": self.component}, "reportingComponent": self.component,
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": pod.namespace,
+                "name": pod.name,
+                "uid": pod.uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "count": count,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
         }
         result = await self.client.create_event(pod.namespace, event)
         if not result.ok:
             self.metrics.api_errors.labels("event", str(result.status)).inc()
-            self.log.warning("feedback.event_failed", pod=pod.key, reason=reason, code=result.status,
-                             error=result.message)
+            self.log.warning(
+                "feedback.event_failed", pod=pod.key, reason=reason, code=result.status, error=result.message
+            )
 
     async def _repeat_event(self, pod: PodRecord, name: str, count: int, message: str) -> None:
         patch = {"count": count, "message": message, "lastTimestamp": rfc3339(millis=False)}

@@ -34,8 +34,9 @@ class FilterPlugin:
 
     name: ClassVar[str] = ""
 
-    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray,
-            static: StaticResults) -> Reasons:
+    def run(
+        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+    ) -> Reasons:
         raise NotImplementedError
 
 
@@ -50,8 +51,9 @@ class StaticFilterPlugin(FilterPlugin):
         """The reason this node cannot host the pod, or None."""
         raise NotImplementedError
 
-    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray,
-            static: StaticResults) -> Reasons:
+    def run(
+        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+    ) -> Reasons:
         signature = self.signature(pod)
         if signature is None:
             return []
@@ -73,8 +75,9 @@ class ScorePlugin:
     def __init__(self, weight: int) -> None:
         self.weight = weight
 
-    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
-              static: StaticResults) -> np.ndarray | None:
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
         """Scores for `rows`; None when the plugin has no opinion about this pod."""
         raise NotImplementedError
 
@@ -90,8 +93,9 @@ class StaticScorePlugin(ScorePlugin):
     def raw_score(self, pod: PodRecord, node: NodeRecord) -> int:
         raise NotImplementedError
 
-    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
-              static: StaticResults) -> np.ndarray | None:
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
         signature = self.signature(pod)
         if signature is None:
             return None
@@ -126,7 +130,9 @@ class StaticResults:
         self._entries: OrderedDict[tuple[str, Hashable], _Entry] = OrderedDict()
         self._max_entries = max_entries
 
-    def _entry(self, kind: str, plugin_name: str, signature: Hashable, dtype: type) -> tuple[_Entry, np.ndarray]:
+    def _entry(
+        self, kind: str, plugin_name: str, signature: Hashable, dtype: type
+    ) -> tuple[_Entry, np.ndarray]:
         """The cached entry and the rows it must (re)compute."""
         key = (kind + plugin_name, signature)
         cache = self._cache
@@ -149,8 +155,9 @@ class StaticResults:
         entry.version = cache.static_version
         return entry, stale
 
-    def filter_codes(self, plugin: StaticFilterPlugin, pod: PodRecord,
-                     signature: Hashable) -> tuple[np.ndarray, list[str]]:
+    def filter_codes(
+        self, plugin: StaticFilterPlugin, pod: PodRecord, signature: Hashable
+    ) -> tuple[np.ndarray, list[str]]:
         entry, stale = self._entry("f:", plugin.name, signature, np.int32)
         records = self._cache.row_records
         codes = entry.codes

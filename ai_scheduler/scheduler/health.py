@@ -9,7 +9,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 
 class HealthServer:
-    def __init__(self, *, live: Callable[[], bool], ready: Callable[[], bool], metrics: Callable[[], bytes]) -> None:
+    def __init__(
+        self, *, live: Callable[[], bool], ready: Callable[[], bool], metrics: Callable[[], bytes]
+    ) -> None:
         self._live = live
         self._ready = ready
         self._metrics = metrics
@@ -35,10 +37,18 @@ class HealthServer:
             await self._runner.cleanup()
 
     async def _healthz(self, _request: web.Request) -> web.Response:
-        return web.Response(text="ok") if self._live() else web.Response(status=503, text="scheduling loop stopped")
+        return (
+            web.Response(text="ok")
+            if self._live()
+            else web.Response(status=503, text="scheduling loop stopped")
+        )
 
     async def _readyz(self, _request: web.Request) -> web.Response:
-        return web.Response(text="ok") if self._ready() else web.Response(status=503, text="informers not synced")
+        return (
+            web.Response(text="ok")
+            if self._ready()
+            else web.Response(status=503, text="informers not synced")
+        )
 
     async def _metrics_handler(self, _request: web.Request) -> web.Response:
         response = web.Response(body=self._metrics())

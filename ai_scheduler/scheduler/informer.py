@@ -21,9 +21,17 @@ Replacer = Callable[[list[dict[str, Any]]], None]
 
 
 class Informer:
-    def __init__(self, client: KubeClient, resource: str, on_event: Handler, on_replace: Replacer,
-                 logger: JsonLogger, *, watch_timeout: tuple[int, int] = (300, 600),
-                 on_relist: Callable[[str, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        resource: str,
+        on_event: Handler,
+        on_replace: Replacer,
+        logger: JsonLogger,
+        *,
+        watch_timeout: tuple[int, int] = (300, 600),
+        on_relist: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.client = client
         self.resource = resource
         self.on_event = on_event
@@ -45,8 +53,13 @@ class Informer:
                 await self._watch_until_broken()
             except (WatchExpired, WatchBroken) as exc:
                 reason = "expired" if isinstance(exc, WatchExpired) else "broken"
-                self.log.warning("informer.relist", resource=self.resource, reason=reason, error=str(exc),
-                                 resource_version=self.resource_version)
+                self.log.warning(
+                    "informer.relist",
+                    resource=self.resource,
+                    reason=reason,
+                    error=str(exc),
+                    resource_version=self.resource_version,
+                )
                 failures += 1
             # A failed list also lands here; back off so that a down API server is not hammered.
             if failures > 1:
@@ -60,14 +73,21 @@ class Informer:
                 self.on_relist(self.resource, reason)
         self.on_replace(items)
         self.resource_version = version
-        self.log.info("informer.listed", resource=self.resource, items=len(items), resource_version=version,
-                      reason=reason)
+        self.log.info(
+            "informer.listed",
+            resource=self.resource,
+            items=len(items),
+            resource_version=version,
+            reason=reason,
+        )
         self.synced.set()
 
     async def _watch_until_broken(self) -> None:
         while True:
             timeout = random.randint(*self.watch_timeout)
-            async for event in self.client.watch(self.resource, self.resource_version, timeout_seconds=timeout):
+            async for event in self.client.watch(
+                self.resource, self.resource_version, timeout_seconds=timeout
+            ):
                 kind = event.get("type")
                 obj = event["object"]
                 version = (obj.get("metadata") or {}).get("resourceVersion")
@@ -75,8 +95,13 @@ class Informer:
                     try:
                         self.on_event(kind, obj)
                     except Exception as exc:  # one bad object must not stop the informer
-                        self.log.error("informer.handler_failed", resource=self.resource, type=kind,
-                                       object=_name_of(obj), error=f"{type(exc).__name__}: {exc}")
+                        self.log.error(
+                            "informer.handler_failed",
+                            resource=self.resource,
+                            type=kind,
+                            object=_name_of(obj),
+                            error=f"{type(exc).__name__}: {exc}",
+                        )
                 if version:
                     self.resource_version = version
             # Clean close after the server's timeout: resume from where we are, no relist needed.

@@ -15,53 +15,93 @@ CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 class _StateCollector(Collector):
     """Gauges read from live state at scrape time, so the hot path never updates them."""
 
-    def __init__(self, pending: Callable[[], dict[tuple[str, str], int]],
-                 cache_sizes: Callable[[], dict[str, int]], binds_in_flight: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        pending: Callable[[], dict[tuple[str, str], int]],
+        cache_sizes: Callable[[], dict[str, int]],
+        binds_in_flight: Callable[[], int],
+    ) -> None:
         self._pending = pending
         self._cache_sizes = cache_sizes
         self._binds_in_flight = binds_in_flight
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        pending = GaugeMetricFamily("ai_scheduler_pending_pods", "Pods waiting to be scheduled, by queue and state",
-                                    labels=["queue", "state"])
+        pending = GaugeMetricFamily(
+            "ai_scheduler_pending_pods",
+            "Pods waiting to be scheduled, by queue and state",
+            labels=["queue", "state"],
+        )
         for (queue, state), count in sorted(self._pending().items()):
             pending.add_metric([queue, state], count)
         yield pending
-        sizes = GaugeMetricFamily("ai_scheduler_cache_size", "Objects in the scheduler cache", labels=["type"])
+        sizes = GaugeMetricFamily(
+            "ai_scheduler_cache_size", "Objects in the scheduler cache", labels=["type"]
+        )
         for kind, count in sorted(self._cache_sizes().items()):
             sizes.add_metric([kind], count)
         yield sizes
-        yield GaugeMetricFamily("ai_scheduler_binds_in_flight", "Binding requests in flight",
-                                value=self._binds_in_flight())
+        yield GaugeMetricFamily(
+            "ai_scheduler_binds_in_flight", "Binding requests in flight", value=self._binds_in_flight()
+        )
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.attempts = Counter("ai_scheduler_schedule_attempts", "Scheduling attempts by result and profile",
-                                ["result", "profile"], registry=r)
-        self.attempt_duration = Histogram("ai_scheduler_scheduling_attempt_duration_seconds",
-                                          "Time of one scheduling cycle (filter, score, select)", ["result"],
-                                          buckets=CYCLE_BUCKETS, registry=r)
-        self.e2e_latency = Histogram("ai_scheduler_e2e_scheduling_duration_seconds",
-                                     "From a pod entering the queue to its binding succeeding",
-                                     buckets=LATENCY_BUCKETS, registry=r)
-        self.bind_duration = Histogram("ai_scheduler_binding_duration_seconds", "Binding request latency",
-                                       buckets=LATENCY_BUCKETS, registry=r)
-        self.bind_errors = Counter("ai_scheduler_bind_errors", "Failed bindings by HTTP status (0: no answer)",
-                                   ["code"], registry=r)
-        self.api_errors = Counter("ai_scheduler_api_errors", "Failed status patches and events by call",
-                                  ["call", "code"], registry=r)
-        self.events_dropped = Counter("ai_scheduler_events_dropped", "Events not sent because the queue was full",
-                                      registry=r)
-        self.relists = Counter("ai_scheduler_informer_relists", "Relists after a broken or expired watch",
-                               ["resource", "reason"], registry=r)
-        self.config_reloads = Counter("ai_scheduler_config_reloads", "Config file reloads by result", ["result"],
-                                      registry=r)
+        self.attempts = Counter(
+            "ai_scheduler_schedule_attempts",
+            "Scheduling attempts by result and profile",
+            ["result", "profile"],
+            registry=r,
+        )
+        self.attempt_duration = Histogram(
+            "ai_scheduler_scheduling_attempt_duration_seconds",
+            "Time of one scheduling cycle (filter, score, select)",
+            ["result"],
+            buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.e2e_latency = Histogram(
+            "ai_scheduler_e2e_scheduling_duration_seconds",
+            "From a pod entering the queue to its binding succeeding",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.bind_duration = Histogram(
+            "ai_scheduler_binding_duration_seconds",
+            "Binding request latency",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.bind_errors = Counter(
+            "ai_scheduler_bind_errors", "Failed bindings by HTTP status (0: no answer)", ["code"], registry=r
+        )
+        self.api_errors = Counter(
+            "ai_scheduler_api_errors",
+            "Failed status patches and events by call",
+            ["call", "code"],
+            registry=r,
+        )
+        self.events_dropped = Counter(
+            "ai_scheduler_events_dropped", "Events not sent because the queue was full", registry=r
+        )
+        self.relists = Counter(
+            "ai_scheduler_informer_relists",
+            "Relists after a broken or expired watch",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "ai_scheduler_config_reloads", "Config file reloads by result", ["result"], registry=r
+        )
 
-    def watch_state(self, pending: Callable[[], dict[tuple[str, str], int]],
-                    cache_sizes: Callable[[], dict[str, int]], binds_in_flight: Callable[[], int]) -> None:
+    def watch_state(
+        self,
+        pending: Callable[[], dict[tuple[str, str], int]],
+        cache_sizes: Callable[[], dict[str, int]],
+        binds_in_flight: Callable[[], int],
+    ) -> None:
         self.registry.register(_StateCollector(pending, cache_sizes, binds_in_flight))
 
     def render(self) -> bytes:

@@ -76,8 +76,10 @@ class NodeAffinityFilter(StaticFilterPlugin):
         required = _node_affinity(pod).get("requiredDuringSchedulingIgnoredDuringExecution")
         if not pod.node_selector and not required:
             return None
-        return (tuple(sorted(pod.node_selector.items())),
-                orjson.dumps(required, option=orjson.OPT_SORT_KEYS) if required else b"")
+        return (
+            tuple(sorted(pod.node_selector.items())),
+            orjson.dumps(required, option=orjson.OPT_SORT_KEYS) if required else b"",
+        )
 
     def check(self, pod: PodRecord, node: NodeRecord) -> str | None:
         labels = node.labels

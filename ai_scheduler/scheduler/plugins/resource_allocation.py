@@ -29,8 +29,9 @@ class _ResourceAllocation(ScorePlugin):
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
-    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
-              static: StaticResults) -> np.ndarray | None:
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
         pod_scored = pod.score_requests()
         total = np.zeros(rows.shape[0], dtype=np.int64)
         weights = np.zeros(rows.shape[0], dtype=np.int64)

@@ -23,8 +23,9 @@ def insufficient(resource: str) -> str:
 class NodeResourcesFit(FilterPlugin):
     name = "NodeResourcesFit"
 
-    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray,
-            static: StaticResults) -> Reasons:
+    def run(
+        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+    ) -> Reasons:
         allocatable = cache.allocatable
         requested = cache.requested
         pods_col = cache.resource_index[PODS]

@@ -38,5 +38,8 @@ class TaintTolerationScore(StaticScorePlugin):
 
     def raw_score(self, pod: PodRecord, node: NodeRecord) -> int:
         soft = [t for t in pod.tolerations if t.effect in ("", "PreferNoSchedule")]
-        return sum(1 for taint in node.taints
-                   if taint.effect == "PreferNoSchedule" and not any(t.tolerates(taint) for t in soft))
+        return sum(
+            1
+            for taint in node.taints
+            if taint.effect == "PreferNoSchedule" and not any(t.tolerates(taint) for t in soft)
+        )
