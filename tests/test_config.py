@@ -69,7 +69,7 @@ def test_defaults_match_the_spec() -> None:
 
 
 def test_plugin_name_constants() -> None:
-    assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "NodeReady", "TaintToleration",
+    assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
                               "NodeAffinity", "NodeResourcesFit")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                              "NodeAffinity", "TaintToleration")
@@ -196,7 +196,7 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
      "must be a DNS-1123 subdomain"),
     # filters
     ({"profiles": [{"filters": ["NodeName", "NodeReady", "NodeReadyy"]}]}, "profiles[0].filters[2]",
-     "unknown filter plugin 'NodeReadyy'; known: NodeUnschedulable, NodeName, NodeReady, TaintToleration, "
+     "unknown filter plugin 'NodeReadyy'; known: NodeUnschedulable, NodeName, TaintToleration, NodeReady, "
      "NodeAffinity, NodeResourcesFit"),
     ({"profiles": [{"filters": ["NodeName", "NodeName"]}]}, "profiles[0].filters[1]",
      "duplicate filter plugin 'NodeName' (also profiles[0].filters[0])"),

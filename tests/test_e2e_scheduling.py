@@ -266,33 +266,25 @@ async def test_bind_conflict_forgets_assumption_and_keeps_going(
     assert 'ai_scheduler_bind_errors_total{code="409"} 1.0' in metrics
 
 
-async def test_not_ready_taint_and_condition_are_honoured() -> None:
-    sim = SimApiServer(node_controller=False)
-    await sim.start()
-    try:
-        client = await KubeClient.connect(host=sim.url)
-        await create_all(client, [make_node("fresh", cpu="8", memory="8Gi")], [make_pod("p", cpu="1")])
-        sched_client = await KubeClient.connect(host=sim.url)
-        scheduler = Scheduler(fast_config(), sched_client, JsonLogger(stream=NullStream()), serve_http=False)
-        task = asyncio.create_task(scheduler.run())
-        expected = (
-            "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
-        )
-        await wait_for(
-            lambda: pod_condition(sim, "p").get("message") == expected, what="not-ready taint reported"
-        )
-        # The node controller's job, done by hand: clear the taint; the pod is placed.
-        assert (await client.patch_node("fresh", {"spec": {"taints": None}})).ok
-        await wait_for(
-            lambda: sim.store.get("pods", "default", "p")["spec"].get("nodeName") == "fresh",
-            what="placed once the taint is gone",
-        )
-        scheduler.stop()
-        await task
-        await sched_client.close()
-        await client.close()
-    finally:
-        await sim.stop()
+async def test_not_ready_node_is_avoided_until_it_reports_ready(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """A new node carries the not-ready taint until it reports Ready and the node controller clears it."""
+    await start_scheduler()
+    await create_all(api, [make_node("fresh", cpu="8", memory="8Gi", ready=False)], [make_pod("p", cpu="1")])
+    expected = "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
+    await wait_for(lambda: pod_condition(sim, "p").get("message") == expected, what="not-ready taint")
+    # The node's kubelet reports Ready through the status subresource; the node controller removes the taint.
+    ready = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}
+    response = await api.core.patch_node_status(
+        "fresh", ready, _preload_content=False, _content_type="application/strategic-merge-patch+json"
+    )
+    assert response.status == 200
+    response.release()
+    await wait_for(
+        lambda: sim.store.get("pods", "default", "p")["spec"].get("nodeName") == "fresh",
+        what="placed once the node is ready",
+    )
 
 
 async def test_health_ready_and_metrics_over_http(

@@ -570,7 +570,7 @@ def test_a_node_is_charged_only_to_the_first_failing_filter() -> None:
         node("everything", unschedulable=True, taints=[("k", "v", "NoSchedule")], cpu="1", labels={}),
         node("taint-and-cpu", taints=[("k", "v", "NoSchedule")], cpu="1"),
         node("selector-and-cpu", cpu="1"),
-        node("not-ready-and-taint", ready="False", taints=[("k", "v", "NoSchedule")]),
+        node("not-ready-and-selector", ready="False"),
         node("cpu", cpu="1", labels={"pool": "x"}),
     ))
     decision = fw.schedule(pod(cpu="2", node_selector={"pool": "x"}))

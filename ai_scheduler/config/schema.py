@@ -25,8 +25,8 @@ DEFAULT_SCHEDULER_NAME = "ai-scheduler"
 FILTER_PLUGINS: tuple[str, ...] = (
     "NodeUnschedulable",
     "NodeName",
-    "NodeReady",
     "TaintToleration",
+    "NodeReady",
     "NodeAffinity",
     "NodeResourcesFit",
 )

@@ -464,11 +464,7 @@ class Store:
         meta["generation"] = 1
         for transient in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(transient, None)
-        self._next_rv(obj, rt)
-        entry = Entry(obj, orjson.dumps(obj))
-        table[(namespace, name)] = entry
-        self._emit(rt, ADDED, entry, None)
-        return entry
+        return self._write(rt, ADDED, obj, None, (namespace, name))
 
     def update(self, rt: ResourceType, obj: dict[str, Any], old: Entry) -> Entry:
         """Replace a stored object with `obj` (taken over); identity fields come from `old`."""
@@ -484,11 +480,7 @@ class Store:
         if obj.get("spec") != old.obj.get("spec"):
             generation += 1
         meta["generation"] = generation
-        self._next_rv(obj, rt)
-        entry = Entry(obj, orjson.dumps(obj))
-        self._table(rt)[(old_meta.get("namespace", ""), old_meta["name"])] = entry
-        self._emit(rt, MODIFIED, entry, old)
-        return entry
+        return self._write(rt, MODIFIED, obj, old, (old_meta.get("namespace", ""), old_meta["name"]))
 
     def mark_deleting(self, rt: ResourceType, old: Entry, grace: int) -> Entry:
         """Start a graceful deletion: the object stays, Terminating, until someone removes it."""
@@ -496,20 +488,23 @@ class Store:
         meta = obj["metadata"]
         meta["deletionTimestamp"] = now_rfc3339(time.time() + grace)
         meta["deletionGracePeriodSeconds"] = grace
-        self._next_rv(obj, rt)
-        entry = Entry(obj, orjson.dumps(obj))
-        self._table(rt)[(meta.get("namespace", ""), meta["name"])] = entry
-        self._emit(rt, MODIFIED, entry, old)
-        return entry
+        return self._write(rt, MODIFIED, obj, old, (meta.get("namespace", ""), meta["name"]))
 
     def delete(self, rt: ResourceType, old: Entry) -> Entry:
         """Remove an object; its DELETED event carries the last state with a new resourceVersion."""
         obj = old.copy()
         meta = obj["metadata"]
         del self._table(rt)[(meta.get("namespace", ""), meta["name"])]
+        return self._write(rt, DELETED, obj, old, None)
+
+    def _write(self, rt: ResourceType, kind: str, obj: dict[str, Any], old: Entry | None,
+               key: tuple[str, str] | None) -> Entry:
+        """Stamp a new resourceVersion, store the object under `key` (None: it is gone) and tell watchers."""
         self._next_rv(obj, rt)
         entry = Entry(obj, orjson.dumps(obj))
-        self._emit(rt, DELETED, entry, old)
+        if key is not None:
+            self._table(rt)[key] = entry
+        self._emit(rt, kind, entry, old)
         return entry
 
     def _emit(self, rt: ResourceType, kind: str, entry: Entry, old: Entry | None) -> None:

@@ -16,8 +16,8 @@ from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilte
 FILTERS: dict[str, Callable[[], FilterPlugin]] = {
     "NodeUnschedulable": NodeUnschedulable,
     "NodeName": NodeName,
-    "NodeReady": NodeReady,
     "TaintToleration": TaintTolerationFilter,
+    "NodeReady": NodeReady,
     "NodeAffinity": NodeAffinityFilter,
     "NodeResourcesFit": NodeResourcesFit,
 }
