@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.config import Config, default_config, parse_config
+from ai_scheduler.config import Config, parse_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer
@@ -104,5 +104,3 @@ async def start_scheduler(sim: SimApiServer) -> AsyncIterator[StartScheduler]:
         if not handle.task.done():
             await handle.stop()
 
-
-__all__ = ["RunningScheduler", "StartScheduler", "default_config", "wait_for"]

@@ -373,3 +373,23 @@ async def test_restart_keeps_bound_pods_counted(
     )
     assert_not_overcommitted(sim)
     assert second.scheduler.cache.check_consistency() == []
+
+
+async def test_malformed_pod_is_reported_on_the_object_and_others_go_on(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler()
+    bad = make_pod("bad-quantity")
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    await create_all(api, [make_node("n1", cpu="4", memory="8Gi")], [bad, make_pod("good")])
+    await wait_for(
+        lambda: sim.store.get("pods", "default", "good")["spec"].get("nodeName"), what="the good pod placed"
+    )
+    await wait_for(
+        lambda: pod_condition(sim, "bad-quantity").get("reason") == "Unschedulable", what="reported"
+    )
+    message = pod_condition(sim, "bad-quantity")["message"]
+    assert "invalid resource quantity" in message and "'lots'" in message
+    assert events_for(sim, "bad-quantity", "FailedScheduling")
+    decision = next(d for d in running.log_lines("decision") if d["pod"] == "default/bad-quantity")
+    assert decision["result"] == "unschedulable" and "'lots'" in decision["message"]
