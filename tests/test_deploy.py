@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,33 @@ def _find(kind: str, name: str) -> dict[str, Any]:
     return matches[0]
 
 
+def _closed(schema: Any) -> Any:
+    """The schema with every object that lists its properties closed to others.
+
+    The API server prunes unknown fields of a structural schema without a word; closing the objects
+    makes such a field (a typo, `minMembers`) fail here instead. Objects that keep unknown fields
+    (`x-kubernetes-preserve-unknown-fields`) or map values (`additionalProperties`) stay as they are.
+    """
+    if isinstance(schema, list):
+        return [_closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    closed = {key: (value if key == "properties" else _closed(value)) for key, value in schema.items()}
+    if "properties" in schema:
+        closed["properties"] = {name: _closed(sub) for name, sub in schema["properties"].items()}
+        if "additionalProperties" not in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            closed["additionalProperties"] = False
+    return closed
+
+
 def _custom_resource_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> openAPIV3Schema, from the CRDs shipped under deploy/."""
+    """(apiVersion, kind) -> openAPIV3Schema, closed (see `_closed`), from the CRDs shipped under deploy/."""
     schemas = {}
     for _, doc in DOCUMENTS:
         if doc["kind"] == "CustomResourceDefinition":
             spec = doc["spec"]
             for version in spec["versions"]:
-                schemas[(f"{spec['group']}/{version['name']}", spec["names"]["kind"])] = (
+                schemas[(f"{spec['group']}/{version['name']}", spec["names"]["kind"])] = _closed(
                     version["schema"]["openAPIV3Schema"])
     return schemas
 
@@ -52,7 +72,8 @@ def test_deploy_holds_the_expected_objects() -> None:
     kinds = {(doc["kind"], doc["metadata"]["name"]) for _, doc in DOCUMENTS}
     assert {("ServiceAccount", "ai-scheduler"), ("ClusterRole", "ai-scheduler"),
             ("ClusterRoleBinding", "ai-scheduler"), ("ConfigMap", "ai-scheduler-config"),
-            ("Deployment", "ai-scheduler"), ("Pod", "cuda-smoke-test")} <= kinds
+            ("Deployment", "ai-scheduler"), ("Pod", "cuda-smoke-test"),
+            ("CustomResourceDefinition", "podgroups.scheduling.x-k8s.io"), ("PodGroup", "train-job")} <= kinds
 
 
 @pytest.mark.parametrize(("where", "doc"), DOCUMENTS, ids=[where for where, _ in DOCUMENTS])
@@ -63,6 +84,73 @@ def test_manifest_is_valid(where: str, doc: dict[str, Any]) -> None:
         jsonschema.Draft202012Validator(custom).validate(doc)
         return
     kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda spec: spec.update(minMembers=4), id="typo in a field name"),
+    pytest.param(lambda spec: spec.update(minMember=0), id="minMember below 1"),
+    pytest.param(lambda spec: spec.update(scheduleTimeoutSeconds="120"), id="timeout as a string"),
+    pytest.param(lambda spec: spec["minResources"].update({"nvidia.com/gpu": "32 GPUs"}), id="no quantity"),
+])
+def test_a_faulty_podgroup_fails_validation(change: Callable[[dict[str, Any]], None]) -> None:
+    """The CRD's schema, as this file checks it, catches what the API server would reject or drop."""
+    podgroup = copy.deepcopy(_find("PodGroup", "train-job"))
+    change(podgroup["spec"])
+    schema = _custom_resource_schemas()[("scheduling.x-k8s.io/v1alpha1", "PodGroup")]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(schema).validate(podgroup)
+
+
+def test_podgroup_crd_is_the_scheduler_plugins_one_and_the_scheduler_may_use_it() -> None:
+    crd = _find("CustomResourceDefinition", "podgroups.scheduling.x-k8s.io")
+    spec = crd["spec"]
+    assert spec["group"] == "scheduling.x-k8s.io" and spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "PodGroup" and spec["names"]["plural"] == "podgroups"
+    assert set(spec["names"]["shortNames"]) == {"pg", "pgs"}
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}  # the scheduler writes status through it
+    # *.k8s.io and *.x-k8s.io groups are refused by the API server without this annotation.
+    assert crd["metadata"]["annotations"]["api-approved.kubernetes.io"].startswith("https://")
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    assert set(schema["spec"]["properties"]) == {"minMember", "minResources", "scheduleTimeoutSeconds"}
+    assert set(schema["status"]["properties"]) == {"phase", "occupiedBy", "running", "succeeded", "failed",
+                                                   "scheduleStartTime"}
+
+    def granted(resource: str) -> set[str]:
+        return {verb for rule in _find("ClusterRole", "ai-scheduler")["rules"]
+                if spec["group"] in rule["apiGroups"] and resource in rule["resources"]
+                for verb in rule["verbs"]}
+
+    assert {"get", "list", "watch"} <= granted("podgroups")
+    assert {"get", "patch", "update"} <= granted("podgroups/status")
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    return sum(int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+               for container in pod["spec"]["containers"])
+
+
+def test_example_podgroup_gang_is_complete() -> None:
+    podgroup = _find("PodGroup", "train-job")
+    namespace = podgroup["metadata"]["namespace"]
+    members = [doc for _, doc in DOCUMENTS if doc["kind"] == "Pod"
+               and doc["metadata"].get("labels", {}).get("scheduling.x-k8s.io/pod-group") == "train-job"]
+    assert len(members) == podgroup["spec"]["minMember"] == 4
+    assert all(pod["metadata"]["namespace"] == namespace for pod in members)  # a PodGroup is namespaced
+    assert all(pod["spec"]["schedulerName"] == default_config().scheduler_name for pod in members)
+    assert sum(_gpus(pod) for pod in members) == int(podgroup["spec"]["minResources"]["nvidia.com/gpu"]) == 32
+
+
+def test_example_label_gang_is_complete() -> None:
+    name = "pod-group.scheduling.sigs.k8s.io/name"
+    min_available = "pod-group.scheduling.sigs.k8s.io/min-available"
+    members = [doc for _, doc in DOCUMENTS
+               if doc["kind"] == "Pod" and doc["metadata"].get("labels", {}).get(name) == "mpi-job"]
+    assert len(members) == 3
+    assert {pod["metadata"]["labels"][min_available] for pod in members} == {"3"}
+    assert len({pod["metadata"]["namespace"] for pod in members}) == 1
+    assert all(pod["spec"]["schedulerName"] == default_config().scheduler_name for pod in members)
 
 
 def test_configmap_holds_the_default_config() -> None:
@@ -131,6 +219,13 @@ def test_example_pod_asks_for_a_gpu_from_ai_scheduler() -> None:
 
 
 def test_examples_are_not_applied_with_the_scheduler() -> None:
-    """`kubectl apply -f deploy/` does not recurse: everything in deploy/ itself is part of the install."""
+    """`kubectl apply -f deploy/` does not recurse: everything in deploy/ itself is part of the install.
+
+    The CRDs live in deploy/crds/, applied first on their own (`kubectl apply -f deploy/crds/`): a
+    custom resource sent in the same apply as its CRD is refused until the CRD is established.
+    """
     top_level = {doc["kind"] for where, doc in DOCUMENTS if "/" not in where.split("#")[0]}
-    assert "Pod" not in top_level
+    assert not {"Pod", "PodGroup", "CustomResourceDefinition"} & top_level
+    for where, doc in DOCUMENTS:
+        if doc["kind"] == "CustomResourceDefinition":
+            assert where.startswith("crds/"), f"{where}: CRDs belong in deploy/crds/"

@@ -337,3 +337,24 @@ async def test_close_wakes_waiters() -> None:
         await q.pop()
     q.add(make_pod("b"))
     assert q.pop_nowait() is None
+
+
+def test_take_pulls_a_sibling_from_any_state_into_flight() -> None:
+    clock = FakeClock()
+    q = SchedulingQueue(clock=clock, initial_backoff=1.0, max_backoff=10.0)
+    a, b, c = make_pod("a"), make_pod("b"), make_pod("c")
+    for pod in (a, b, c):
+        q.add(pod)
+    first = q.pop_nowait()
+    assert first is not None
+    q.requeue(first, unschedulable=True)          # a: unschedulable
+    second = q.pop_nowait()
+    assert second is not None
+    q.requeue(second, unschedulable=False)        # b: backoff
+    taken = [q.take(uid) for uid in ("uid-a", "uid-b", "uid-c")]
+    assert all(t is not None for t in taken)
+    assert q.counts() == {"active": 0, "backoff": 0, "unschedulable": 0, "in_flight": 3}
+    assert [t.attempts for t in taken if t] == [2, 2, 1]
+    assert q.take("uid-a") is None and q.take("missing") is None
+    q.done("uid-a")
+    assert len(q) == 2

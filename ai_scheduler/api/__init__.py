@@ -1,5 +1,5 @@
 """Talks to Kubernetes; nothing else in the package does."""
 
-from ai_scheduler.api.kube import ApiResult, KubeClient, WatchBroken, WatchExpired
+from ai_scheduler.api.kube import ApiResult, KubeClient, ResourceMissing, WatchBroken, WatchExpired
 
-__all__ = ["ApiResult", "KubeClient", "WatchBroken", "WatchExpired"]
+__all__ = ["ApiResult", "KubeClient", "ResourceMissing", "WatchBroken", "WatchExpired"]

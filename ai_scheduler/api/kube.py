@@ -8,6 +8,7 @@ returns an `ApiResult` with the status code; transport errors become status 0.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -41,6 +42,13 @@ class WatchExpired(Exception):
 
 class WatchBroken(Exception):
     """The stream failed (connection, unexpected status, unparsable line); the caller must list again."""
+
+
+class ResourceMissing(WatchBroken):
+    """404 on a list: the resource type is not served (e.g. the PodGroup CRD is not installed)."""
+
+
+PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 
 
 def _env_proxy(host: str) -> str | None:
@@ -115,6 +123,8 @@ class KubeClient:
             return self.core.list_node
         if resource == "pods":
             return self.core.list_pod_for_all_namespaces
+        if resource == "podgroups":
+            return functools.partial(self.custom.list_cluster_custom_object, *PODGROUPS)
         raise ValueError(f"unknown resource {resource!r}")
 
     async def list(self, resource: str, **params: Any) -> tuple[list[dict[str, Any]], str]:
@@ -122,6 +132,8 @@ class KubeClient:
         result = await self._call(self._lister(resource)(_preload_content=False, **params))
         if result.status == 410:
             raise WatchExpired(result.message)
+        if result.status == 404:
+            raise ResourceMissing(f"list {resource}: {result.message}")
         if not result.ok:
             raise WatchBroken(f"list {resource}: {result.message}")
         return result.body.get("items") or [], str(
@@ -224,6 +236,17 @@ class KubeClient:
 
     async def get_pod(self, namespace: str, name: str) -> ApiResult:
         return await self._call(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+
+    async def patch_podgroup_status(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
+        """Merge patch: PodGroup is a custom resource, which takes no strategic merge patch."""
+        return await self._call(self.custom.patch_namespaced_custom_object_status(
+            *PODGROUPS[:2], namespace, PODGROUPS[2], name, patch, _preload_content=False,
+            _content_type=MERGE_PATCH))
+
+    async def create_podgroup(self, podgroup: dict[str, Any]) -> ApiResult:
+        namespace = (podgroup.get("metadata") or {}).get("namespace") or "default"
+        return await self._call(self.custom.create_namespaced_custom_object(
+            *PODGROUPS[:2], namespace, PODGROUPS[2], podgroup, _preload_content=False))
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
         return await self._call(

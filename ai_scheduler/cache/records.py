@@ -174,8 +174,8 @@ class PodRecord:
 
     __slots__ = (
         "affinity", "annotations", "creation", "deleting", "gated", "labels", "name", "namespace",
-        "node_name", "node_selector", "nonzero_requests", "phase", "priority", "requests", "resource_version",
-        "scheduled_condition", "scheduler_name", "spec_error", "tolerations", "uid",
+        "node_name", "node_selector", "nonzero_requests", "owners", "phase", "priority", "requests",
+        "resource_version", "scheduled_condition", "scheduler_name", "spec_error", "tolerations", "uid",
     )
 
     def __init__(self) -> None:
@@ -193,6 +193,7 @@ class PodRecord:
         self.labels: dict[str, str] = {}
         self.annotations: dict[str, str] = {}
         self.node_selector: dict[str, str] = {}
+        self.owners: tuple[str, ...] = ()
         self.affinity: dict[str, Any] = {}
         self.tolerations: tuple[Toleration, ...] = ()
         self.requests: dict[str, int] = {}
@@ -229,6 +230,7 @@ class PodRecord:
         rec.deleting = bool(meta.get("deletionTimestamp"))
         rec.labels = meta.get("labels") or {}
         rec.annotations = meta.get("annotations") or {}
+        rec.owners = tuple(ref.get("name", "") for ref in meta.get("ownerReferences") or ())
         rec.scheduler_name = spec.get("schedulerName") or "default-scheduler"
         rec.node_name = spec.get("nodeName") or ""
         try:

@@ -126,6 +126,8 @@ class SchedulingSettings:
     unschedulable_flush_seconds: float = 300.0
     event_repeat_seconds: float = 300.0
     percentage_of_nodes_to_score: int = 100
+    gang_schedule_timeout_seconds: float = 60.0
+    gang_topology_labels: tuple[str, ...] = ("topology.kubernetes.io/zone",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +303,8 @@ _SCHEDULING_KEYS = (
     "unschedulableFlushSeconds",
     "eventRepeatSeconds",
     "percentageOfNodesToScore",
+    "gangScheduleTimeoutSeconds",
+    "gangTopologyLabels",
 )
 _TOP_LEVEL_KEYS = (
     "schedulerName",
@@ -422,6 +426,9 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
                                  lambda v, p: _number(v, p, minimum=0, inclusive=True)),
         percentage_of_nodes_to_score=get("percentageOfNodesToScore", d.percentage_of_nodes_to_score,
                                          lambda v, p: _integer(v, p, 1, 100)),
+        gang_schedule_timeout_seconds=get("gangScheduleTimeoutSeconds", d.gang_schedule_timeout_seconds,
+                                          positive),
+        gang_topology_labels=get("gangTopologyLabels", d.gang_topology_labels, _label_keys),
     )
     if settings.max_backoff_seconds < settings.initial_backoff_seconds:
         # Blame the key the operator wrote; when both are written, the maximum is the one to raise.
@@ -432,6 +439,22 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
             _fail(maximum_key, f"must be >= {initial_key} ({initial}), got {maximum}")
         _fail(initial_key, f"must be <= {maximum_key} ({maximum}, the default), got {initial}")
     return settings
+
+
+def _label_keys(value: object, path: str) -> tuple[str, ...]:
+    """A list of node label keys, narrowest placement domain first (e.g. rack, then zone)."""
+    keys = []
+    for i, item in enumerate(_list(value, path)):
+        key = _string(item, f"{path}[{i}]")
+        if not _LABEL_KEY.match(key):
+            _fail(f"{path}[{i}]", f"must be a label key such as topology.kubernetes.io/zone, got {_show(item)}")
+        if key in keys:
+            _fail(f"{path}[{i}]", f"duplicate label key {key!r}")
+        keys.append(key)
+    return tuple(keys)
+
+
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 def _parse_gpu(value: object, path: str) -> GpuSettings:

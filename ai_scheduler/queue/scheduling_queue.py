@@ -217,6 +217,20 @@ class SchedulingQueue:
         qp.popped_move_cycle = self._move_cycle
         return qp
 
+    def take(self, uid: str) -> QueuedPod | None:
+        """Pull a waiting pod out of any queue into flight, as pop() would (gangs are tried as one unit:
+        popping one member takes its siblings along). None if the pod is unknown or already in flight."""
+        qp = self._entries.get(uid)
+        if qp is None or self._state[uid] == IN_FLIGHT:
+            return None
+        self._leave(qp)
+        self._state[uid] = IN_FLIGHT
+        self._count(uid, IN_FLIGHT, +1)
+        self._in_flight += 1
+        qp.attempts += 1
+        qp.popped_move_cycle = self._move_cycle
+        return qp
+
     def done(self, uid: str) -> None:
         """The attempt succeeded (pod assumed): the queue's part is over."""
         if self._state.get(uid) == IN_FLIGHT:

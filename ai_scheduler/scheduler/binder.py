@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger
@@ -44,34 +44,42 @@ class Binder:
         self._clock = clock
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._room = asyncio.Event()
+        self._room.set()
+        # Gang bookkeeping listens here (who was bound, whose binding failed).
+        self.on_success: Callable[[PodRecord, str], None] | None = None
+        self.on_failure: Callable[[PodRecord, ApiResult], None] | None = None
 
     @property
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    async def reserve_slot(self) -> None:
-        """Wait for room before the next cycle, so that assumptions never run far ahead of bindings."""
-        await self._slots.acquire()
-
-    def release_slot(self) -> None:
-        self._slots.release()
+    async def wait_for_room(self) -> None:
+        """Hold the scheduling loop while `concurrency` bindings are outstanding, so that
+        assumptions never run far ahead of what the API server has accepted."""
+        while len(self._tasks) >= self.concurrency:
+            self._room.clear()
+            await self._room.wait()
 
     def submit(self, qp: QueuedPod, pod: PodRecord, node: str) -> None:
-        """Bind in the background; takes over the slot reserved for this cycle."""
+        """Bind in the background; at most `concurrency` requests are on the wire at once."""
         task = asyncio.create_task(self._bind(qp, pod, node))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if len(self._tasks) < self.concurrency:
+            self._room.set()
 
     async def drain(self, timeout: float) -> None:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 
     async def _bind(self, qp: QueuedPod, pod: PodRecord, node: str) -> None:
-        started = self._clock()
-        try:
+        async with self._slots:
+            started = self._clock()
             result = await self.client.bind(pod.namespace, pod.name, pod.uid, node)
-        finally:
-            self._slots.release()
         now = self._clock()
         self.metrics.bind_duration.observe(now - started)
         if result.ok:
@@ -79,6 +87,8 @@ class Binder:
             self.queue.done(pod.uid)
             self.metrics.e2e_latency.observe(now - qp.initial_attempt)
             self.feedback.scheduled(pod, node)
+            if self.on_success is not None:
+                self.on_success(pod, node)
             if self.log.enabled("debug"):
                 self.log.debug("bind.ok", pod=pod.key, node=node, bind_ms=round((now - started) * 1000, 3))
             return
@@ -99,3 +109,5 @@ class Binder:
             # 409 usually means someone else bound it: the watch will show that and drop it from the queue.
             self.queue.requeue(qp, unschedulable=False, reason=f"binding failed: {result.message}")
         self.queue.move_all("BindingFailed")  # the forgotten reservation frees room for others
+        if self.on_failure is not None:
+            self.on_failure(pod, result)

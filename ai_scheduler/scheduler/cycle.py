@@ -67,20 +67,23 @@ class Framework:
         self.rng = rng or random.Random()
         self._next_start = 0
 
-    def schedule(self, pod: PodRecord) -> Decision:
+    def schedule(self, pod: PodRecord, node_mask: np.ndarray | None = None) -> Decision:
+        """Place one pod; `node_mask` (bool per row) limits it to some nodes, e.g. one topology domain."""
         started = time.perf_counter()
-        decision = self._schedule(pod)
+        decision = self._schedule(pod, node_mask)
         decision.duration = time.perf_counter() - started
         return decision
 
-    def feasible_rows(self, pod: PodRecord) -> tuple[np.ndarray, dict[str, int]]:
+    def feasible_rows(
+        self, pod: PodRecord, node_mask: np.ndarray | None = None
+    ) -> tuple[np.ndarray, dict[str, int]]:
         """Rows of nodes that pass every filter, and the per-reason counts of those that do not.
 
         As in kube-scheduler, a node is charged to the first filter it fails;
         a filter may charge one node several reasons (Insufficient cpu and memory).
         """
         cache = self.cache
-        alive = cache.valid.copy()
+        alive = cache.valid.copy() if node_mask is None else cache.valid & node_mask
         reasons: dict[str, int] = {}
         for plugin in self.filters:
             failed_any = None
@@ -97,12 +100,12 @@ class Framework:
                     break
         return np.flatnonzero(alive), reasons
 
-    def _schedule(self, pod: PodRecord) -> Decision:
+    def _schedule(self, pod: PodRecord, node_mask: np.ndarray | None) -> Decision:
         cache = self.cache
-        total = cache.node_count
+        total = cache.node_count if node_mask is None else int(np.count_nonzero(cache.valid & node_mask))
         if pod.spec_error:
             return Decision(None, total, error=pod.spec_error)
-        rows, reasons = self.feasible_rows(pod)
+        rows, reasons = self.feasible_rows(pod, node_mask)
         if rows.size == 0:
             return Decision(None, total, reasons=reasons)
         rows = self._sample(rows, total)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import Config, ConfigError, ConfigWatcher
 from ai_scheduler.log import JsonLogger
@@ -23,6 +24,8 @@ from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.cycle import Decision, Framework
 from ai_scheduler.scheduler.feedback import Feedback
+from ai_scheduler.scheduler.gang import GangScheduler
+from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics
@@ -81,6 +84,8 @@ class Scheduler:
             queue_name_of=queue_name_of,
         )
         self.frameworks = build_frameworks(config, self.cache, self.rng)
+        self.gangs = GangRegistry()
+        self.gang_scheduler: GangScheduler | None = None
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self.http: HealthServer | None = None
@@ -110,6 +115,11 @@ class Scheduler:
             self.log,
             concurrency=settings.bind_concurrency,
         )
+        self.gang_scheduler = GangScheduler(
+            self.gangs, self.cache, self.queue, self.binder, self.feedback, self.log, settings, self._log_decision
+        )
+        self.binder.on_success = lambda pod, _node: self.gang_scheduler.bound(pod)
+        self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)
         self.metrics.watch_state(self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight)
         if self.serve_http:
             self.http = HealthServer(live=self._live, ready=self.ready.is_set, metrics=self.metrics.render)
@@ -132,6 +142,16 @@ class Scheduler:
                 self.log,
                 on_relist=self._on_relist,
             ),
+            # Optional: without the PodGroup CRD, label-declared gangs still work.
+            "podgroups": Informer(
+                self.client,
+                "podgroups",
+                self._on_podgroup_event,
+                self._replace_podgroups,
+                self.log,
+                on_relist=self._on_relist,
+                optional=True,
+            ),
         }
         self._tasks = [
             asyncio.create_task(inf.run(), name=f"informer-{name}") for name, inf in self.informers.items()
@@ -153,6 +173,8 @@ class Scheduler:
                 self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue))
                 self._loop_task = asyncio.create_task(self._scheduling_loop(), name="scheduling-loop")
                 self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+            writer = GangStatusWriter(self.client, self.gangs, self.log, self.metrics)
+            self._tasks.append(asyncio.create_task(writer.run(), name="gang-status"))
             await stop
             synced.cancel()
         finally:
@@ -212,8 +234,10 @@ class Scheduler:
             change = self.cache.remove_pod(pod.uid)
             self.queue.delete(pod.uid)
             self.feedback.forget(pod.uid)
+            self.gangs.forget_pod(pod.uid)
         else:
             change = self.cache.set_pod(pod)
+            self.gangs.observe_pod(pod)
             self._sync_queue(pod)
         if change.freed:
             self.queue.move_all("AssignedPodDelete")
@@ -222,9 +246,11 @@ class Scheduler:
         changed, removed = self.cache.replace_pods(PodRecord.from_api(obj) for obj in items)
         for pod in removed:
             self.queue.delete(pod.uid)
+            self.gangs.forget_pod(pod.uid)
             if self.feedback is not None:
                 self.feedback.forget(pod.uid)
         for pod in changed:
+            self.gangs.observe_pod(pod)
             self._sync_queue(pod)
         if self.ready.is_set():
             self.queue.move_all("PodRelist")
@@ -240,6 +266,17 @@ class Scheduler:
             if self.feedback is not None and not pod.pending:
                 self.feedback.forget(pod.uid)
 
+    def _on_podgroup_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self.gangs.remove_podgroup(obj)
+        else:
+            self.gangs.set_podgroup(obj)
+        self.queue.move_all("PodGroupChange")
+
+    def _replace_podgroups(self, items: list[dict[str, Any]]) -> None:
+        self.gangs.replace_podgroups(items)
+        self.queue.move_all("PodGroupRelist")
+
     def _on_relist(self, resource: str, reason: str) -> None:
         self.metrics.relists.labels(resource, reason).inc()
 
@@ -247,26 +284,21 @@ class Scheduler:
     async def _scheduling_loop(self) -> None:
         assert self.binder is not None
         while True:
-            await self.binder.reserve_slot()
+            await self.binder.wait_for_room()
             try:
                 qp = await self.queue.pop()
             except QueueClosed:
-                self.binder.release_slot()
                 return
-            bound = False
             try:
-                bound = self._schedule_one(qp)
+                self._schedule_one(qp)
             except Exception as exc:  # a bug for one pod must not stop scheduling for all
                 self.log.error("schedule.error", pod=qp.pod.key, error=f"{type(exc).__name__}: {exc}")
                 self.metrics.attempts.labels("error", qp.pod.scheduler_name).inc()
                 self.queue.requeue(qp, unschedulable=False, reason=str(exc))
-            finally:
-                if not bound:
-                    self.binder.release_slot()
             await asyncio.sleep(0)
 
-    def _schedule_one(self, qp: QueuedPod) -> bool:
-        """One cycle; True when a binding was handed to the binder."""
+    def _schedule_one(self, qp: QueuedPod) -> None:
+        """One cycle: a lone pod, or the whole gang the popped pod belongs to."""
         state = self.cache.pod_state(qp.pod.uid)
         pod = state.record if state is not None else qp.pod
         framework = self.frameworks.get(pod.scheduler_name)
@@ -277,23 +309,29 @@ class Scheduler:
             or (state is not None and (state.assumed or state.node))
         ):
             self.queue.delete(pod.uid)
-            return False
+            return
+        gang = self.gangs.gang_of(pod)
+        if gang is not None:
+            assert self.gang_scheduler is not None
+            self.gang_scheduler.schedule(qp, gang, framework)
+            return
         decision = framework.schedule(pod)
         if decision.node is not None:
             self.cache.assume(pod, decision.node)
             self.binder.submit(qp, pod, decision.node)
-            result = "scheduled"
+            self._log_decision(qp, pod, decision, "scheduled", {})
         else:
             message = decision.message
             self.queue.requeue(qp, unschedulable=True, reason=message)
             self.feedback.unschedulable(pod, message)
-            result = "unschedulable"
-        self.metrics.attempts.labels(result, framework.scheduler_name).inc()
-        self.metrics.attempt_duration.labels(result).observe(decision.duration)
-        self._log_decision(qp, pod, decision, result)
-        return decision.node is not None
+            self._log_decision(qp, pod, decision, "unschedulable", {})
 
-    def _log_decision(self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str) -> None:
+    def _log_decision(
+        self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str, extra: dict[str, Any]
+    ) -> None:
+        """Metrics and the decision log line: everything needed to understand and replay the attempt."""
+        self.metrics.attempts.labels(result, pod.scheduler_name).inc()
+        self.metrics.attempt_duration.labels(result).observe(decision.duration)
         fields: dict[str, Any] = {
             "pod": pod.key,
             "uid": pod.uid,
@@ -314,11 +352,14 @@ class Scheduler:
         }
         if decision.node is None:
             fields["message"] = decision.message
+        fields.update(extra)
         self.log.info("decision", **fields)
 
     async def _housekeeping(self) -> None:
         while True:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
+            if self.gang_scheduler is not None:
+                self.gang_scheduler.check_timeouts()
             for pod in self.cache.expire_assumed():
                 self.log.warning(
                     "assume.expired",

@@ -1,11 +1,11 @@
-"""What users see: the PodScheduled condition and the Scheduled / FailedScheduling events.
+"""What users see: the PodScheduled condition and events (Scheduled, FailedScheduling, gang events).
 
 API calls are the scarce resource at thousands of pods per second, so a placed
 pod costs one event, and an unschedulable pod costs calls only when what we
 would tell it changes: the condition is patched when its message differs from
-the last one written, and FailedScheduling is sent once per pod, then
-aggregated (count, latest message and lastTimestamp patched on that event) at
-most once per repeat window, however often the pod is retried.
+the last one written, and an event with the same reason about the same object
+is sent once, then aggregated (count, latest message and lastTimestamp patched
+on that event) at most once per repeat window, however often the pod is retried.
 Everything goes through a bounded queue drained by a few workers, so a slow
 API server delays events instead of the scheduling loop.
 """
@@ -28,11 +28,16 @@ MAX_PENDING_CALLS = 20_000
 
 
 @dataclass(slots=True)
-class _Reported:
-    condition: str = ""  # the message of the PodScheduled condition we last wrote (or found)
-    event_name: str = ""
-    count: int = 0
-    last_sent: float = 0.0
+class _Series:
+    """One event about one object, and how often it has happened since it was written."""
+
+    name: str
+    count: int
+    last_sent: float
+
+
+def pod_reference(pod: PodRecord) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
 
 
 class Feedback:
@@ -53,8 +58,9 @@ class Feedback:
         self.component = component
         self.repeat_window = repeat_window
         self._clock = clock
-        self._reported: dict[str, _Reported] = {}
-        self._calls: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(MAX_PENDING_CALLS)
+        self._series: dict[str, dict[str, _Series]] = {}  # involved uid -> reason -> series
+        self._conditions: dict[str, str] = {}             # pod uid -> message of the condition we wrote
+        self._calls: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue(MAX_PENDING_CALLS)
         self._workers = [asyncio.create_task(self._work()) for _ in range(workers)]
 
     async def close(self, drain_seconds: float = 2.0) -> None:
@@ -67,114 +73,91 @@ class Feedback:
     def idle(self) -> bool:
         return self._calls.empty()
 
-    def _submit(self, kind: str, payload: Any) -> None:
+    def _submit(self, *call: Any) -> None:
         try:
-            self._calls.put_nowait((kind, payload))
+            self._calls.put_nowait(call)
         except asyncio.QueueFull:
             self.metrics.events_dropped.inc()
 
     # ------------------------------------------------------------------ what the scheduler reports
     def scheduled(self, pod: PodRecord, node: str) -> None:
-        self._reported.pop(pod.uid, None)
-        self._submit(
-            "event", (pod, "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}", 1, "")
-        )
+        self.forget(pod.uid)
+        self.event(pod_reference(pod), "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}")
 
     def unschedulable(self, pod: PodRecord, message: str) -> None:
-        """Condition when its text changes; one FailedScheduling event, then aggregation per window."""
-        state = self._reported.get(pod.uid)
-        if state is None:
-            known = pod.scheduled_condition
-            state = self._reported[pod.uid] = _Reported(
-                condition=known[2] if known and known[:2] == ("False", "Unschedulable") else ""
-            )
-        if state.condition != message:
-            state.condition = message
-            self._submit("condition", (pod, message))
+        """The PodScheduled=False condition when its text changes, and an aggregated FailedScheduling."""
+        written = self._conditions.get(pod.uid)
+        if written is None and pod.scheduled_condition and pod.scheduled_condition[:2] == ("False", "Unschedulable"):
+            written = pod.scheduled_condition[2]  # already on the pod, e.g. written before a restart
+        if written != message:
+            self._conditions[pod.uid] = message
+            self._submit("condition", pod, message)
+        self.event(pod_reference(pod), "Warning", "FailedScheduling", message)
+
+    def event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
+        """An event about any object, sent once and then aggregated per repeat window."""
         now = self._clock()
-        state.count += 1
-        if not state.event_name:
-            state.event_name = f"{pod.name}.{uuid.uuid4().hex[:16]}"
-            state.last_sent = now
-            self._submit("event", (pod, "Warning", "FailedScheduling", message, 1, state.event_name))
-        elif now - state.last_sent >= self.repeat_window:
-            state.last_sent = now
-            self._submit("event-repeat", (pod, state.event_name, state.count, message))
+        by_reason = self._series.setdefault(involved.get("uid") or involved["name"], {})
+        series = by_reason.get(reason)
+        if series is None:
+            name = f"{involved['name']}.{uuid.uuid4().hex[:16]}"
+            by_reason[reason] = _Series(name, 1, now)
+            self._submit("create", involved, kind, reason, message, name)
+            return
+        series.count += 1
+        if now - series.last_sent >= self.repeat_window:
+            series.last_sent = now
+            self._submit("repeat", involved.get("namespace") or "default", series.name, series.count, message)
 
     def forget(self, uid: str) -> None:
-        self._reported.pop(uid, None)
+        self._series.pop(uid, None)
+        self._conditions.pop(uid, None)
 
     # ------------------------------------------------------------------ API calls
     async def _work(self) -> None:
         while True:
-            kind, payload = await self._calls.get()
+            call = await self._calls.get()
             try:
-                if kind == "condition":
-                    await self._write_condition(*payload)
-                elif kind == "event":
-                    await self._create_event(*payload)
+                if call[0] == "condition":
+                    await self._write_condition(*call[1:])
+                elif call[0] == "create":
+                    await self._create_event(*call[1:])
                 else:
-                    await self._repeat_event(*payload)
+                    await self._repeat_event(*call[1:])
             except Exception as exc:  # keep the worker alive whatever one call does
-                self.log.error("feedback.failed", call=kind, error=f"{type(exc).__name__}: {exc}")
+                self.log.error("feedback.failed", call=call[0], error=f"{type(exc).__name__}: {exc}")
             finally:
                 self._calls.task_done()
 
     async def _write_condition(self, pod: PodRecord, message: str) -> None:
-        patch = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": message,
-                        "lastProbeTime": None,
-                        "lastTransitionTime": rfc3339(millis=False),
-                    }
-                ]
-            }
-        }
+        patch = {"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+            "lastProbeTime": None, "lastTransitionTime": rfc3339(millis=False)}]}}
         result = await self.client.patch_pod_status(pod.namespace, pod.name, patch)
         if not result.ok and result.status != 404:
             self.metrics.api_errors.labels("pod_status", str(result.status)).inc()
-            self.log.warning(
-                "feedback.condition_failed", pod=pod.key, code=result.status, error=result.message
-            )
+            self.log.warning("feedback.condition_failed", pod=pod.key, code=result.status, error=result.message)
 
-    async def _create_event(
-        self, pod: PodRecord, kind: str, reason: str, message: str, count: int, name: str
-    ) -> None:
+    async def _create_event(self, involved: dict[str, Any], kind: str, reason: str, message: str,
+                            name: str) -> None:
         now = rfc3339(millis=False)
+        namespace = involved.get("namespace") or "default"
         event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": name or f"{pod.name}.{uuid.uuid4().hex[:16]}", "namespace": pod.namespace},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-            },
-            "reason": reason,
-            "message": message,
-            "type": kind,
-            "count": count,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason, "message": message, "type": kind, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now,
+            "source": {"component": self.component}, "reportingComponent": self.component,
         }
-        result = await self.client.create_event(pod.namespace, event)
+        result = await self.client.create_event(namespace, event)
         if not result.ok:
             self.metrics.api_errors.labels("event", str(result.status)).inc()
-            self.log.warning(
-                "feedback.event_failed", pod=pod.key, reason=reason, code=result.status, error=result.message
-            )
+            self.log.warning("feedback.event_failed", object=f"{namespace}/{involved['name']}", reason=reason,
+                             code=result.status, error=result.message)
 
-    async def _repeat_event(self, pod: PodRecord, name: str, count: int, message: str) -> None:
+    async def _repeat_event(self, namespace: str, name: str, count: int, message: str) -> None:
         patch = {"count": count, "message": message, "lastTimestamp": rfc3339(millis=False)}
-        result = await self.client.patch_event(pod.namespace, name, patch)
+        result = await self.client.patch_event(namespace, name, patch)
         if not result.ok:
             self.metrics.api_errors.labels("event", str(result.status)).inc()

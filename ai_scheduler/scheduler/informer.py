@@ -13,8 +13,10 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from ai_scheduler.api.kube import KubeClient, WatchBroken, WatchExpired
+from ai_scheduler.api.kube import KubeClient, ResourceMissing, WatchBroken, WatchExpired
 from ai_scheduler.log import JsonLogger
+
+ABSENT_RECHECK_SECONDS = 30.0
 
 Handler = Callable[[str, dict[str, Any]], None]
 Replacer = Callable[[list[dict[str, Any]]], None]
@@ -31,12 +33,14 @@ class Informer:
         *,
         watch_timeout: tuple[int, int] = (300, 600),
         on_relist: Callable[[str, str], None] | None = None,
+        optional: bool = False,
     ) -> None:
         self.client = client
         self.resource = resource
         self.on_event = on_event
         self.on_replace = on_replace
         self.on_relist = on_relist
+        self.optional = optional  # a resource that may not be served (a CRD): absent means empty
         self.log = logger
         self.watch_timeout = watch_timeout
         self.synced = asyncio.Event()
@@ -52,6 +56,10 @@ class Informer:
                 failures = 0
                 await self._watch_until_broken()
             except (WatchExpired, WatchBroken) as exc:
+                if self.optional and isinstance(exc, ResourceMissing):
+                    await self._absent(str(exc))
+                    reason = "appeared"
+                    continue
                 reason = "expired" if isinstance(exc, WatchExpired) else "broken"
                 self.log.warning(
                     "informer.relist",
@@ -64,6 +72,19 @@ class Informer:
             # A failed list also lands here; back off so that a down API server is not hammered.
             if failures > 1:
                 await asyncio.sleep(min(5.0, 0.2 * 2 ** (failures - 2)) * random.uniform(0.8, 1.2))
+
+    async def _absent(self, error: str) -> None:
+        """An optional resource is not served: treat it as empty and look again later."""
+        if not self.synced.is_set():
+            self.log.warning(
+                "informer.resource_missing",
+                resource=self.resource,
+                error=error,
+                detail=f"treated as empty; checking again every {ABSENT_RECHECK_SECONDS:.0f} s",
+            )
+            self.on_replace([])
+            self.synced.set()
+        await asyncio.sleep(ABSENT_RECHECK_SECONDS)
 
     async def _list(self, reason: str) -> None:
         items, version = await self.client.list(self.resource)

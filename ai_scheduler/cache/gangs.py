@@ -1,0 +1,262 @@
+"""Gangs: which pods must start together, and what we know of each group.
+
+A pod joins a gang in one of four ways (CONTRACT.md), read in this order:
+1. label `scheduling.x-k8s.io/pod-group: NAME` -> the PodGroup custom resource NAME;
+2. label `pod-group.scheduling.sigs.k8s.io: NAME` (older scheduler-plugins) -> the PodGroup NAME;
+3. labels `pod-group.scheduling.sigs.k8s.io/name` + `.../min-available` -> a gang with no CRD;
+4. annotations `gang.scheduling.koordinator.sh/name` + `.../min-available` (Koordinator).
+A name without a min-available falls back to the PodGroup of that name.
+Gangs are namespaced: NAME is looked up in the pod's namespace.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.quantity import QuantityError, to_units
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+LEGACY_POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
+GROUP_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
+GROUP_MIN_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
+KOORDINATOR_NAME = "gang.scheduling.koordinator.sh/name"
+KOORDINATOR_MIN = "gang.scheduling.koordinator.sh/min-available"
+SAME_DOMAIN_ANNOTATION = "ai-scheduler.io/same-domain"
+
+PODGROUP_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+
+
+@dataclass(frozen=True, slots=True)
+class GangRef:
+    """What a pod says about its gang."""
+
+    namespace: str
+    name: str
+    min_member: int | None  # declared on the pod itself; None: the PodGroup object says
+    source: str
+    error: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def _min_available(text: str, key: str) -> tuple[int | None, str]:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        return None, f"{key} must be a positive integer, got {text!r}"
+    if value < 1:
+        return None, f"{key} must be a positive integer, got {text!r}"
+    return value, ""
+
+
+def gang_ref(pod: PodRecord) -> GangRef | None:
+    """The gang a pod declares, or None for a lone pod."""
+    labels, annotations, ns = pod.labels, pod.annotations, pod.namespace
+    if labels.get(POD_GROUP_LABEL):
+        return GangRef(ns, labels[POD_GROUP_LABEL], None, "PodGroup")
+    if labels.get(LEGACY_POD_GROUP_LABEL):
+        return GangRef(ns, labels[LEGACY_POD_GROUP_LABEL], None, "PodGroup")
+    for name_key, min_key, source, holder in (
+        (GROUP_NAME_LABEL, GROUP_MIN_LABEL, "labels", labels),
+        (KOORDINATOR_NAME, KOORDINATOR_MIN, "koordinator", annotations),
+    ):
+        name = holder.get(name_key)
+        if not name:
+            continue
+        if min_key not in holder:
+            return GangRef(ns, name, None, "PodGroup")
+        minimum, error = _min_available(holder[min_key], min_key)
+        return GangRef(ns, name, minimum, source, error)
+    return None
+
+
+@dataclass(slots=True)
+class PodGroupSpec:
+    """The parts of a PodGroup object the scheduler uses."""
+
+    uid: str
+    min_member: int
+    min_resources: dict[str, int]
+    timeout_seconds: float | None
+    same_domain_required: bool
+    status: dict[str, Any]
+    error: str = ""
+
+    @classmethod
+    def from_api(cls, obj: dict[str, Any]) -> PodGroupSpec:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        errors = []
+        try:
+            min_member = int(spec.get("minMember") or 1)
+        except (TypeError, ValueError):
+            min_member, errors = 1, [f"spec.minMember must be an integer, got {spec.get('minMember')!r}"]
+        try:
+            min_resources = {k: to_units(k, v) for k, v in (spec.get("minResources") or {}).items()}
+        except QuantityError as exc:
+            min_resources = {}
+            errors.append(f"spec.minResources: {exc}")
+        timeout = spec.get("scheduleTimeoutSeconds")
+        try:
+            timeout_seconds = float(timeout) if timeout is not None else None
+        except (TypeError, ValueError):
+            timeout_seconds = None
+            errors.append(f"spec.scheduleTimeoutSeconds must be a number, got {timeout!r}")
+        annotations = meta.get("annotations") or {}
+        return cls(
+            uid=meta.get("uid") or "",
+            min_member=max(1, min_member),
+            min_resources=min_resources,
+            timeout_seconds=timeout_seconds,
+            same_domain_required=annotations.get(SAME_DOMAIN_ANNOTATION) == "required",
+            status=dict(obj.get("status") or {}),
+            error="; ".join(errors),
+        )
+
+
+@dataclass(slots=True)
+class Member:
+    phase: str
+    node: str
+    owners: tuple[str, ...]
+    deleting: bool
+
+
+@dataclass(slots=True)
+class Gang:
+    """One gang: its declaration, its members and its scheduling history."""
+
+    namespace: str
+    name: str
+    declared_min: int | None = None
+    declared_error: str = ""
+    source: str = "PodGroup"
+    podgroup: PodGroupSpec | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    first_attempt: float | None = None    # monotonic start of the current attempt window
+    schedule_start: float | None = None   # wall time of the first attempt (status.scheduleStartTime)
+    timeouts: int = 0
+    not_before: float = 0.0               # backoff after a timeout (monotonic)
+    failed_reason: str = ""               # set when the gang cannot be completed: reported as phase Failed
+    last_reason: str = ""
+    bind_failures: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def min_member(self) -> int:
+        if self.declared_min is not None:
+            return self.declared_min
+        return self.podgroup.min_member if self.podgroup else 1
+
+    @property
+    def problem(self) -> str:
+        """Why this gang cannot be scheduled as declared, or ''."""
+        if self.declared_error:
+            return f"gang {self.key}: {self.declared_error}"
+        if self.declared_min is None and self.podgroup is None:
+            return f"pod group {self.key} not found"
+        if self.podgroup is not None and self.podgroup.error and self.declared_min is None:
+            return f"pod group {self.key}: {self.podgroup.error}"
+        return ""
+
+    def timeout(self, default: float) -> float:
+        if self.podgroup is not None and self.podgroup.timeout_seconds:
+            return self.podgroup.timeout_seconds
+        return default
+
+    def counts(self) -> dict[str, int]:
+        live = [m for m in self.members.values() if not m.deleting]
+        return {
+            "pods": len(live),
+            "scheduled": sum(1 for m in live if m.node),
+            "running": sum(1 for m in live if m.phase == "Running"),
+            "succeeded": sum(1 for m in live if m.phase == "Succeeded"),
+            "failed": sum(1 for m in live if m.phase == "Failed"),
+        }
+
+
+class GangRegistry:
+    """Gangs by key, kept from the pod and PodGroup watches."""
+
+    def __init__(self) -> None:
+        self.gangs: dict[str, Gang] = {}
+        self._gang_of: dict[str, str] = {}  # pod uid -> gang key
+        self.dirty: set[str] = set()         # gangs whose status may need writing
+
+    def _gang(self, namespace: str, name: str) -> Gang:
+        key = f"{namespace}/{name}"
+        gang = self.gangs.get(key)
+        if gang is None:
+            gang = self.gangs[key] = Gang(namespace, name)
+        return gang
+
+    def gang_of(self, pod: PodRecord) -> Gang | None:
+        key = self._gang_of.get(pod.uid)
+        return self.gangs.get(key) if key else None
+
+    def observe_pod(self, pod: PodRecord) -> Gang | None:
+        ref = gang_ref(pod)
+        old_key = self._gang_of.get(pod.uid)
+        if old_key and (ref is None or ref.key != old_key):
+            self.forget_pod(pod.uid)
+        if ref is None:
+            return None
+        gang = self._gang(ref.namespace, ref.name)
+        if ref.min_member is not None or ref.error:
+            gang.declared_min, gang.declared_error, gang.source = ref.min_member, ref.error, ref.source
+        gang.members[pod.uid] = Member(pod.phase, pod.node_name, pod.owners, pod.deleting)
+        self._gang_of[pod.uid] = gang.key
+        self.dirty.add(gang.key)
+        return gang
+
+    def forget_pod(self, uid: str) -> Gang | None:
+        key = self._gang_of.pop(uid, None)
+        gang = self.gangs.get(key) if key else None
+        if gang is None:
+            return None
+        gang.members.pop(uid, None)
+        gang.bind_failures.pop(uid, None)
+        self.dirty.add(gang.key)
+        self._drop_if_empty(gang)
+        return gang
+
+    def set_podgroup(self, obj: dict[str, Any]) -> Gang:
+        meta = obj.get("metadata") or {}
+        gang = self._gang(meta.get("namespace") or "", meta.get("name") or "")
+        gang.podgroup = PodGroupSpec.from_api(obj)
+        self.dirty.add(gang.key)
+        return gang
+
+    def remove_podgroup(self, obj: dict[str, Any]) -> Gang | None:
+        meta = obj.get("metadata") or {}
+        gang = self.gangs.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        if gang is not None:
+            gang.podgroup = None
+            self._drop_if_empty(gang)
+        return gang
+
+    def replace_podgroups(self, items: list[dict[str, Any]]) -> None:
+        seen = {self.set_podgroup(obj).key for obj in items}
+        for gang in list(self.gangs.values()):
+            if gang.podgroup is not None and gang.key not in seen:
+                gang.podgroup = None
+                self._drop_if_empty(gang)
+
+    def _drop_if_empty(self, gang: Gang) -> None:
+        if not gang.members and gang.podgroup is None:
+            self.gangs.pop(gang.key, None)
+            self.dirty.discard(gang.key)
+
+    def start_attempt(self, gang: Gang, now: float) -> None:
+        if gang.first_attempt is None:
+            gang.first_attempt = now
+        if gang.schedule_start is None:
+            gang.schedule_start = time.time()

@@ -1,0 +1,371 @@
+"""Gang scheduling: all of a gang's quorum is placed at once, or none of it is.
+
+When one member of a gang is popped, its pending siblings are taken out of the
+queue with it. The cycle then places them one after another against the live
+cache, assuming each placement at once; if fewer than the gang still needs
+(minMember minus members already bound or assumed) fit, every assumption of
+this attempt is forgotten before the loop yields, so a gang never holds a
+partial reservation and two gangs cannot deadlock each other. When the quorum
+fits, all placed members bind concurrently (Permit is passed in the same cycle).
+
+Members beyond minMember that fit are placed with the rest; those added after
+the gang reached its quorum (elastic scale-up) are placed as ordinary pods.
+
+Placement domains: with topology labels configured, the gang is first tried
+inside one domain (narrowest label first, smallest domain that can hold it
+first); only if no single domain can hold it is it spread, unless its
+PodGroup requires one domain.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.gangs import Gang, GangRegistry
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.config import SchedulingSettings
+from ai_scheduler.log import JsonLogger
+from ai_scheduler.queue import QueuedPod, SchedulingQueue
+from ai_scheduler.scheduler.binder import Binder
+from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.feedback import Feedback
+
+MAX_BIND_FAILURES = 3          # a member that fails to bind this often makes the gang fail
+MAX_DOMAIN_TRIALS = 4          # domains tried per topology level, smallest that could hold the gang first
+MAX_TIMEOUT_BACKOFF = 300.0
+
+LogDecision = Callable[[QueuedPod, PodRecord, Decision, str, dict[str, Any]], None]
+
+
+class GangScheduler:
+    def __init__(
+        self,
+        registry: GangRegistry,
+        cache: SchedulerCache,
+        queue: SchedulingQueue,
+        binder: Binder,
+        feedback: Feedback,
+        logger: JsonLogger,
+        settings: SchedulingSettings,
+        log_decision: LogDecision,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.registry = registry
+        self.cache = cache
+        self.queue = queue
+        self.binder = binder
+        self.feedback = feedback
+        self.log = logger
+        self.settings = settings
+        self.log_decision = log_decision
+        self._clock = clock
+        self._domains: tuple[int, dict[str, list[tuple[str, np.ndarray]]]] = (-1, {})
+
+    # ------------------------------------------------------------------ the cycle
+    def schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> int:
+        """Try the gang that `qp` belongs to; returns how many bindings were started."""
+        members = [qp]
+        for uid in gang.members:
+            if uid != qp.pod.uid and not self.cache.is_assumed(uid):
+                sibling = self.queue.take(uid)
+                if sibling is not None:
+                    members.append(sibling)
+        members = [m for m in members if self._pending(m, framework)]
+        if not members:
+            return 0
+        placed = self._placed(gang)
+        needed = gang.min_member - placed
+        problem = gang.problem
+        now = self._clock()
+        if problem:
+            self._wait(gang, members, problem, placed, needed)
+            return 0
+        if needed <= 0:
+            return self._place_elastic(gang, members, framework)
+        if now < gang.not_before:
+            self._wait(gang, members, f"gang {gang.key} is backing off after timing out", placed, needed,
+                       backoff=True)
+            return 0
+        if placed + len(members) < gang.min_member:
+            self._wait(gang, members, f"gang {gang.key} has {placed + len(members)} of {gang.min_member} "
+                                      "required pods", placed, needed)
+            return 0
+        self.registry.start_attempt(gang, now)
+        short = self._min_resources_shortfall(gang)
+        if short:
+            self._wait(gang, members, f"gang {gang.key}: not enough free resources for minResources ({short})",
+                       placed, needed)
+            return 0
+        members.sort(key=lambda m: (-m.pod.priority, m.pod.creation, m.pod.name))
+        outcome = self._place_in_domains(gang, members, needed, framework)
+        if outcome is None:
+            return 0
+        placements, domain = outcome
+        placed_uids = {m.pod.uid for m, _ in placements}
+        for member, decision in placements:
+            self.binder.submit(member, member.pod, decision.node or "")
+            self.log_decision(member, member.pod, decision, "scheduled", {"gang": gang.key})
+        extras = [m for m in members if m.pod.uid not in placed_uids]
+        for member in extras:
+            reason = f"gang {gang.key} reached its quorum; this extra member does not fit now"
+            self.queue.requeue(member, unschedulable=True, reason=reason)
+            self.feedback.unschedulable(member.pod, reason)
+        gang.first_attempt = None
+        gang.timeouts = 0
+        gang.last_reason = ""
+        self.registry.dirty.add(gang.key)
+        self.log.info("gang.admitted", gang=gang.key, placed=len(placements), already_placed=placed,
+                      min_member=gang.min_member, domain=domain, extras_waiting=len(extras))
+        self.feedback.event(self._involved(gang), "Normal", "Scheduled",
+                                   f"gang {gang.key}: {len(placements)} pods placed"
+                                   + (f" in {domain}" if domain else ""))
+        return len(placements)
+
+    def _pending(self, member: QueuedPod, framework: Framework) -> bool:
+        state = self.cache.pod_state(member.pod.uid)
+        pod = state.record if state is not None else member.pod
+        member.pod = pod
+        if pod.pending and not pod.gated and pod.scheduler_name == framework.scheduler_name and not (
+            state is not None and (state.assumed or state.node)
+        ):
+            return True
+        self.queue.delete(pod.uid)
+        return False
+
+    def _placed(self, gang: Gang) -> int:
+        """Members bound (and not finished) or assumed by us."""
+        count = 0
+        for uid, member in gang.members.items():
+            if member.deleting:
+                continue
+            if (member.node and member.phase not in ("Succeeded", "Failed")) or self.cache.is_assumed(uid):
+                count += 1
+            elif member.phase == "Succeeded":
+                count += 1  # a finished member still counts towards the gang having run
+        return count
+
+    def _try(self, gang: Gang, members: list[QueuedPod], needed: int, framework: Framework,
+             mask: np.ndarray | None) -> tuple[list[tuple[QueuedPod, Decision]], Decision | None]:
+        """Place as many members as fit, assuming each; undo everything if fewer than `needed` fit."""
+        placements: list[tuple[QueuedPod, Decision]] = []
+        first_failure: Decision | None = None
+        for i, member in enumerate(members):
+            if len(placements) + (len(members) - i) < needed:
+                break  # the rest could not reach the quorum
+            decision = framework.schedule(member.pod, mask)
+            if decision.node is None:
+                first_failure = first_failure or decision
+                continue
+            self.cache.assume(member.pod, decision.node)
+            placements.append((member, decision))
+        if len(placements) >= needed:
+            return placements, None
+        for member, _ in placements:
+            self.cache.forget(member.pod.uid)
+        if placements:
+            self.log.info("gang.released", gang=gang.key, released=len(placements), needed=needed,
+                          reason="the quorum did not fit; nothing stays reserved")
+        return [], first_failure
+
+    def _place_in_domains(self, gang: Gang, members: list[QueuedPod], needed: int,
+                          framework: Framework) -> tuple[list[tuple[QueuedPod, Decision]], str] | None:
+        required = gang.podgroup is not None and gang.podgroup.same_domain_required
+        first_failure: Decision | None = None
+        tried_domains = False
+        for label, domains in self._domain_masks().items():
+            for value, mask in self._candidate_domains(domains, members, needed):
+                tried_domains = True
+                placements, failure = self._try(gang, members, needed, framework, mask)
+                if placements:
+                    return placements, f"{label}={value}"
+                first_failure = first_failure or failure
+        if required:
+            reason = (f"gang {gang.key} requires one placement domain and no single "
+                      f"{' or '.join(self.settings.gang_topology_labels)} domain can hold {needed} pods")
+            if not tried_domains:
+                reason = f"gang {gang.key} requires one placement domain but no node has a topology label"
+            if first_failure is not None:
+                reason += f": {first_failure.message}"
+            self._wait(gang, members, reason, gang.min_member - needed, needed)
+            return None
+        placements, failure = self._try(gang, members, needed, framework, None)
+        if placements:
+            return placements, ""
+        failure = failure or first_failure
+        detail = failure.message if failure is not None else "not enough room"
+        self._wait(gang, members, f"gang {gang.key} needs {needed} pods placed together and they do not "
+                                  f"all fit: {detail}", gang.min_member - needed, needed)
+        return None
+
+    def _place_elastic(self, gang: Gang, members: list[QueuedPod], framework: Framework) -> int:
+        started = 0
+        for member in members:
+            decision = framework.schedule(member.pod)
+            if decision.node is None:
+                self.queue.requeue(member, unschedulable=True, reason=decision.message)
+                self.feedback.unschedulable(member.pod, decision.message)
+                self.log_decision(member, member.pod, decision, "unschedulable", {"gang": gang.key})
+                continue
+            self.cache.assume(member.pod, decision.node)
+            self.binder.submit(member, member.pod, decision.node)
+            self.log_decision(member, member.pod, decision, "scheduled", {"gang": gang.key, "elastic": True})
+            started += 1
+        return started
+
+    def _wait(self, gang: Gang, members: list[QueuedPod], reason: str, placed: int, needed: int,
+              *, backoff: bool = False) -> None:
+        """Nothing reserved: every member goes back, unschedulable, and says why."""
+        nodes = self.cache.node_count
+        for member in members:
+            self.queue.requeue(member, unschedulable=not backoff, reason=reason)
+            self.feedback.unschedulable(member.pod, reason)
+            self.log_decision(member, member.pod, Decision(None, nodes), "unschedulable",
+                              {"gang": gang.key, "message": reason})
+        changed = reason != gang.last_reason
+        gang.last_reason = reason
+        self.registry.dirty.add(gang.key)
+        if changed:
+            self.log.info("gang.waiting", gang=gang.key, assumed=placed, needed=max(needed, 0),
+                          min_member=gang.min_member, pending=len(members), reason=reason,
+                          attempt=max(m.attempts for m in members))
+            self.feedback.event(self._involved(gang), "Warning", "Unschedulable", reason)
+
+    # ------------------------------------------------------------------ checks
+    def _min_resources_shortfall(self, gang: Gang) -> str:
+        """scheduler-plugins' minResources check: is there that much free capacity in the whole cluster?"""
+        if gang.podgroup is None or not gang.podgroup.min_resources:
+            return ""
+        cache = self.cache
+        valid = cache.valid
+        short = []
+        for resource, amount in gang.podgroup.min_resources.items():
+            col = cache.column(resource)
+            free = 0
+            if col >= 0:
+                free = int(np.clip(cache.allocatable[valid, col] - cache.requested[valid, col], 0, None).sum())
+            free += self._used_by_members(gang, resource)
+            if free < amount:
+                short.append(f"{resource} {free} free of {amount} needed")
+        return ", ".join(short)
+
+    def _used_by_members(self, gang: Gang, resource: str) -> int:
+        total = 0
+        for uid in gang.members:
+            state = self.cache.pod_state(uid)
+            if state is not None and state.node:
+                total += state.record.requests.get(resource, 0)
+        return total
+
+    # ------------------------------------------------------------------ topology
+    def _domain_masks(self) -> dict[str, list[tuple[str, np.ndarray]]]:
+        """Per topology label: (value, node mask) for each domain, rebuilt when node labels change."""
+        cache = self.cache
+        version, domains = self._domains
+        if version == cache.static_version and all(
+            mask.shape[0] == cache.rows for masks in domains.values() for _, mask in masks
+        ):
+            return domains
+        domains = {}
+        records = cache.row_records
+        for label in self.settings.gang_topology_labels:
+            rows_by_value: dict[str, list[int]] = {}
+            for row in np.flatnonzero(cache.valid).tolist():
+                value = records[row].labels.get(label) if records[row] is not None else None
+                if value is not None:
+                    rows_by_value.setdefault(value, []).append(row)
+            if len(rows_by_value) < 1:
+                continue
+            masks = []
+            for value, rows in sorted(rows_by_value.items()):
+                mask = np.zeros(cache.rows, dtype=bool)
+                mask[rows] = True
+                masks.append((value, mask))
+            domains[label] = masks
+        self._domains = (cache.static_version, domains)
+        return domains
+
+    def _candidate_domains(self, domains: list[tuple[str, np.ndarray]], members: list[QueuedPod],
+                           needed: int) -> list[tuple[str, np.ndarray]]:
+        """Domains whose free capacity could hold the quorum, smallest first (keep big domains whole)."""
+        cache = self.cache
+        demand: dict[str, int] = {}
+        for member in members[:needed]:
+            for resource, amount in member.pod.requests.items():
+                demand[resource] = demand.get(resource, 0) + amount
+        free = np.clip(cache.allocatable - cache.requested, 0, None)
+        ranked = []
+        for value, mask in domains:
+            rows = mask & cache.valid
+            fits = True
+            for resource, amount in demand.items():
+                col = cache.column(resource)
+                if col < 0 or int(free[rows, col].sum()) < amount:
+                    fits = False
+                    break
+            if fits:
+                ranked.append((int(free[rows, cache.resource_index["cpu"]].sum()), value, mask))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        return [(value, mask) for _, value, mask in ranked[:MAX_DOMAIN_TRIALS]]
+
+    # ------------------------------------------------------------------ timeouts and failures
+    def check_timeouts(self) -> None:
+        """A gang not placed whole within its timeout: release, tell, back off longer each time."""
+        now = self._clock()
+        for gang in list(self.registry.gangs.values()):
+            if gang.first_attempt is None:
+                continue
+            timeout = gang.timeout(self.settings.gang_schedule_timeout_seconds)
+            if now - gang.first_attempt < timeout:
+                continue
+            gang.timeouts += 1
+            backoff = min(self.settings.initial_backoff_seconds * 2 ** gang.timeouts, MAX_TIMEOUT_BACKOFF)
+            gang.not_before = now + backoff
+            gang.first_attempt = None
+            placed = self._placed(gang)
+            # Attempts reserve a gang whole or not at all, so a gang that times out holds no
+            # reservation: members already bound stay bound, and the group reports them.
+            message = (f"gang {gang.key} was not placed whole within {timeout:g}s ({placed} of "
+                       f"{gang.min_member} placed, no resources held for the rest); retrying in {backoff:g}s")
+            if placed:
+                gang.failed_reason = message
+            self.registry.dirty.add(gang.key)
+            self.log.warning("gang.timed_out", gang=gang.key, placed=placed, min_member=gang.min_member,
+                             held=0, timeouts=gang.timeouts, backoff_s=backoff, reason=message)
+            self.feedback.event(self._involved(gang), "Warning", "Timeout", message)
+            self.queue.move_all("GangTimeout")
+
+    def bind_failed(self, pod: PodRecord, message: str) -> None:
+        gang = self.registry.gang_of(pod)
+        if gang is None:
+            return
+        failures = gang.bind_failures[pod.uid] = gang.bind_failures.get(pod.uid, 0) + 1
+        self.registry.dirty.add(gang.key)
+        if failures >= MAX_BIND_FAILURES and not gang.failed_reason:
+            gang.failed_reason = f"member {pod.key} could not be bound after {failures} attempts: {message}"
+            self.log.error("gang.failed", gang=gang.key, pod=pod.key, reason=gang.failed_reason)
+            self.feedback.event(self._involved(gang), "Warning", "Failed", gang.failed_reason)
+
+    def bound(self, pod: PodRecord) -> None:
+        gang = self.registry.gang_of(pod)
+        if gang is not None:
+            gang.bind_failures.pop(pod.uid, None)
+            self.registry.dirty.add(gang.key)
+            if gang.failed_reason and self._placed(gang) >= gang.min_member and not any(
+                gang.bind_failures.values()
+            ):
+                gang.failed_reason = ""  # completed after all: the failure is history
+
+    def _involved(self, gang: Gang) -> dict[str, Any]:
+        """The object a gang's events are about: its PodGroup, or for label gangs its first member."""
+        if gang.podgroup is not None:
+            return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                    "namespace": gang.namespace, "name": gang.name, "uid": gang.podgroup.uid}
+        uid = min(gang.members) if gang.members else ""
+        state = self.cache.pod_state(uid) if uid else None
+        name = state.record.name if state is not None else gang.name
+        return {"apiVersion": "v1", "kind": "Pod", "namespace": gang.namespace, "name": name, "uid": uid}
