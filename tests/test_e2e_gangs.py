@@ -17,21 +17,38 @@ from ai_scheduler.sim import SimApiServer, make_node, make_pod
 GPU = "nvidia.com/gpu"
 
 
-def podgroup(name: str, min_member: int, *, timeout: int | None = None, annotations: dict[str, str] | None = None,
-             min_resources: dict[str, Any] | None = None) -> dict[str, Any]:
+def podgroup(
+    name: str,
+    min_member: int,
+    *,
+    timeout: int | None = None,
+    annotations: dict[str, str] | None = None,
+    min_resources: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"minMember": min_member}
     if timeout is not None:
         spec["scheduleTimeoutSeconds"] = timeout
     if min_resources:
         spec["minResources"] = min_resources
-    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}}, "spec": spec}
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
+        "spec": spec,
+    }
 
 
-def member(group: str, i: int, *, gpus: int = 8, cpu: str = "1", labels: dict[str, str] | None = None,
-           **kwargs: Any) -> dict[str, Any]:
-    return make_pod(f"{group}-{i}", gpus=gpus, cpu=cpu, memory="1Gi",
-                    labels={POD_GROUP_LABEL: group, **(labels or {})}, **kwargs)
+def member(
+    group: str, i: int, *, gpus: int = 8, cpu: str = "1", labels: dict[str, str] | None = None, **kwargs: Any
+) -> dict[str, Any]:
+    return make_pod(
+        f"{group}-{i}",
+        gpus=gpus,
+        cpu=cpu,
+        memory="1Gi",
+        labels={POD_GROUP_LABEL: group, **(labels or {})},
+        **kwargs,
+    )
 
 
 def gpu_nodes(count: int, prefix: str = "gpu", **kwargs: Any) -> list[dict[str, Any]]:
@@ -39,8 +56,11 @@ def gpu_nodes(count: int, prefix: str = "gpu", **kwargs: Any) -> list[dict[str, 
 
 
 def bound_count(sim: SimApiServer, prefix: str) -> int:
-    return sum(1 for p in sim.store.list("pods")
-               if p["metadata"]["name"].startswith(prefix + "-") and p["spec"].get("nodeName"))
+    return sum(
+        1
+        for p in sim.store.list("pods")
+        if p["metadata"]["name"].startswith(prefix + "-") and p["spec"].get("nodeName")
+    )
 
 
 def podgroup_status(sim: SimApiServer, name: str) -> dict[str, Any]:
@@ -48,24 +68,32 @@ def podgroup_status(sim: SimApiServer, name: str) -> dict[str, Any]:
 
 
 def events(sim: SimApiServer, name: str, reason: str | None = None) -> list[dict[str, Any]]:
-    return [e for e in sim.store.list("events")
-            if e["involvedObject"]["name"] == name and (reason is None or e["reason"] == reason)]
+    return [
+        e
+        for e in sim.store.list("events")
+        if e["involvedObject"]["name"] == name and (reason is None or e["reason"] == reason)
+    ]
 
 
 async def test_a_gang_binds_nothing_until_it_fits_whole_then_all_at_once(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("train", 4))).ok
     await create_all(api, gpu_nodes(3), [member("train", i) for i in range(4)])
-    await wait_for(lambda: all(pod_condition(sim, f"train-{i}").get("reason") == "Unschedulable" for i in range(4)),
-                   what="every member told it is unschedulable")
+    await wait_for(
+        lambda: all(pod_condition(sim, f"train-{i}").get("reason") == "Unschedulable" for i in range(4)),
+        what="every member told it is unschedulable",
+    )
     message = pod_condition(sim, "train-0")["message"]
     assert message.startswith("gang default/train needs 4 pods placed together and they do not all fit: ")
     assert "Insufficient nvidia.com/gpu" in message
     await asyncio.sleep(0.3)
     assert bound_count(sim, "train") == 0, "no member of an incomplete gang is bound"
     assert running.log_lines("gang.waiting")[0]["needed"] == 4
-    await wait_for(lambda: events(sim, "train", "Unschedulable"), what="the PodGroup's event says why it waits")
+    await wait_for(
+        lambda: events(sim, "train", "Unschedulable"), what="the PodGroup's event says why it waits"
+    )
 
     assert (await api.create_node(gpu_nodes(1, prefix="late")[0])).ok
     await wait_for(lambda: bound_count(sim, "train") == 4, what="all four bound once a fourth node appears")
@@ -78,7 +106,8 @@ async def test_a_gang_binds_nothing_until_it_fits_whole_then_all_at_once(
 
 
 async def test_b_two_gangs_needing_three_quarters_never_both_partial(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     await create_all(api, gpu_nodes(4), [])
     for name in ("alpha", "beta"):
         assert (await api.create_podgroup(podgroup(name, 3))).ok
@@ -89,8 +118,10 @@ async def test_b_two_gangs_needing_three_quarters_never_both_partial(
     for _ in range(60):
         observed.append((bound_count(sim, "alpha"), bound_count(sim, "beta")))
         await asyncio.sleep(0.02)
-    await wait_for(lambda: sorted((bound_count(sim, "alpha"), bound_count(sim, "beta"))) == [0, 3],
-                   what="one gang whole, the other not at all")
+    await wait_for(
+        lambda: sorted((bound_count(sim, "alpha"), bound_count(sim, "beta"))) == [0, 3],
+        what="one gang whole, the other not at all",
+    )
     await asyncio.sleep(0.3)
     final = (bound_count(sim, "alpha"), bound_count(sim, "beta"))
     assert sorted(final) == [0, 3]
@@ -100,7 +131,8 @@ async def test_b_two_gangs_needing_three_quarters_never_both_partial(
 
 
 async def test_c_many_gangs_and_singles_complete_gangs_only_singles_flow(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     rng = random.Random(3)
     nodes = [make_node(f"n{i}", cpu="32", memory="128Gi", gpus=4, pods=110) for i in range(100)]
     sizes = {f"g{i}": rng.randint(2, 16) for i in range(50)}
@@ -117,8 +149,11 @@ async def test_c_many_gangs_and_singles_complete_gangs_only_singles_flow(
     assert total_gpu_demand > 400, "the gangs ask for more GPUs than the cluster has, so some must wait"
 
     def singles_bound() -> int:
-        return sum(1 for p in sim.store.list("pods")
-                   if p["metadata"]["name"].startswith("single-") and p["spec"].get("nodeName"))
+        return sum(
+            1
+            for p in sim.store.list("pods")
+            if p["metadata"]["name"].startswith("single-") and p["spec"].get("nodeName")
+        )
 
     await wait_for(lambda: singles_bound() == 500, timeout=60, what="all single pods placed")
     waiting_gangs = [name for name in sizes if bound_count(sim, name) == 0]
@@ -132,7 +167,8 @@ async def test_c_many_gangs_and_singles_complete_gangs_only_singles_flow(
 
 
 async def test_d_gang_that_never_completes_times_out_and_smaller_pod_takes_the_room(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("stuck", 4, timeout=1))).ok
     await create_all(api, gpu_nodes(3), [member("stuck", i) for i in range(4)])
@@ -142,8 +178,10 @@ async def test_d_gang_that_never_completes_times_out_and_smaller_pod_takes_the_r
     await wait_for(lambda: events(sim, "stuck", "Timeout"), what="a Timeout event on the PodGroup")
     assert bound_count(sim, "stuck") == 0
     await create_all(api, [], [make_pod("small", gpus=8, cpu="1", memory="1Gi")])
-    await wait_for(lambda: sim.store.get("pods", "default", "small")["spec"].get("nodeName"),
-                   what="the smaller pod takes the room the gang could not use")
+    await wait_for(
+        lambda: sim.store.get("pods", "default", "small")["spec"].get("nodeName"),
+        what="the smaller pod takes the room the gang could not use",
+    )
     assert bound_count(sim, "stuck") == 0
     await wait_for(lambda: len(running.log_lines("gang.timed_out")) >= 2, what="a second timeout")
     second = running.log_lines("gang.timed_out")[1]
@@ -151,7 +189,8 @@ async def test_d_gang_that_never_completes_times_out_and_smaller_pod_takes_the_r
 
 
 async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     # A previous scheduler bound two of four members and died: two nodes are taken by them.
     assert (await api.create_podgroup(podgroup("resumed", 4, timeout=1))).ok
     await create_all(api, gpu_nodes(3), [member("resumed", i) for i in range(4)])
@@ -160,7 +199,9 @@ async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
         assert (await api.bind("default", f"resumed-{i}", uid, f"gpu-{i}")).ok
     running = await start_scheduler()
     # Room for one more member only: the gang cannot complete, and its status says so.
-    await wait_for(lambda: podgroup_status(sim, "resumed").get("phase") == "Failed", what="partial gang reported")
+    await wait_for(
+        lambda: podgroup_status(sim, "resumed").get("phase") == "Failed", what="partial gang reported"
+    )
     assert bound_count(sim, "resumed") == 2
     assert events(sim, "resumed", "Timeout")
     assert "2 of 4 placed" in events(sim, "resumed", "Timeout")[0]["message"]
@@ -170,62 +211,99 @@ async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
     await wait_for(lambda: bound_count(sim, "resumed") == 4, what="gang completed")
     await wait_for(lambda: podgroup_status(sim, "resumed").get("phase") == "Running", what="PodGroup Running")
     assert_not_overcommitted(sim)
-    assert any(line["gang"] == "default/resumed" and line["already_placed"] == 2
-               for line in running.log_lines("gang.admitted"))
+    assert any(
+        line["gang"] == "default/resumed" and line["already_placed"] == 2
+        for line in running.log_lines("gang.admitted")
+    )
 
 
 async def test_label_and_koordinator_gangs_without_a_crd(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     await start_scheduler()
-    labels = [make_pod(f"mpi-{i}", gpus=8, cpu="1", memory="1Gi",
-                       labels={GROUP_NAME_LABEL: "mpi", GROUP_MIN_LABEL: "3"}) for i in range(3)]
-    koord = [make_pod(f"koord-{i}", gpus=8, cpu="1", memory="1Gi",
-                      annotations={"gang.scheduling.koordinator.sh/name": "koord",
-                                   "gang.scheduling.koordinator.sh/min-available": "2"}) for i in range(2)]
-    legacy = [make_pod(f"legacy-{i}", cpu="1", memory="1Gi", labels={"pod-group.scheduling.sigs.k8s.io": "old"})
-              for i in range(2)]
-    bad = [make_pod("bad-0", cpu="1", memory="1Gi", labels={GROUP_NAME_LABEL: "bad", GROUP_MIN_LABEL: "many"})]
+    labels = [
+        make_pod(
+            f"mpi-{i}", gpus=8, cpu="1", memory="1Gi", labels={GROUP_NAME_LABEL: "mpi", GROUP_MIN_LABEL: "3"}
+        )
+        for i in range(3)
+    ]
+    koord = [
+        make_pod(
+            f"koord-{i}",
+            gpus=8,
+            cpu="1",
+            memory="1Gi",
+            annotations={
+                "gang.scheduling.koordinator.sh/name": "koord",
+                "gang.scheduling.koordinator.sh/min-available": "2",
+            },
+        )
+        for i in range(2)
+    ]
+    legacy = [
+        make_pod(f"legacy-{i}", cpu="1", memory="1Gi", labels={"pod-group.scheduling.sigs.k8s.io": "old"})
+        for i in range(2)
+    ]
+    bad = [
+        make_pod("bad-0", cpu="1", memory="1Gi", labels={GROUP_NAME_LABEL: "bad", GROUP_MIN_LABEL: "many"})
+    ]
     await create_all(api, gpu_nodes(4), labels + koord + legacy + bad)
     # 4 nodes of 8 GPUs: the 3-pod label gang and the 2-pod Koordinator gang cannot both fit.
     await wait_for(lambda: bound_count(sim, "mpi") + bound_count(sim, "koord") >= 2, what="one gang placed")
     await asyncio.sleep(0.3)
     assert (bound_count(sim, "mpi"), bound_count(sim, "koord")) in ((3, 0), (0, 2))
     # The old scheduler-plugins label names a PodGroup that does not exist: the pods wait and say why.
-    await wait_for(lambda: pod_condition(sim, "legacy-0").get("message") == "pod group default/old not found",
-                   what="missing PodGroup reported")
-    await wait_for(lambda: "must be a positive integer, got 'many'" in pod_condition(sim, "bad-0").get("message", ""),
-                   what="malformed min-available reported")
+    await wait_for(
+        lambda: pod_condition(sim, "legacy-0").get("message") == "pod group default/old not found",
+        what="missing PodGroup reported",
+    )
+    await wait_for(
+        lambda: "must be a positive integer, got 'many'" in pod_condition(sim, "bad-0").get("message", ""),
+        what="malformed min-available reported",
+    )
     assert bound_count(sim, "legacy") == 0 and bound_count(sim, "bad") == 0
     assert (await api.create_podgroup(podgroup("old", 2))).ok
     await wait_for(lambda: bound_count(sim, "legacy") == 2, what="placed once the PodGroup exists")
 
 
 async def test_gang_prefers_one_zone_and_can_require_it(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     await start_scheduler()
     zone = "topology.kubernetes.io/zone"
-    nodes = [make_node(f"{z}-{i}", cpu="32", memory="128Gi", gpus=8, labels={zone: z})
-             for z in ("east", "west") for i in range(3)]
+    nodes = [
+        make_node(f"{z}-{i}", cpu="32", memory="128Gi", gpus=8, labels={zone: z})
+        for z in ("east", "west")
+        for i in range(3)
+    ]
     assert (await api.create_podgroup(podgroup("local", 3))).ok
     await create_all(api, nodes, [member("local", i) for i in range(3)])
     await wait_for(lambda: bound_count(sim, "local") == 3, what="gang placed")
-    zones = {sim.store.get("pods", "default", f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)}
+    zones = {
+        sim.store.get("pods", "default", f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)
+    }
     assert len(zones) == 1, "least-allocated alone would spread; the gang stays in one zone"
 
     # Two GPUs left free per zone-node after this: a 4-member gang fits only across zones.
     fillers = [make_pod(f"filler-{i}", gpus=6, cpu="1", memory="1Gi") for i in range(3)]
     await create_all(api, [], fillers)
     await wait_for(lambda: bound_count(sim, "filler") == 3, what="fillers placed")
-    assert (await api.create_podgroup(podgroup("strict", 4, annotations={"ai-scheduler.io/same-domain": "required"})
-                                      )).ok
+    assert (
+        await api.create_podgroup(
+            podgroup("strict", 4, annotations={"ai-scheduler.io/same-domain": "required"})
+        )
+    ).ok
     await create_all(api, [], [member("strict", i, gpus=2) for i in range(4)])
-    await wait_for(lambda: "requires one placement domain" in pod_condition(sim, "strict-0").get("message", ""),
-                   what="required domain reported")
+    await wait_for(
+        lambda: "requires one placement domain" in pod_condition(sim, "strict-0").get("message", ""),
+        what="required domain reported",
+    )
     assert bound_count(sim, "strict") == 0
 
 
 async def test_elastic_members_after_quorum_are_placed_as_ordinary_pods(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("elastic", 2))).ok
     await create_all(api, gpu_nodes(3), [member("elastic", i) for i in range(2)])
@@ -236,7 +314,8 @@ async def test_elastic_members_after_quorum_are_placed_as_ordinary_pods(
 
 
 async def test_bind_failures_after_quorum_are_retried_and_a_lost_member_fails_the_group(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler(fast_config())
     assert (await api.create_podgroup(podgroup("flaky", 2))).ok
     await create_all(api, gpu_nodes(3), [])
@@ -251,10 +330,17 @@ async def test_bind_failures_after_quorum_are_retried_and_a_lost_member_fails_th
 
 
 async def test_pod_group_status_counts_finished_members(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     await start_scheduler()
     assert (await api.create_podgroup(podgroup("short", 2))).ok
-    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "short-job", "uid": "job-uid", "controller": True}
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "short-job",
+        "uid": "job-uid",
+        "controller": True,
+    }
     pods = [member("short", i, duration=0.3) for i in range(2)]
     for pod in pods:
         pod["metadata"]["ownerReferences"] = [owner]

@@ -138,11 +138,11 @@ class Gang:
     source: str = "PodGroup"
     podgroup: PodGroupSpec | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    first_attempt: float | None = None    # monotonic start of the current attempt window
-    schedule_start: float | None = None   # wall time of the first attempt (status.scheduleStartTime)
+    first_attempt: float | None = None  # monotonic start of the current attempt window
+    schedule_start: float | None = None  # wall time of the first attempt (status.scheduleStartTime)
     timeouts: int = 0
-    not_before: float = 0.0               # backoff after a timeout (monotonic)
-    failed_reason: str = ""               # set when the gang cannot be completed: reported as phase Failed
+    not_before: float = 0.0  # backoff after a timeout (monotonic)
+    failed_reason: str = ""  # set when the gang cannot be completed: reported as phase Failed
     last_reason: str = ""
     bind_failures: dict[str, int] = field(default_factory=dict)
 
@@ -189,7 +189,7 @@ class GangRegistry:
     def __init__(self) -> None:
         self.gangs: dict[str, Gang] = {}
         self._gang_of: dict[str, str] = {}  # pod uid -> gang key
-        self.dirty: set[str] = set()         # gangs whose status may need writing
+        self.dirty: set[str] = set()  # gangs whose status may need writing
 
     def _gang(self, namespace: str, name: str) -> Gang:
         key = f"{namespace}/{name}"

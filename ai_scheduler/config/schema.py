@@ -447,7 +447,7 @@ def _label_keys(value: object, path: str) -> tuple[str, ...]:
     for i, item in enumerate(_list(value, path)):
         key = _string(item, f"{path}[{i}]")
         if not _LABEL_KEY.match(key):
-            _fail(f"{path}[{i}]", f"must be a label key such as topology.kubernetes.io/zone, got {_show(item)}")
+            _fail(f"{path}[{i}]", f"must be a label key like topology.kubernetes.io/zone, got {_show(item)}")
         if key in keys:
             _fail(f"{path}[{i}]", f"duplicate label key {key!r}")
         keys.append(key)

@@ -116,7 +116,15 @@ class Scheduler:
             concurrency=settings.bind_concurrency,
         )
         self.gang_scheduler = GangScheduler(
-            self.gangs, self.cache, self.queue, self.binder, self.feedback, self.log, settings, self._log_decision
+            self.gangs,
+            self.cache,
+            self.queue,
+            self.binder,
+            self.feedback,
+            self.metrics,
+            self.log,
+            settings,
+            self._log_decision,
         )
         self.binder.on_success = lambda pod, _node: self.gang_scheduler.bound(pod)
         self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)

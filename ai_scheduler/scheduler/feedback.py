@@ -59,7 +59,7 @@ class Feedback:
         self.repeat_window = repeat_window
         self._clock = clock
         self._series: dict[str, dict[str, _Series]] = {}  # involved uid -> reason -> series
-        self._conditions: dict[str, str] = {}             # pod uid -> message of the condition we wrote
+        self._conditions: dict[str, str] = {}  # pod uid -> message of the condition we wrote
         self._calls: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue(MAX_PENDING_CALLS)
         self._workers = [asyncio.create_task(self._work()) for _ in range(workers)]
 
@@ -87,7 +87,11 @@ class Feedback:
     def unschedulable(self, pod: PodRecord, message: str) -> None:
         """The PodScheduled=False condition when its text changes, and an aggregated FailedScheduling."""
         written = self._conditions.get(pod.uid)
-        if written is None and pod.scheduled_condition and pod.scheduled_condition[:2] == ("False", "Unschedulable"):
+        if (
+            written is None
+            and pod.scheduled_condition
+            and pod.scheduled_condition[:2] == ("False", "Unschedulable")
+        ):
             written = pod.scheduled_condition[2]  # already on the pod, e.g. written before a restart
         if written != message:
             self._conditions[pod.uid] = message
@@ -130,31 +134,56 @@ class Feedback:
                 self._calls.task_done()
 
     async def _write_condition(self, pod: PodRecord, message: str) -> None:
-        patch = {"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
-            "lastProbeTime": None, "lastTransitionTime": rfc3339(millis=False)}]}}
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                        "lastProbeTime": None,
+                        "lastTransitionTime": rfc3339(millis=False),
+                    }
+                ]
+            }
+        }
         result = await self.client.patch_pod_status(pod.namespace, pod.name, patch)
         if not result.ok and result.status != 404:
             self.metrics.api_errors.labels("pod_status", str(result.status)).inc()
-            self.log.warning("feedback.condition_failed", pod=pod.key, code=result.status, error=result.message)
+            self.log.warning(
+                "feedback.condition_failed", pod=pod.key, code=result.status, error=result.message
+            )
 
-    async def _create_event(self, involved: dict[str, Any], kind: str, reason: str, message: str,
-                            name: str) -> None:
+    async def _create_event(
+        self, involved: dict[str, Any], kind: str, reason: str, message: str, name: str
+    ) -> None:
         now = rfc3339(millis=False)
         namespace = involved.get("namespace") or "default"
         event: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": involved,
-            "reason": reason, "message": message, "type": kind, "count": 1,
-            "firstTimestamp": now, "lastTimestamp": now,
-            "source": {"component": self.component}, "reportingComponent": self.component,
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
         }
         result = await self.client.create_event(namespace, event)
         if not result.ok:
             self.metrics.api_errors.labels("event", str(result.status)).inc()
-            self.log.warning("feedback.event_failed", object=f"{namespace}/{involved['name']}", reason=reason,
-                             code=result.status, error=result.message)
+            self.log.warning(
+                "feedback.event_failed",
+                object=f"{namespace}/{involved['name']}",
+                reason=reason,
+                code=result.status,
+                error=result.message,
+            )
 
     async def _repeat_event(self, namespace: str, name: str, count: int, message: str) -> None:
         patch = {"count": count, "message": message, "lastTimestamp": rfc3339(millis=False)}

@@ -34,9 +34,10 @@ from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.cycle import Decision, Framework
 from ai_scheduler.scheduler.feedback import Feedback
+from ai_scheduler.scheduler.metrics import Metrics
 
-MAX_BIND_FAILURES = 3          # a member that fails to bind this often makes the gang fail
-MAX_DOMAIN_TRIALS = 4          # domains tried per topology level, smallest that could hold the gang first
+MAX_BIND_FAILURES = 3  # a member that fails to bind this often makes the gang fail
+MAX_DOMAIN_TRIALS = 4  # domains tried per topology level, smallest that could hold the gang first
 MAX_TIMEOUT_BACKOFF = 300.0
 
 LogDecision = Callable[[QueuedPod, PodRecord, Decision, str, dict[str, Any]], None]
@@ -50,6 +51,7 @@ class GangScheduler:
         queue: SchedulingQueue,
         binder: Binder,
         feedback: Feedback,
+        metrics: Metrics,
         logger: JsonLogger,
         settings: SchedulingSettings,
         log_decision: LogDecision,
@@ -60,6 +62,7 @@ class GangScheduler:
         self.queue = queue
         self.binder = binder
         self.feedback = feedback
+        self.metrics = metrics
         self.log = logger
         self.settings = settings
         self.log_decision = log_decision
@@ -69,6 +72,12 @@ class GangScheduler:
     # ------------------------------------------------------------------ the cycle
     def schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> int:
         """Try the gang that `qp` belongs to; returns how many bindings were started."""
+        started = time.perf_counter()
+        placed, outcome = self._schedule(qp, gang, framework)
+        self.metrics.gang_attempt_duration.labels(outcome).observe(time.perf_counter() - started)
+        return placed
+
+    def _schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> tuple[int, str]:
         members = [qp]
         for uid in gang.members:
             if uid != qp.pod.uid and not self.cache.is_assumed(uid):
@@ -77,34 +86,50 @@ class GangScheduler:
                     members.append(sibling)
         members = [m for m in members if self._pending(m, framework)]
         if not members:
-            return 0
+            return 0, "empty"
         placed = self._placed(gang)
         needed = gang.min_member - placed
         problem = gang.problem
         now = self._clock()
         if problem:
             self._wait(gang, members, problem, placed, needed)
-            return 0
+            return 0, "waiting"
         if needed <= 0:
-            return self._place_elastic(gang, members, framework)
+            return self._place_elastic(gang, members, framework), "elastic"
         if now < gang.not_before:
-            self._wait(gang, members, f"gang {gang.key} is backing off after timing out", placed, needed,
-                       backoff=True)
-            return 0
+            self._wait(
+                gang,
+                members,
+                f"gang {gang.key} is backing off after timing out",
+                placed,
+                needed,
+                backoff=True,
+            )
+            return 0, "waiting"
         if placed + len(members) < gang.min_member:
-            self._wait(gang, members, f"gang {gang.key} has {placed + len(members)} of {gang.min_member} "
-                                      "required pods", placed, needed)
-            return 0
+            self._wait(
+                gang,
+                members,
+                f"gang {gang.key} has {placed + len(members)} of {gang.min_member} required pods",
+                placed,
+                needed,
+            )
+            return 0, "waiting"
         self.registry.start_attempt(gang, now)
         short = self._min_resources_shortfall(gang)
         if short:
-            self._wait(gang, members, f"gang {gang.key}: not enough free resources for minResources ({short})",
-                       placed, needed)
-            return 0
+            self._wait(
+                gang,
+                members,
+                f"gang {gang.key}: not enough free resources for minResources ({short})",
+                placed,
+                needed,
+            )
+            return 0, "waiting"
         members.sort(key=lambda m: (-m.pod.priority, m.pod.creation, m.pod.name))
         outcome = self._place_in_domains(gang, members, needed, framework)
         if outcome is None:
-            return 0
+            return 0, "waiting"
         placements, domain = outcome
         placed_uids = {m.pod.uid for m, _ in placements}
         for member, decision in placements:
@@ -119,19 +144,32 @@ class GangScheduler:
         gang.timeouts = 0
         gang.last_reason = ""
         self.registry.dirty.add(gang.key)
-        self.log.info("gang.admitted", gang=gang.key, placed=len(placements), already_placed=placed,
-                      min_member=gang.min_member, domain=domain, extras_waiting=len(extras))
-        self.feedback.event(self._involved(gang), "Normal", "Scheduled",
-                                   f"gang {gang.key}: {len(placements)} pods placed"
-                                   + (f" in {domain}" if domain else ""))
-        return len(placements)
+        self.log.info(
+            "gang.admitted",
+            gang=gang.key,
+            placed=len(placements),
+            already_placed=placed,
+            min_member=gang.min_member,
+            domain=domain,
+            extras_waiting=len(extras),
+        )
+        self.feedback.event(
+            self._involved(gang),
+            "Normal",
+            "Scheduled",
+            f"gang {gang.key}: {len(placements)} pods placed" + (f" in {domain}" if domain else ""),
+        )
+        return len(placements), "admitted"
 
     def _pending(self, member: QueuedPod, framework: Framework) -> bool:
         state = self.cache.pod_state(member.pod.uid)
         pod = state.record if state is not None else member.pod
         member.pod = pod
-        if pod.pending and not pod.gated and pod.scheduler_name == framework.scheduler_name and not (
-            state is not None and (state.assumed or state.node)
+        if (
+            pod.pending
+            and not pod.gated
+            and pod.scheduler_name == framework.scheduler_name
+            and not (state is not None and (state.assumed or state.node))
         ):
             return True
         self.queue.delete(pod.uid)
@@ -149,8 +187,9 @@ class GangScheduler:
                 count += 1  # a finished member still counts towards the gang having run
         return count
 
-    def _try(self, gang: Gang, members: list[QueuedPod], needed: int, framework: Framework,
-             mask: np.ndarray | None) -> tuple[list[tuple[QueuedPod, Decision]], Decision | None]:
+    def _try(
+        self, gang: Gang, members: list[QueuedPod], needed: int, framework: Framework, mask: np.ndarray | None
+    ) -> tuple[list[tuple[QueuedPod, Decision]], Decision | None]:
         """Place as many members as fit, assuming each; undo everything if fewer than `needed` fit."""
         placements: list[tuple[QueuedPod, Decision]] = []
         first_failure: Decision | None = None
@@ -168,12 +207,18 @@ class GangScheduler:
         for member, _ in placements:
             self.cache.forget(member.pod.uid)
         if placements:
-            self.log.info("gang.released", gang=gang.key, released=len(placements), needed=needed,
-                          reason="the quorum did not fit; nothing stays reserved")
+            self.log.info(
+                "gang.released",
+                gang=gang.key,
+                released=len(placements),
+                needed=needed,
+                reason="the quorum did not fit; nothing stays reserved",
+            )
         return [], first_failure
 
-    def _place_in_domains(self, gang: Gang, members: list[QueuedPod], needed: int,
-                          framework: Framework) -> tuple[list[tuple[QueuedPod, Decision]], str] | None:
+    def _place_in_domains(
+        self, gang: Gang, members: list[QueuedPod], needed: int, framework: Framework
+    ) -> tuple[list[tuple[QueuedPod, Decision]], str] | None:
         required = gang.podgroup is not None and gang.podgroup.same_domain_required
         first_failure: Decision | None = None
         tried_domains = False
@@ -185,8 +230,10 @@ class GangScheduler:
                     return placements, f"{label}={value}"
                 first_failure = first_failure or failure
         if required:
-            reason = (f"gang {gang.key} requires one placement domain and no single "
-                      f"{' or '.join(self.settings.gang_topology_labels)} domain can hold {needed} pods")
+            reason = (
+                f"gang {gang.key} requires one placement domain and no single "
+                f"{' or '.join(self.settings.gang_topology_labels)} domain can hold {needed} pods"
+            )
             if not tried_domains:
                 reason = f"gang {gang.key} requires one placement domain but no node has a topology label"
             if first_failure is not None:
@@ -198,8 +245,13 @@ class GangScheduler:
             return placements, ""
         failure = failure or first_failure
         detail = failure.message if failure is not None else "not enough room"
-        self._wait(gang, members, f"gang {gang.key} needs {needed} pods placed together and they do not "
-                                  f"all fit: {detail}", gang.min_member - needed, needed)
+        self._wait(
+            gang,
+            members,
+            f"gang {gang.key} needs {needed} pods placed together and they do not all fit: {detail}",
+            gang.min_member - needed,
+            needed,
+        )
         return None
 
     def _place_elastic(self, gang: Gang, members: list[QueuedPod], framework: Framework) -> int:
@@ -217,22 +269,42 @@ class GangScheduler:
             started += 1
         return started
 
-    def _wait(self, gang: Gang, members: list[QueuedPod], reason: str, placed: int, needed: int,
-              *, backoff: bool = False) -> None:
+    def _wait(
+        self,
+        gang: Gang,
+        members: list[QueuedPod],
+        reason: str,
+        placed: int,
+        needed: int,
+        *,
+        backoff: bool = False,
+    ) -> None:
         """Nothing reserved: every member goes back, unschedulable, and says why."""
         nodes = self.cache.node_count
         for member in members:
             self.queue.requeue(member, unschedulable=not backoff, reason=reason)
             self.feedback.unschedulable(member.pod, reason)
-            self.log_decision(member, member.pod, Decision(None, nodes), "unschedulable",
-                              {"gang": gang.key, "message": reason})
+            self.log_decision(
+                member,
+                member.pod,
+                Decision(None, nodes),
+                "unschedulable",
+                {"gang": gang.key, "message": reason},
+            )
         changed = reason != gang.last_reason
         gang.last_reason = reason
         self.registry.dirty.add(gang.key)
         if changed:
-            self.log.info("gang.waiting", gang=gang.key, assumed=placed, needed=max(needed, 0),
-                          min_member=gang.min_member, pending=len(members), reason=reason,
-                          attempt=max(m.attempts for m in members))
+            self.log.info(
+                "gang.waiting",
+                gang=gang.key,
+                assumed=placed,
+                needed=max(needed, 0),
+                min_member=gang.min_member,
+                pending=len(members),
+                reason=reason,
+                attempt=max(m.attempts for m in members),
+            )
             self.feedback.event(self._involved(gang), "Warning", "Unschedulable", reason)
 
     # ------------------------------------------------------------------ checks
@@ -247,7 +319,9 @@ class GangScheduler:
             col = cache.column(resource)
             free = 0
             if col >= 0:
-                free = int(np.clip(cache.allocatable[valid, col] - cache.requested[valid, col], 0, None).sum())
+                free = int(
+                    np.clip(cache.allocatable[valid, col] - cache.requested[valid, col], 0, None).sum()
+                )
             free += self._used_by_members(gang, resource)
             if free < amount:
                 short.append(f"{resource} {free} free of {amount} needed")
@@ -289,8 +363,9 @@ class GangScheduler:
         self._domains = (cache.static_version, domains)
         return domains
 
-    def _candidate_domains(self, domains: list[tuple[str, np.ndarray]], members: list[QueuedPod],
-                           needed: int) -> list[tuple[str, np.ndarray]]:
+    def _candidate_domains(
+        self, domains: list[tuple[str, np.ndarray]], members: list[QueuedPod], needed: int
+    ) -> list[tuple[str, np.ndarray]]:
         """Domains whose free capacity could hold the quorum, smallest first (keep big domains whole)."""
         cache = self.cache
         demand: dict[str, int] = {}
@@ -323,19 +398,29 @@ class GangScheduler:
             if now - gang.first_attempt < timeout:
                 continue
             gang.timeouts += 1
-            backoff = min(self.settings.initial_backoff_seconds * 2 ** gang.timeouts, MAX_TIMEOUT_BACKOFF)
+            backoff = min(self.settings.initial_backoff_seconds * 2**gang.timeouts, MAX_TIMEOUT_BACKOFF)
             gang.not_before = now + backoff
             gang.first_attempt = None
             placed = self._placed(gang)
             # Attempts reserve a gang whole or not at all, so a gang that times out holds no
             # reservation: members already bound stay bound, and the group reports them.
-            message = (f"gang {gang.key} was not placed whole within {timeout:g}s ({placed} of "
-                       f"{gang.min_member} placed, no resources held for the rest); retrying in {backoff:g}s")
+            message = (
+                f"gang {gang.key} was not placed whole within {timeout:g}s ({placed} of "
+                f"{gang.min_member} placed, no resources held for the rest); retrying in {backoff:g}s"
+            )
             if placed:
                 gang.failed_reason = message
             self.registry.dirty.add(gang.key)
-            self.log.warning("gang.timed_out", gang=gang.key, placed=placed, min_member=gang.min_member,
-                             held=0, timeouts=gang.timeouts, backoff_s=backoff, reason=message)
+            self.log.warning(
+                "gang.timed_out",
+                gang=gang.key,
+                placed=placed,
+                min_member=gang.min_member,
+                held=0,
+                timeouts=gang.timeouts,
+                backoff_s=backoff,
+                reason=message,
+            )
             self.feedback.event(self._involved(gang), "Warning", "Timeout", message)
             self.queue.move_all("GangTimeout")
 
@@ -355,16 +440,23 @@ class GangScheduler:
         if gang is not None:
             gang.bind_failures.pop(pod.uid, None)
             self.registry.dirty.add(gang.key)
-            if gang.failed_reason and self._placed(gang) >= gang.min_member and not any(
-                gang.bind_failures.values()
+            if (
+                gang.failed_reason
+                and self._placed(gang) >= gang.min_member
+                and not any(gang.bind_failures.values())
             ):
                 gang.failed_reason = ""  # completed after all: the failure is history
 
     def _involved(self, gang: Gang) -> dict[str, Any]:
         """The object a gang's events are about: its PodGroup, or for label gangs its first member."""
         if gang.podgroup is not None:
-            return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                    "namespace": gang.namespace, "name": gang.name, "uid": gang.podgroup.uid}
+            return {
+                "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "namespace": gang.namespace,
+                "name": gang.name,
+                "uid": gang.podgroup.uid,
+            }
         uid = min(gang.members) if gang.members else ""
         state = self.cache.pod_state(uid) if uid else None
         name = state.record.name if state is not None else gang.name

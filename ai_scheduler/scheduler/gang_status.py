@@ -54,7 +54,9 @@ def podgroup_status(gang: Gang) -> dict[str, Any]:
 
 
 class GangStatusWriter:
-    def __init__(self, client: KubeClient, registry: GangRegistry, logger: JsonLogger, metrics: Metrics) -> None:
+    def __init__(
+        self, client: KubeClient, registry: GangRegistry, logger: JsonLogger, metrics: Metrics
+    ) -> None:
         self.client = client
         self.registry = registry
         self.log = logger

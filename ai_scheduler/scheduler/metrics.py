@@ -68,6 +68,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.gang_attempt_duration = Histogram(
+            "ai_scheduler_gang_attempt_duration_seconds",
+            "Time of one gang attempt (all members tried together), by outcome",
+            ["result"],
+            buckets=(*CYCLE_BUCKETS, 2.5, 5),
+            registry=r,
+        )
         self.bind_duration = Histogram(
             "ai_scheduler_binding_duration_seconds",
             "Binding request latency",

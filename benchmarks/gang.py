@@ -1,0 +1,146 @@
+"""Gang scheduling throughput: G PodGroups of S pods each on N kwok-style nodes, full path over HTTP.
+
+    python benchmarks/gang.py --nodes 5000 --gangs 1000 --size 8
+
+Reports gangs/s (from the scheduler being ready to the last member bound) and
+the mean time per gang attempt, read from the scheduler's own
+`ai_scheduler_gang_attempt_duration_seconds` histogram.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import bench_pod, kwok_node, peak_rss_mib
+from throughput import (
+    BindWatcher,
+    _cpu_seconds,
+    _create_all,
+    _free_port,
+    _start_scheduler,
+    _start_sim,
+    _wait_ready,
+)
+
+from ai_scheduler.api.kube import KubeClient
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _podgroup(name: str, size: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"minMember": size},
+    }
+
+
+def _member(gang: str, i: int, scheduler_name: str) -> dict[str, Any]:
+    pod = bench_pod(f"{gang}-{i}", scheduler_name, cpu="1", memory="2Gi")
+    pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = gang
+    pod["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    return pod
+
+
+async def _gang_attempts(port: int) -> tuple[float, float]:
+    """(count, total seconds) of gang attempts, from the scheduler's metrics."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        text = await response.text()
+    count = total = 0.0
+    for line in text.splitlines():
+        if line.startswith("ai_scheduler_gang_attempt_duration_seconds_count"):
+            count += float(line.split()[-1])
+        elif line.startswith("ai_scheduler_gang_attempt_duration_seconds_sum"):
+            total += float(line.split()[-1])
+    return count, total
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="ai-scheduler-gang-bench-"))
+    sim_proc, kubeconfig = _start_sim(workdir)
+    client = await KubeClient.connect(str(kubeconfig), pool_size=72)
+    scheduler_proc = None
+    try:
+        nodes = []
+        for i in range(args.nodes):
+            node = kwok_node(f"bench-node-{i}")
+            if args.zones:
+                node["metadata"]["labels"][ZONE] = f"zone-{i % args.zones}"
+            nodes.append(node)
+        gangs = [f"gang-{g}" for g in range(args.gangs)]
+        pods = [_member(g, i, args.scheduler_name) for g in gangs for i in range(args.size)]
+        await _create_all(client, nodes, client.create_node)
+        await _create_all(client, [_podgroup(g, args.size) for g in gangs], client.create_podgroup)
+        await _create_all(client, pods, client.create_pod)
+        watcher = BindWatcher(client, {p["metadata"]["name"] for p in pods})
+        watch_task = asyncio.create_task(watcher.run())
+        port = _free_port()
+        t0 = time.monotonic()
+        scheduler_proc = _start_scheduler(workdir, str(kubeconfig), args.scheduler_name, port, 64)
+        ready = await _wait_ready(port, scheduler_proc)
+        await asyncio.wait_for(watcher.done.wait(), args.timeout)
+        last = max(watcher.bound_at.values())
+        watch_task.cancel()
+        count, total = await _gang_attempts(port)
+        by_gang: dict[str, int] = {}
+        for name in watcher.bound_at:
+            gang = name.rsplit("-", 1)[0]
+            by_gang[gang] = by_gang.get(gang, 0) + 1
+        complete = sum(1 for g in gangs if by_gang.get(g) == args.size)
+        return {
+            "mode": "gang full-path",
+            "nodes": args.nodes,
+            "zones": args.zones,
+            "gangs": args.gangs,
+            "size": args.size,
+            "gangs_complete": complete,
+            "gangs_per_s_from_ready": round(args.gangs / (last - ready), 1),
+            "pods_per_s_from_ready": round(len(pods) / (last - ready), 1),
+            "start_to_ready_s": round(ready - t0, 2),
+            "gang_attempts": int(count),
+            "mean_ms_per_gang_attempt": round(total / count * 1000, 3) if count else None,
+            "scheduler_peak_rss_mib": round(peak_rss_mib(scheduler_proc.pid), 1),
+            "scheduler_cpu_ms_per_gang": round(_cpu_seconds(scheduler_proc.pid) * 1000 / args.gangs, 2),
+        }
+    finally:
+        if scheduler_proc is not None:
+            scheduler_proc.terminate()
+            scheduler_proc.wait(10)
+        await client.close()
+        sim_proc.terminate()
+        sim_proc.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gangs", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=8)
+    parser.add_argument("--zones", type=int, default=10, help="zone labels on the nodes (0: none)")
+    parser.add_argument("--scheduler-name", default="ai-scheduler")
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args()
+    import uvloop
+
+    print(json.dumps(uvloop.run(run(args))))
+
+
+if __name__ == "__main__":
+    main()
