@@ -349,3 +349,22 @@ async def test_pod_group_status_counts_finished_members(
     status = podgroup_status(sim, "short")
     assert status["succeeded"] == 2 and status["occupiedBy"] == "default/short-job"
     assert Counter(e["reason"] for e in events(sim, "short"))["Scheduled"] == 1
+
+
+async def test_member_that_keeps_failing_to_bind_fails_the_group_until_it_binds(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler()
+    assert (await api.create_podgroup(podgroup("shaky", 2))).ok
+    await create_all(api, gpu_nodes(2), [])
+    sim.inject_bind_failures("default", "shaky-1", 3)
+    await create_all(api, [], [member("shaky", i) for i in range(2)])
+    await wait_for(lambda: running.log_lines("gang.failed"), what="the group reported failed")
+    failed = running.log_lines("gang.failed")[0]
+    assert failed["pod"] == "default/shaky-1" and "after 3 attempts" in failed["reason"]
+    await wait_for(lambda: events(sim, "shaky", "Failed"), what="a Failed event on the PodGroup")
+    # The member is retried all the same; once it binds, the gang is whole and the failure is history.
+    await wait_for(lambda: bound_count(sim, "shaky") == 2, what="the member bound at last")
+    await wait_for(lambda: podgroup_status(sim, "shaky").get("phase") == "Running", what="PodGroup Running")
+    assert [line["code"] for line in running.log_lines("bind.failed")] == [500, 500, 500]
+    assert_not_overcommitted(sim)

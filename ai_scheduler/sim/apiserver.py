@@ -110,6 +110,7 @@ class SimApiServer:
         self._nodes = self.registry.resolve("nodes")
         self._priority_classes = self.registry.resolve("priorityclasses")
         self._bind_conflicts: dict[tuple[str, str], str] = {}
+        self._bind_failures: dict[tuple[str, str], int] = {}
         self._requests: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._bindings_ok = 0
         self._bindings_conflict = 0
@@ -226,6 +227,10 @@ class SimApiServer:
         for watcher in watchers:
             watcher.push(GARBLED_LINE)
         return len(watchers)
+
+    def inject_bind_failures(self, namespace: str, name: str, count: int) -> None:
+        """The next `count` binding requests for the pod fail with 500, as an overloaded server's would."""
+        self._bind_failures[(namespace, name)] = count
 
     def inject_bind_conflict(self, namespace: str, name: str, node: str) -> None:
         """The next binding request for the pod loses a race: another scheduler binds it to `node` first."""
@@ -739,6 +744,10 @@ class SimApiServer:
         meta = body.get("metadata") or {}
         if not node:
             raise ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value')
+        failures = self._bind_failures.get((namespace, name or ""), 0)
+        if failures:
+            self._bind_failures[(namespace, name or "")] = failures - 1
+            raise ApiError(500, "InternalError", "Internal error occurred: injected binding failure")
         injected = self._bind_conflicts.pop((namespace, name or ""), None)
         if injected is not None:
             with contextlib.suppress(ApiError):  # the competing binding may fail too (pod gone, bound)
