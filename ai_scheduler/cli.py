@@ -1,8 +1,10 @@
-"""The `ai-scheduler` command: `run` (the daemon) and `demo` (the scheduler against a simulated cluster)."""
+"""The `ai-scheduler` command: `run` (the daemon), `agent` (the node agent) and `demo` (the scheduler
+against a simulated cluster)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -44,6 +46,47 @@ def _parser() -> argparse.ArgumentParser:
         help="lowest level written to the JSON log on stdout (default: info)",
     )
 
+    agent = commands.add_parser(
+        "agent",
+        help="run the node agent that reports the node's GPUs",
+        description="Read the node's GPUs with NVML and keep the node annotations ai-scheduler.io/gpus and "
+        "ai-scheduler.io/gpus-updated current: written when a device changes, used memory or utilization "
+        "moves past a threshold, or a heartbeat is due. Without an NVIDIA driver it reports zero GPUs and "
+        "keeps retrying. In a pod it uses the in-cluster service account unless --kubeconfig or --master "
+        "says otherwise.",
+    )
+    agent.add_argument(
+        "--node-name",
+        metavar="NAME",
+        default=os.environ.get("NODE_NAME") or None,
+        help="the node to report on (default: $NODE_NAME, set from spec.nodeName by the DaemonSet)",
+    )
+    agent.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file to reach the API server")
+    agent.add_argument(
+        "--master", metavar="URL", help="API server URL without credentials (overrides --kubeconfig)"
+    )
+    agent.add_argument(
+        "--interval",
+        metavar="S",
+        type=_positive_seconds,
+        default=10.0,
+        help="seconds between two readings of the GPUs (default: 10)",
+    )
+    agent.add_argument(
+        "--heartbeat",
+        metavar="S",
+        type=_positive_seconds,
+        default=60.0,
+        help="write the report at least this often, changed or not, so the scheduler can tell it is "
+        "live (default: 60)",
+    )
+    agent.add_argument(
+        "--log-level",
+        choices=sorted(LEVELS, key=LEVELS.get),
+        default="info",
+        help="lowest level written to the JSON log on stdout (default: info)",
+    )
+
     demo = commands.add_parser(
         "demo",
         help="run the real scheduler against an embedded simulated cluster",
@@ -66,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "agent":
+        return _agent(args)
     from ai_scheduler.demo import run_demo
 
     return uvloop.run(run_demo(nodes=args.nodes, pods=args.pods, seed=args.seed, log_file=args.log_file))
@@ -84,6 +129,37 @@ def _run(args: argparse.Namespace) -> int:
     uvloop.run(
         run_scheduler(
             config, kubeconfig=args.kubeconfig, master=args.master, logger=logger, config_path=args.config
+        )
+    )
+    return 0
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from ai_scheduler.agent import run_agent
+
+    logger = JsonLogger(level=args.log_level)
+    if not args.node_name:
+        logger.error("agent.no_node_name", error="neither --node-name nor NODE_NAME is set")
+        print("ai-scheduler agent: give --node-name or set NODE_NAME", file=sys.stderr)
+        return 2
+    uvloop.run(
+        run_agent(
+            args.node_name,
+            kubeconfig=args.kubeconfig,
+            master=args.master,
+            interval=args.interval,
+            heartbeat=args.heartbeat,
+            logger=logger,
         )
     )
     return 0

@@ -49,6 +49,8 @@ def test_defaults_match_the_spec() -> None:
                 ScoreSpec("NodeResourcesLeastAllocated", 1, {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}),
                 ScoreSpec("NodeAffinity", 2, {}),
                 ScoreSpec("TaintToleration", 3, {}),
+                ScoreSpec("GPUBinpack", 3, {}),
+                ScoreSpec("GPUAvoidance", 2, {}),
             ),
         ),
     )
@@ -70,9 +72,9 @@ def test_defaults_match_the_spec() -> None:
 
 def test_plugin_name_constants() -> None:
     assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
-                              "NodeAffinity", "NodeResourcesFit")
+                              "NodeAffinity", "NodeResourcesFit", "GPU")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
-                             "NodeAffinity", "TaintToleration")
+                             "NodeAffinity", "TaintToleration", "GPUBinpack", "GPUAvoidance")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"}) == RESOURCE_SCORERS
 
 
@@ -197,7 +199,7 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
     # filters
     ({"profiles": [{"filters": ["NodeName", "NodeReady", "NodeReadyy"]}]}, "profiles[0].filters[2]",
      "unknown filter plugin 'NodeReadyy'; known: NodeUnschedulable, NodeName, TaintToleration, NodeReady, "
-     "NodeAffinity, NodeResourcesFit"),
+     "NodeAffinity, NodeResourcesFit, GPU"),
     ({"profiles": [{"filters": ["NodeName", "NodeName"]}]}, "profiles[0].filters[1]",
      "duplicate filter plugin 'NodeName' (also profiles[0].filters[0])"),
     ({"profiles": [{"filters": "NodeName"}]}, "profiles[0].filters", "must be a list, got 'NodeName'"),
@@ -219,7 +221,7 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
     ({"profiles": [{"scores": [{"weight": 1}]}]}, "profiles[0].scores[0].name", "is required"),
     ({"profiles": [{"scores": [{"name": "NodeResourcesFit"}]}]}, "profiles[0].scores[0].name",
      "unknown score plugin 'NodeResourcesFit'; known: NodeResourcesLeastAllocated, "
-     "NodeResourcesMostAllocated, NodeAffinity, TaintToleration"),
+     "NodeResourcesMostAllocated, NodeAffinity, TaintToleration, GPUBinpack, GPUAvoidance"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity"}, {"name": "NodeAffinity"}]}]},
      "profiles[0].scores[1].name", "duplicate score plugin 'NodeAffinity' (also profiles[0].scores[0])"),
     ({"profiles": [{"scores": ["NodeAffinity"]}]}, "profiles[0].scores[0]", "must be a mapping"),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GpuTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
@@ -44,10 +45,11 @@ class NodeChange:
     added: bool = False
     static_changed: bool = False  # labels, taints, unschedulable, readiness
     resources_changed: bool = False  # allocatable
+    gpus_freed: bool = False  # managed GPUs became usable or gained room
 
     @property
     def any(self) -> bool:
-        return self.added or self.static_changed or self.resources_changed
+        return self.added or self.static_changed or self.resources_changed or self.gpus_freed
 
 
 @dataclass(slots=True)
@@ -86,6 +88,8 @@ class SchedulerCache:
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, PodState] = {}
         self.assumed_count = 0
+        self.gpus = GpuTable(initial_rows)
+        self._chosen_gpus: dict[str, tuple[int, ...]] = {}  # our device choice for pods not yet annotated
 
     # ------------------------------------------------------------------ columns
     @property
@@ -125,6 +129,7 @@ class SchedulerCache:
         self.row_records.extend([None] * old)
         self.row_names.extend([""] * old)
         self._free_rows.extend(range(new - 1, old - 1, -1))
+        self.gpus.grow(new)
 
     def _touch_static(self, row: int) -> None:
         self.static_version += 1
@@ -158,6 +163,11 @@ class SchedulerCache:
             for name, value in record.allocatable.items():
                 col = self.column(name, create=True)  # may widen the arrays: index after
                 self.allocatable[row, col] = value
+        was_managed = bool(self.gpus.managed[row])
+        change.gpus_freed = self.gpus.set_node(row, record)
+        if self.gpus.managed[row] and not was_managed:
+            for uid in state.pods or ():  # pods placed before the node was managed: account their devices
+                self._attach_gpus(uid, row, self.pods[uid].record)
         return change
 
     def remove_node(self, name: str) -> bool:
@@ -171,6 +181,9 @@ class SchedulerCache:
         self.score_requested[row] = 0
         self.row_records[row] = None
         self.row_names[row] = ""
+        self.gpus.remove_node(row)
+        for uid in state.pods or ():
+            self.gpus.detach(uid)
         self._touch_static(row)
         self._free_rows.append(row)
         state.row = -1
@@ -194,6 +207,7 @@ class SchedulerCache:
         self.score_requested[row] = 0
         for uid in state.pods or ():
             self._apply(row, self.pods[uid].record, 1)
+            self._attach_gpus(uid, row, self.pods[uid].record)
 
     # ------------------------------------------------------------------ pods
     def _apply(self, row: int, pod: PodRecord, sign: int) -> None:
@@ -217,12 +231,19 @@ class SchedulerCache:
         state.pods.add(uid)
         if state.row >= 0:
             self._apply(state.row, pod, 1)
+            self._attach_gpus(uid, state.row, pod)
+
+    def _attach_gpus(self, uid: str, row: int, pod: PodRecord) -> None:
+        """Managed GPUs: the pod's gpu-ids annotation is the truth once written; until then, our choice."""
+        chosen = None if GPU_IDS_ANNOTATION in pod.annotations else self._chosen_gpus.get(uid)
+        self.gpus.attach(uid, row, pod, chosen)
 
     def _detach(self, uid: str, node: str, pod: PodRecord) -> None:
         state = self.nodes.get(node)
         if state is None or state.pods is None:
             return
         state.pods.discard(uid)
+        self.gpus.detach(uid)
         if state.row >= 0:
             self._apply(state.row, pod, -1)
         elif not state.pods:
@@ -259,11 +280,13 @@ class SchedulerCache:
         if not new_node and not record.pending and not state.assumed:
             # Finished or deleting-unbound pods need no tracking beyond the watch's own record.
             self.pods.pop(record.uid, None)
+            self._chosen_gpus.pop(record.uid, None)
         return change
 
     def remove_pod(self, uid: str) -> PodChange:
         change = PodChange()
         state = self.pods.pop(uid, None)
+        self._chosen_gpus.pop(uid, None)
         if state is None:
             return change
         if state.assumed:
@@ -281,8 +304,8 @@ class SchedulerCache:
         return bool(state and state.assumed)
 
     # ------------------------------------------------------------------ assumptions
-    def assume(self, pod: PodRecord, node: str) -> None:
-        """Reserve the pod's resources on `node` before the binding is sent."""
+    def assume(self, pod: PodRecord, node: str, gpu_ids: tuple[int, ...] = ()) -> None:
+        """Reserve the pod's resources (and the managed GPUs chosen for it) on `node` before binding."""
         state = self.pods.get(pod.uid)
         if state is not None and (state.node or state.assumed):
             raise ValueError(f"pod {pod.key} is already on {state.node or 'an assumed node'}")
@@ -293,6 +316,8 @@ class SchedulerCache:
         state.deadline = None
         state.node = node
         self.assumed_count += 1
+        if gpu_ids:
+            self._chosen_gpus[pod.uid] = gpu_ids
         self._attach(pod.uid, node, pod)
 
     def binding_finished(self, uid: str) -> None:
@@ -310,6 +335,7 @@ class SchedulerCache:
         if state.node:
             self._detach(uid, state.node, state.record)
             state.node = ""
+        self._chosen_gpus.pop(uid, None)
         return True
 
     def _unassume(self, state: PodState) -> None:

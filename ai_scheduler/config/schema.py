@@ -29,12 +29,15 @@ FILTER_PLUGINS: tuple[str, ...] = (
     "NodeReady",
     "NodeAffinity",
     "NodeResourcesFit",
+    "GPU",
 )
 SCORE_PLUGINS: tuple[str, ...] = (
     "NodeResourcesLeastAllocated",
     "NodeResourcesMostAllocated",
     "NodeAffinity",
     "TaintToleration",
+    "GPUBinpack",
+    "GPUAvoidance",
 )
 RESOURCE_SCORERS: frozenset[str] = frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"})
 
@@ -103,6 +106,8 @@ DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
     ScoreSpec("NodeResourcesLeastAllocated", 1, DEFAULT_SCORE_RESOURCES),
     ScoreSpec("NodeAffinity", 2),
     ScoreSpec("TaintToleration", 3),
+    ScoreSpec("GPUBinpack", 3),
+    ScoreSpec("GPUAvoidance", 2),
 )
 
 

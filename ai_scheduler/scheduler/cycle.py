@@ -11,7 +11,7 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework import DevicePicker, FilterPlugin, ScorePlugin, StaticResults
 
 TOP_SCORES_LOGGED = 3
 MIN_NODES_TO_SCORE = 100  # kube-scheduler's minFeasibleNodesToFind
@@ -28,6 +28,8 @@ class Decision:
     top: list[tuple[str, int]] = field(default_factory=list)
     error: str = ""  # the pod itself is invalid (no node could ever fit it as written)
     duration: float = 0.0
+    gpu_ids: tuple[int, ...] = ()     # managed GPUs chosen on `node`
+    gpu_uuids: tuple[str, ...] = ()
 
     @property
     def message(self) -> str:
@@ -66,6 +68,8 @@ class Framework:
         self.percentage = percentage_of_nodes_to_score
         self.rng = rng or random.Random()
         self._next_start = 0
+        # Reserve step for devices: the filter that knows managed GPUs also picks them on the chosen node.
+        self.device_picker = next((f for f in self.filters if isinstance(f, DevicePicker)), None)
 
     def schedule(self, pod: PodRecord, node_mask: np.ndarray | None = None) -> Decision:
         """Place one pod; `node_mask` (bool per row) limits it to some nodes, e.g. one topology domain."""
@@ -105,6 +109,10 @@ class Framework:
         total = cache.node_count if node_mask is None else int(np.count_nonzero(cache.valid & node_mask))
         if pod.spec_error:
             return Decision(None, total, error=pod.spec_error)
+        for plugin in self.filters:
+            error = plugin.prefilter(pod, cache)
+            if error:
+                return Decision(None, total, error=error)
         rows, reasons = self.feasible_rows(pod, node_mask)
         if rows.size == 0:
             return Decision(None, total, reasons=reasons)
@@ -125,7 +133,12 @@ class Framework:
             top_idx = np.arange(rows.shape[0])
         top_idx = top_idx[np.argsort(-scores[top_idx], kind="stable")]
         top = [(names[int(rows[i])], int(scores[i])) for i in top_idx]
-        return Decision(chosen, total, feasible=int(rows.shape[0]), reasons=reasons, top=top)
+        gpu_ids: tuple[int, ...] = ()
+        gpu_uuids: tuple[str, ...] = ()
+        if self.device_picker is not None:
+            gpu_ids, gpu_uuids = self.device_picker.pick(pod, cache, int(rows[pick]))
+        return Decision(chosen, total, feasible=int(rows.shape[0]), reasons=reasons, top=top, gpu_ids=gpu_ids,
+                        gpu_uuids=gpu_uuids)
 
     def _sample(self, rows: np.ndarray, total: int) -> np.ndarray:
         """percentageOfNodesToScore: score a rotating window of the feasible nodes on large clusters."""

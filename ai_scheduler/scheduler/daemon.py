@@ -42,7 +42,7 @@ def queue_name_of(pod: PodRecord) -> str:
 def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
     frameworks = {}
     for profile in config.profiles:
-        filters = [FILTERS[name]() for name in profile.filters]
+        filters = [FILTERS[name](config) for name in profile.filters]
         scores = [SCORES[spec.name](spec.weight, spec.resources) for spec in profile.scores]
         frameworks[profile.scheduler_name] = Framework(
             profile.scheduler_name,

@@ -34,9 +34,20 @@ class FilterPlugin:
 
     name: ClassVar[str] = ""
 
+    def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        """PreFilter: a reason no node could ever take the pod as written (checked once per cycle), or ''."""
+        return ""
+
     def run(
         self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
     ) -> Reasons:
+        raise NotImplementedError
+
+
+class DevicePicker(FilterPlugin):
+    """A filter that also reserves devices on the chosen node (the Reserve point, for managed GPUs)."""
+
+    def pick(self, pod: PodRecord, cache: SchedulerCache, row: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
         raise NotImplementedError
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from ai_scheduler.config import Config
 from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
+from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter
 from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
 from ai_scheduler.scheduler.plugins.node_name import NodeName
 from ai_scheduler.scheduler.plugins.node_ready import NodeReady
@@ -13,13 +15,14 @@ from ai_scheduler.scheduler.plugins.resource_allocation import LeastAllocated, M
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter, TaintTolerationScore
 
-FILTERS: dict[str, Callable[[], FilterPlugin]] = {
-    "NodeUnschedulable": NodeUnschedulable,
-    "NodeName": NodeName,
-    "TaintToleration": TaintTolerationFilter,
-    "NodeReady": NodeReady,
-    "NodeAffinity": NodeAffinityFilter,
-    "NodeResourcesFit": NodeResourcesFit,
+FILTERS: dict[str, Callable[[Config], FilterPlugin]] = {
+    "NodeUnschedulable": lambda _config: NodeUnschedulable(),
+    "NodeName": lambda _config: NodeName(),
+    "TaintToleration": lambda _config: TaintTolerationFilter(),
+    "NodeReady": lambda _config: NodeReady(),
+    "NodeAffinity": lambda _config: NodeAffinityFilter(),
+    "NodeResourcesFit": lambda _config: NodeResourcesFit(),
+    "GPU": lambda config: GpuFilter(config.gpu.staleness_seconds),
 }
 
 SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
@@ -27,4 +30,6 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "NodeResourcesMostAllocated": lambda weight, resources: MostAllocated(weight, resources),
     "NodeAffinity": lambda weight, _resources: NodeAffinityScore(weight),
     "TaintToleration": lambda weight, _resources: TaintTolerationScore(weight),
+    "GPUBinpack": lambda weight, _resources: GpuBinpack(weight),
+    "GPUAvoidance": lambda weight, _resources: GpuAvoidance(weight),
 }

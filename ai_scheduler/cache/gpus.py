@@ -1,0 +1,326 @@
+"""GPUs that the scheduler assigns itself, on nodes labelled `ai-scheduler.io/gpu-managed: "true"`.
+
+The node agent reports each device in the node annotation `ai-scheduler.io/gpus`;
+pods ask with `ai-scheduler.io/gpu-count` (whole devices) or
+`ai-scheduler.io/gpu-memory` (a share of one device), and the scheduler writes
+the devices it chose into `ai-scheduler.io/gpu-ids` / `gpu-uuids` before binding.
+
+Per node row the table keeps, per device, the memory still free for shares
+and whether the device is wholly free, in numpy arrays parallel to the cache's
+node rows, so a filter over all nodes is one array expression. A report that is
+malformed, or older than the staleness bound, makes the node's managed GPUs
+unavailable, with that reason; it never makes them wrong.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.quantity import QuantityError, to_units
+
+MANAGED_LABEL = "ai-scheduler.io/gpu-managed"
+GPUS_ANNOTATION = "ai-scheduler.io/gpus"
+UPDATED_ANNOTATION = "ai-scheduler.io/gpus-updated"
+GPU_COUNT_ANNOTATION = "ai-scheduler.io/gpu-count"
+GPU_MEMORY_ANNOTATION = "ai-scheduler.io/gpu-memory"
+GPU_IDS_ANNOTATION = "ai-scheduler.io/gpu-ids"
+GPU_UUIDS_ANNOTATION = "ai-scheduler.io/gpu-uuids"
+
+MIB = 2**20
+# Closeness of two devices, lower is closer: NVLink, then the PCIe relation nvidia-smi reports.
+PCIE_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
+NVLINK_RANK = 0
+UNKNOWN_RANK = 6
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """What a pod asks of managed GPUs: `count` whole devices, or `memory` bytes of one device."""
+
+    count: int = 0
+    memory: int = 0
+
+
+def gpu_request(pod: PodRecord) -> tuple[GpuRequest | None, str]:
+    """The pod's managed-GPU request (None if it has none) and an error for a malformed one."""
+    count_text = pod.annotations.get(GPU_COUNT_ANNOTATION)
+    memory_text = pod.annotations.get(GPU_MEMORY_ANNOTATION)
+    if count_text is None and memory_text is None:
+        return None, ""
+    if count_text is not None and memory_text is not None:
+        return None, f"set only one of {GPU_COUNT_ANNOTATION} and {GPU_MEMORY_ANNOTATION}"
+    if count_text is not None:
+        try:
+            count = int(count_text)
+        except ValueError:
+            count = 0
+        if count < 1:
+            return None, f"{GPU_COUNT_ANNOTATION} must be a positive integer, got {count_text!r}"
+        return GpuRequest(count=count), ""
+    try:
+        memory = to_units("memory", memory_text or "")
+    except QuantityError:
+        memory = 0
+    if memory <= 0:
+        return None, f"{GPU_MEMORY_ANNOTATION} must be a positive quantity such as 10Gi, got {memory_text!r}"
+    return GpuRequest(memory=memory), ""
+
+
+@dataclass(slots=True)
+class Device:
+    index: int
+    uuid: str
+    model: str
+    total: int            # bytes
+    used: int             # bytes in use as the agent last saw it
+    nvlink: frozenset[int]
+    pcie: dict[int, str]
+    error: str = ""
+
+    def rank_to(self, other: int) -> int:
+        if other in self.nvlink:
+            return NVLINK_RANK
+        return PCIE_RANK.get(self.pcie.get(other, ""), UNKNOWN_RANK)
+
+
+def parse_report(text: str | None) -> tuple[list[Device], str]:
+    """Devices from the agent's annotation, or an error naming what is wrong with it."""
+    if text is None:
+        return [], "no GPU report"
+    try:
+        items = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        return [], f"malformed GPU report: {exc}"
+    if not isinstance(items, list):
+        return [], "malformed GPU report: not a list"
+    devices = []
+    try:
+        for item in items:
+            index = int(item["index"])
+            if item.get("error"):
+                devices.append(Device(index, "", "", 0, 0, frozenset(), {}, str(item["error"])))
+                continue
+            devices.append(Device(
+                index=index,
+                uuid=str(item["uuid"]),
+                model=str(item.get("model", "")),
+                total=int(item["memoryTotalMiB"]) * MIB,
+                used=int(item.get("memoryUsedMiB", 0)) * MIB,
+                nvlink=frozenset(int(peer) for peer in item.get("nvlinkPeers") or ()),
+                pcie={int(peer): str(rel) for peer, rel in (item.get("pcie") or {}).items()},
+            ))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return [], f"malformed GPU report: {type(exc).__name__} {exc}"
+    if len({d.index for d in devices}) != len(devices):
+        return [], "malformed GPU report: duplicate device index"
+    devices.sort(key=lambda d: d.index)
+    return devices, ""
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 UTC (with or without fraction) to epoch seconds."""
+    if not text:
+        return None
+    try:
+        whole, _, rest = text.rstrip("Z").partition(".")
+        epoch = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+        return epoch + (float(f"0.{rest}") if rest.isdigit() else 0.0)
+    except ValueError:
+        return None
+
+
+@dataclass(slots=True)
+class Assignment:
+    row: int
+    indices: tuple[int, ...]
+    memory: int          # bytes per device for a share; 0 for whole devices
+
+
+@dataclass(slots=True)
+class NodeGpus:
+    devices: list[Device] = field(default_factory=list)
+    problem: str = ""
+    updated: float | None = None
+    shares: dict[int, int] = field(default_factory=dict)          # device index -> bytes held by shares
+    whole: dict[int, set[str]] = field(default_factory=dict)      # device index -> pods holding it whole
+    holders: set[str] = field(default_factory=set)
+
+
+class GpuTable:
+    """Managed GPUs per node row, with our assignments; the cache keeps it in step with its rows."""
+
+    def __init__(self, rows: int, max_devices: int = 8) -> None:
+        self.staleness = 120.0                           # seconds a report stays trustworthy (config gpu)
+        self.managed = np.zeros(rows, dtype=bool)
+        self.healthy = np.zeros(rows, dtype=bool)       # report parsed and all fine
+        self.missing = np.zeros(rows, dtype=bool)       # managed, but no report at all
+        self.updated = np.zeros(rows, dtype=np.float64)
+        self.share_free = np.full((rows, max_devices), -1, dtype=np.int64)   # -1: not usable for a share
+        self.whole_free = np.zeros((rows, max_devices), dtype=bool)
+        self.total = np.zeros((rows, max_devices), dtype=np.int64)
+        self.nodes: dict[int, NodeGpus] = {}
+        self.assignments: dict[str, Assignment] = {}
+        self.largest_device = 0
+
+    @property
+    def rows(self) -> int:
+        return self.managed.shape[0]
+
+    def grow(self, rows: int) -> None:
+        extra = rows - self.rows
+        if extra <= 0:
+            return
+        self.managed = np.concatenate([self.managed, np.zeros(extra, dtype=bool)])
+        self.healthy = np.concatenate([self.healthy, np.zeros(extra, dtype=bool)])
+        self.missing = np.concatenate([self.missing, np.zeros(extra, dtype=bool)])
+        self.updated = np.concatenate([self.updated, np.zeros(extra)])
+        width = self.share_free.shape[1]
+        self.share_free = np.vstack([self.share_free, np.full((extra, width), -1, dtype=np.int64)])
+        self.whole_free = np.vstack([self.whole_free, np.zeros((extra, width), dtype=bool)])
+        self.total = np.vstack([self.total, np.zeros((extra, width), dtype=np.int64)])
+
+    def _widen(self, devices: int) -> None:
+        width = self.share_free.shape[1]
+        if devices <= width:
+            return
+        extra = devices - width
+        self.share_free = np.hstack([self.share_free, np.full((self.rows, extra), -1, dtype=np.int64)])
+        self.whole_free = np.hstack([self.whole_free, np.zeros((self.rows, extra), dtype=bool)])
+        self.total = np.hstack([self.total, np.zeros((self.rows, extra), dtype=np.int64)])
+
+    # ------------------------------------------------------------------ nodes
+    def set_node(self, row: int, record: NodeRecord) -> bool:
+        """Read the node's report; True when its managed GPUs gained room or became usable."""
+        managed = record.labels.get(MANAGED_LABEL) == "true"
+        was_usable = bool(self.healthy[row]) and time.time() - self.updated[row] <= self.staleness
+        room_before = (int(np.clip(self.share_free[row], 0, None).sum()), int(self.whole_free[row].sum()))
+        self.managed[row] = managed
+        if not managed:
+            self.nodes.pop(row, None)
+            self.healthy[row] = False
+            self._clear_row(row)
+            return False
+        state = self.nodes.setdefault(row, NodeGpus())
+        report = record.annotations.get(GPUS_ANNOTATION)
+        self.missing[row] = report is None
+        state.devices, state.problem = parse_report(report)
+        state.updated = parse_time(record.annotations.get(UPDATED_ANNOTATION))
+        if not state.problem and state.updated is None:
+            state.problem = "GPU report has no valid update time"
+        self.updated[row] = state.updated or 0.0
+        self.healthy[row] = not state.problem
+        if state.devices:
+            self._widen(max(d.index for d in state.devices) + 1)
+            self.largest_device = max(self.largest_device, *(d.total for d in state.devices))
+        self._recompute(row)
+        room_after = (int(np.clip(self.share_free[row], 0, None).sum()), int(self.whole_free[row].sum()))
+        usable = bool(self.healthy[row]) and time.time() - self.updated[row] <= self.staleness
+        return usable and (not was_usable or room_after[0] > room_before[0] or room_after[1] > room_before[1])
+
+    def remove_node(self, row: int) -> None:
+        self.managed[row] = False
+        self.healthy[row] = False
+        self.missing[row] = False
+        self.nodes.pop(row, None)
+        self._clear_row(row)
+
+    def _clear_row(self, row: int) -> None:
+        self.share_free[row] = -1
+        self.whole_free[row] = False
+        self.total[row] = 0
+
+    def _recompute(self, row: int) -> None:
+        self._clear_row(row)
+        state = self.nodes.get(row)
+        if state is None:
+            return
+        for device in state.devices:
+            if device.error:
+                continue
+            i = device.index
+            self.total[row, i] = device.total
+            held_whole = bool(state.whole.get(i))
+            shared = state.shares.get(i, 0)
+            self.whole_free[row, i] = not held_whole and shared == 0
+            # Memory another process holds counts too, when it exceeds what our shares account for.
+            self.share_free[row, i] = -1 if held_whole else device.total - max(shared, device.used)
+
+    # ------------------------------------------------------------------ pods
+    def attach(self, uid: str, row: int, pod: PodRecord, chosen: Assignment | None = None) -> None:
+        """Account a pod on a managed node: our own choice, or what its gpu-ids annotation says."""
+        if row < 0 or not self.managed[row]:
+            return
+        request, error = gpu_request(pod)
+        if request is None or error:
+            return
+        assignment = chosen or self._from_annotation(row, pod, request)
+        if assignment is None:
+            return
+        state = self.nodes.setdefault(row, NodeGpus())
+        for i in assignment.indices:
+            if assignment.memory:
+                state.shares[i] = state.shares.get(i, 0) + assignment.memory
+            else:
+                state.whole.setdefault(i, set()).add(uid)
+        state.holders.add(uid)
+        self.assignments[uid] = assignment
+        self._recompute(row)
+
+    def detach(self, uid: str) -> None:
+        assignment = self.assignments.pop(uid, None)
+        if assignment is None:
+            return
+        state = self.nodes.get(assignment.row)
+        if state is None:
+            return
+        for i in assignment.indices:
+            if assignment.memory:
+                state.shares[i] = state.shares.get(i, 0) - assignment.memory
+                if state.shares[i] <= 0:
+                    state.shares.pop(i, None)
+            else:
+                holders = state.whole.get(i)
+                if holders is not None:
+                    holders.discard(uid)
+                    if not holders:
+                        state.whole.pop(i, None)
+        state.holders.discard(uid)
+        self._recompute(assignment.row)
+
+    @staticmethod
+    def _from_annotation(row: int, pod: PodRecord, request: GpuRequest) -> Assignment | None:
+        text = pod.annotations.get(GPU_IDS_ANNOTATION)
+        if not text:
+            return None
+        try:
+            indices = tuple(int(part) for part in text.split(",") if part.strip())
+        except ValueError:
+            return None
+        return Assignment(row, indices, request.memory)
+
+    def devices(self, row: int) -> list[Device]:
+        state = self.nodes.get(row)
+        return state.devices if state else []
+
+    # ------------------------------------------------------------------ views for logs and metrics
+    def allocation(self, row: int) -> dict[str, Any]:
+        """Whole devices held, share memory allocated, and free memory stranded on partly used devices."""
+        state = self.nodes.get(row)
+        if state is None:
+            return {}
+        usable = [d for d in state.devices if not d.error]
+        whole = sum(1 for d in usable if state.whole.get(d.index))
+        shared = sum(state.shares.values())
+        total = sum(d.total for d in usable)
+        free = int(np.clip(self.share_free[row], 0, None).sum())
+        stranded = int(sum(max(self.share_free[row, d.index], 0) for d in usable
+                           if not self.whole_free[row, d.index]))
+        return {"devices": len(usable), "whole_used": whole, "shared_bytes": shared, "total_bytes": total,
+                "free_bytes": free, "stranded_bytes": stranded}

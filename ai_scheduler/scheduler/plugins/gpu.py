@@ -1,0 +1,200 @@
+"""GPUs: the filter and device choice for managed GPUs, and the GPU scores.
+
+Managed GPUs (node label `ai-scheduler.io/gpu-managed`) are assigned by us:
+`ai-scheduler.io/gpu-count` takes whole devices, chosen so that NVLink islands
+(HiveD's cells) stay whole: from the most fragmented island that can hold the
+request, then by PCIe closeness; `ai-scheduler.io/gpu-memory` takes a share of
+one device, by best fit (the device left with the least free memory), never
+on a device that a whole-GPU pod holds.
+
+GPUBinpack fills partly used nodes and devices first (for managed GPUs and
+device-plugin `nvidia.com/gpu` alike), so that whole nodes stay free for large
+gangs; GPUAvoidance keeps GPU-less pods off GPU nodes when they can go elsewhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.gpus import GPU_MEMORY_ANNOTATION, Device, GpuRequest, gpu_request
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.quantity import format_units
+from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, DevicePicker, Reasons, ScorePlugin, StaticResults
+
+DEVICE_PLUGIN_GPU = "nvidia.com/gpu"
+NOT_MANAGED = "node(s) didn't have GPUs managed by ai-scheduler"
+NO_REPORT = "node(s) had no GPU report"
+MALFORMED = "node(s) had malformed GPU report"
+STALE = "node(s) had stale GPU report"
+NO_WHOLE = "Insufficient free GPUs"
+NO_MEMORY = "Insufficient GPU memory"
+
+
+class GpuFilter(DevicePicker):
+    name = "GPU"
+
+    def __init__(self, staleness: float, clock: Callable[[], float] = time.time) -> None:
+        self.staleness = staleness
+        self._clock = clock
+
+    def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        """Reject at once what no node could ever take: a malformed request, or more memory than any GPU has."""
+        request, error = gpu_request(pod)
+        if error:
+            return error
+        largest = cache.gpus.largest_device
+        if request is not None and request.memory and largest and request.memory > largest:
+            return (f"{GPU_MEMORY_ANNOTATION} {format_units('memory', request.memory)} is more than any GPU "
+                    f"has (largest {format_units('memory', largest)})")
+        return ""
+
+    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults) -> Reasons:
+        request, _ = gpu_request(pod)
+        if request is None:
+            return []
+        g = cache.gpus
+        stale = self._clock() - g.updated > self.staleness
+        usable = g.managed & g.healthy & ~stale
+        if request.count:
+            short = usable & (g.whole_free.sum(axis=1) < request.count)
+            shortage = NO_WHOLE
+        else:
+            short = usable & (g.share_free.max(axis=1) < request.memory)
+            shortage = NO_MEMORY
+        return [
+            (NOT_MANAGED, ~g.managed),
+            (NO_REPORT, g.managed & g.missing),
+            (MALFORMED, g.managed & ~g.missing & ~g.healthy),
+            (STALE, g.managed & g.healthy & stale),
+            (shortage, short),
+        ]
+
+    def pick(self, pod: PodRecord, cache: SchedulerCache, row: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """The devices for the pod on the chosen node (empty for pods without managed GPUs)."""
+        request, _ = gpu_request(pod)
+        if request is None:
+            return (), ()
+        g = cache.gpus
+        devices = {d.index: d for d in g.devices(row) if not d.error}
+        if request.count:
+            free = [i for i in sorted(devices) if g.whole_free[row, i]]
+            chosen = choose_whole(devices, free, request.count)
+        else:
+            chosen = (best_fit(g.share_free[row], request.memory),)
+        return chosen, tuple(devices[i].uuid for i in chosen)
+
+
+def nvlink_islands(devices: dict[int, Device]) -> list[list[int]]:
+    """Connected components of the NVLink graph (a lone device is its own island)."""
+    seen: set[int] = set()
+    islands = []
+    for start in sorted(devices):
+        if start in seen:
+            continue
+        island, stack = [], [start]
+        seen.add(start)
+        while stack:
+            i = stack.pop()
+            island.append(i)
+            for peer in devices[i].nvlink:
+                if peer in devices and peer not in seen:
+                    seen.add(peer)
+                    stack.append(peer)
+        islands.append(sorted(island))
+    return islands
+
+
+def _spread_cost(devices: dict[int, Device], group: tuple[int, ...]) -> int:
+    return sum(devices[a].rank_to(b) for a, b in itertools.combinations(group, 2))
+
+
+def closest_group(devices: dict[int, Device], pool: list[int], count: int) -> tuple[int, ...]:
+    """`count` devices of `pool` that are closest to each other (NVLink, then PCIe), lowest indices on ties."""
+    if len(pool) <= count:
+        return tuple(pool)
+    if len(pool) <= 12:
+        return min(itertools.combinations(pool, count), key=lambda g: (_spread_cost(devices, g), g))
+    best: tuple[int, ...] | None = None
+    for start in pool:  # greedy growth from each start; exact search is too large past a dozen devices
+        group = [start]
+        while len(group) < count:
+            rest = [i for i in pool if i not in group]
+            group.append(min(rest, key=lambda i: (sum(devices[i].rank_to(j) for j in group), i)))
+        candidate = tuple(sorted(group))
+        if best is None or (_spread_cost(devices, candidate), candidate) < (_spread_cost(devices, best), best):
+            best = candidate
+    assert best is not None
+    return best
+
+
+def choose_whole(devices: dict[int, Device], free: list[int], count: int) -> tuple[int, ...]:
+    """HiveD-style: take from the most fragmented NVLink island that can hold the request, so that
+    larger free islands stay whole; spread over islands by PCIe closeness only when none can."""
+    free_set = set(free)
+    blocks = [[i for i in island if i in free_set] for island in nvlink_islands(devices)]
+    fitting = [block for block in blocks if len(block) >= count]
+    if fitting:
+        block = min(fitting, key=lambda b: (len(b), b))
+        return closest_group(devices, block, count)
+    return closest_group(devices, free, count)
+
+
+def best_fit(share_free: np.ndarray, memory: int) -> int:
+    """The device left with the least free memory after taking `memory` (lowest index on ties)."""
+    leftover = np.where(share_free >= memory, share_free - memory, np.iinfo(np.int64).max)
+    return int(np.argmin(leftover))
+
+
+class GpuBinpack(ScorePlugin):
+    """Fill partly used GPUs first: best fit for shares, fullest node for whole GPUs and device-plugin GPUs."""
+
+    name = "GPUBinpack"
+
+    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
+              static: StaticResults) -> np.ndarray | None:
+        request, _ = gpu_request(pod)
+        if request is not None:
+            return self._managed(request, cache, rows)
+        wanted = pod.requests.get(DEVICE_PLUGIN_GPU, 0)
+        col = cache.column(DEVICE_PLUGIN_GPU)
+        if not wanted or col < 0:
+            return None
+        allocatable = cache.allocatable[rows, col]
+        after = np.minimum(cache.requested[rows, col] + wanted, allocatable)
+        return np.where(allocatable > 0, after * MAX_NODE_SCORE // np.maximum(allocatable, 1), 0)
+
+    @staticmethod
+    def _managed(request: GpuRequest, cache: SchedulerCache, rows: np.ndarray) -> np.ndarray:
+        g = cache.gpus
+        if request.count:
+            devices = (g.total[rows] > 0).sum(axis=1)
+            used_after = np.minimum(devices - g.whole_free[rows].sum(axis=1) + request.count, devices)
+            return np.where(devices > 0, used_after * MAX_NODE_SCORE // np.maximum(devices, 1), 0)
+        free = g.share_free[rows]
+        leftover = np.where(free >= request.memory, free - request.memory, np.iinfo(np.int64).max)
+        best = leftover.min(axis=1)
+        scale = max(g.largest_device, 1)
+        return MAX_NODE_SCORE - np.minimum(best, scale) * MAX_NODE_SCORE // scale
+
+
+class GpuAvoidance(ScorePlugin):
+    """A pod that needs no GPU prefers nodes without GPUs, leaving GPU nodes to GPU work."""
+
+    name = "GPUAvoidance"
+
+    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
+              static: StaticResults) -> np.ndarray | None:
+        if pod.requests.get(DEVICE_PLUGIN_GPU) or gpu_request(pod)[0] is not None:
+            return None
+        has_gpus = cache.gpus.managed[rows].copy()
+        col = cache.column(DEVICE_PLUGIN_GPU)
+        if col >= 0:
+            has_gpus |= cache.allocatable[rows, col] > 0
+        if not has_gpus.any():
+            return None
+        return np.where(has_gpus, 0, MAX_NODE_SCORE)
