@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -142,7 +144,7 @@ def test_nvlink_peers_without_remote_pci_info_and_behind_nvswitches() -> None:
     fake = _initialized(FakeNvml.dgx(count=8, islands=[list(range(8))], seed=NODE))
     for gpu in fake.gpus:
         gpu.links = ["00000000:F0:00.0"] * 18
-    fake.p2p_nvlink = {(a, b) for a in range(8) for b in range(8) if a != b}
+    fake.p2p_nvlink = {(a, b) for a in range(8) for b in range(a + 1, 8)}
     assert [gpu["nvlinkPeers"] for gpu in read_gpus(fake)] == [
         [peer for peer in range(8) if peer != index] for index in range(8)]
 
@@ -198,7 +200,8 @@ async def test_patches_only_on_a_real_change(harness: Callable[..., Harness]) ->
     assert await h.agent.tick()
     assert h.report()[6]["utilizationPct"] == 21
     reasons = [line["reason"] for line in h.lines("gpus.reported")]
-    assert reasons == ["first report", "GPU 1: memory used moved by 4100 MiB", "GPU 6: utilization moved by 21 points"]
+    assert reasons == ["first report", "GPU 1: memory used moved by 4100 MiB",
+                       "GPU 6: utilization moved by 21 points"]
 
 
 async def test_heartbeat_rewrites_an_unchanged_report(harness: Callable[..., Harness]) -> None:
@@ -215,7 +218,7 @@ async def test_heartbeat_rewrites_an_unchanged_report(harness: Callable[..., Har
 
 @pytest.mark.parametrize(("before", "after", "why"), [
     pytest.param({}, {"memoryUsedMiB": 5100}, "memory used moved by 5100 MiB", id="5% of 80 GiB"),
-    pytest.param({}, {"memoryUsedMiB": 4077}, "", id="exactly 5% is no move"),
+    pytest.param({}, {"memoryUsedMiB": 4077}, "", id="just under 5%"),
     pytest.param({"memoryTotalMiB": 16384}, {"memoryTotalMiB": 16384, "memoryUsedMiB": 1024}, "",
                  id="1 GiB floor on a small GPU"),
     pytest.param({"memoryTotalMiB": 16384}, {"memoryTotalMiB": 16384, "memoryUsedMiB": 1025},
@@ -308,7 +311,8 @@ async def test_driver_lost_while_running(harness: Callable[..., Harness]) -> Non
 # ---------------------------------------------------------------------------- API errors and the loop
 
 
-async def test_a_failed_patch_is_logged_and_retried(sim: SimApiServer, harness: Callable[..., Harness]) -> None:
+async def test_a_failed_patch_is_logged_and_retried(
+        sim: SimApiServer, harness: Callable[..., Harness]) -> None:
     h = harness(node_name="late-node")  # its Node object does not exist yet: the patch gets 404
     assert not await h.agent.tick()
     (line,) = h.lines("gpus.patch_failed")
@@ -338,7 +342,7 @@ async def test_unreachable_api_server_never_crashes_the_loop() -> None:
 
 async def test_run_reports_until_stopped_and_releases_nvml(harness: Callable[..., Harness]) -> None:
     h = harness(interval=0.01)
-    h.agent.clock = __import__("time").time
+    h.agent.clock = time.time
     task = asyncio.create_task(h.agent.run())
     await wait_for(lambda: GPUS_ANNOTATION in h.annotations(), what="first report")
     h.nvml.set_memory_used(2, 60000)
@@ -364,9 +368,11 @@ async def test_agent_command_without_a_driver_reports_zero_gpus_and_stops_on_sig
     """The real pynvml on this GPU-less machine: nvmlInit fails, the node still gets an empty report."""
     process = await asyncio.create_subprocess_exec(
         *COMMAND, "agent", "--master", sim.url, "--interval", "0.2",
-        env={"NODE_NAME": NODE, "PATH": ""}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        env={**os.environ, "NODE_NAME": NODE}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    def stored() -> dict[str, Any]:
+        return sim.store.get("nodes", None, NODE) or {}
+
     try:
-        stored = lambda: sim.store.get("nodes", None, NODE) or {}  # noqa: E731
         await wait_for(lambda: GPUS_ANNOTATION in stored()["metadata"].get("annotations", {}),
                        what="the agent's report")
     finally:
@@ -380,5 +386,6 @@ async def test_agent_command_without_a_driver_reports_zero_gpus_and_stops_on_sig
 
 def test_agent_command_needs_a_node_name() -> None:
     result = subprocess.run([*COMMAND, "agent", "--master", "http://127.0.0.1:9"], capture_output=True,
-                            text=True, timeout=60, env={"PATH": ""})
+                            text=True, timeout=60,
+                            env={key: value for key, value in os.environ.items() if key != "NODE_NAME"})
     assert result.returncode == 2 and "NODE_NAME" in result.stderr

@@ -12,6 +12,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from ai_scheduler.agent import GPUS_ANNOTATION, UPDATED_ANNOTATION
 from ai_scheduler.config import default_config, parse_config
 
 KUBERNETES_VERSION = "1.36.0"
@@ -73,7 +74,11 @@ def test_deploy_holds_the_expected_objects() -> None:
     assert {("ServiceAccount", "ai-scheduler"), ("ClusterRole", "ai-scheduler"),
             ("ClusterRoleBinding", "ai-scheduler"), ("ConfigMap", "ai-scheduler-config"),
             ("Deployment", "ai-scheduler"), ("Pod", "cuda-smoke-test"),
-            ("CustomResourceDefinition", "podgroups.scheduling.x-k8s.io"), ("PodGroup", "train-job")} <= kinds
+            ("CustomResourceDefinition", "podgroups.scheduling.x-k8s.io"), ("PodGroup", "train-job"),
+            ("ServiceAccount", "ai-scheduler-agent"), ("ClusterRole", "ai-scheduler-agent"),
+            ("ClusterRoleBinding", "ai-scheduler-agent"), ("DaemonSet", "ai-scheduler-agent"),
+            ("ValidatingAdmissionPolicy", "ai-scheduler-agent-own-node-gpus"),
+            ("ValidatingAdmissionPolicyBinding", "ai-scheduler-agent-own-node-gpus")} <= kinds
 
 
 @pytest.mark.parametrize(("where", "doc"), DOCUMENTS, ids=[where for where, _ in DOCUMENTS])
@@ -229,3 +234,72 @@ def test_examples_are_not_applied_with_the_scheduler() -> None:
     for where, doc in DOCUMENTS:
         if doc["kind"] == "CustomResourceDefinition":
             assert where.startswith("crds/"), f"{where}: CRDs belong in deploy/crds/"
+
+
+# ---------------------------------------------------------------------------- the node agent
+
+AGENT_USER = "system:serviceaccount:kube-system:ai-scheduler-agent"
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+
+
+def test_agent_may_get_and_patch_nodes_and_nothing_else() -> None:
+    account = _find("ServiceAccount", "ai-scheduler-agent")
+    assert account["metadata"]["namespace"] == "kube-system"
+    assert _find("ClusterRole", "ai-scheduler-agent")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    binding = _find("ClusterRoleBinding", "ai-scheduler-agent")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "ai-scheduler-agent"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "ai-scheduler-agent",
+                                    "namespace": "kube-system"}]
+    # No other role or binding hands the agent's account anything more.
+    others = [doc for _, doc in DOCUMENTS if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")
+              and doc["metadata"]["name"] != "ai-scheduler-agent"]
+    assert all(subject.get("name") != "ai-scheduler-agent"
+               for doc in others for subject in doc.get("subjects", []))
+
+
+def test_agent_daemonset_runs_on_managed_gpu_nodes_with_nvml_and_little_else() -> None:
+    daemonset = _find("DaemonSet", "ai-scheduler-agent")
+    assert daemonset["metadata"]["namespace"] == "kube-system"
+    spec = daemonset["spec"]
+    assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "ai-scheduler-agent"
+    assert pod["nodeSelector"] == {"ai-scheduler.io/gpu-managed": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert not {"hostNetwork", "hostPID", "hostIPC", "volumes"} & pod.keys()
+    (container,) = pod["containers"]
+    assert container["image"] == "ai-scheduler:0.1.0"
+    assert container["command"] == ["ai-scheduler", "agent"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    assert "nvidia.com/gpu" not in container["resources"].get("limits", {})  # it must see every GPU
+    assert container["resources"]["limits"]["memory"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["runAsNonRoot"] is True
+    assert security["allowPrivilegeEscalation"] is False and security["privileged"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_agent_policy_limits_the_agent_to_its_own_nodes_gpu_annotations() -> None:
+    policy = _find("ValidatingAdmissionPolicy", "ai-scheduler-agent-own-node-gpus")
+    spec = policy["spec"]
+    assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert spec["failurePolicy"] == "Fail"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == [""] and rule["resources"] == ["nodes"] and rule["operations"] == ["UPDATE"]
+    (condition,) = spec["matchConditions"]
+    assert AGENT_USER in condition["expression"]  # nobody else's node writes are evaluated, let alone denied
+    cel = "\n".join([*(v["expression"] for v in spec["variables"]),
+                     *(v["expression"] for v in spec["validations"])])
+    for needed in (NODE_NAME_EXTRA, GPUS_ANNOTATION, UPDATED_ANNOTATION, "object.metadata.name",
+                   "object.metadata.labels", "object.spec == oldObject.spec",
+                   "object.status == oldObject.status", "oldObject.metadata.annotations"):
+        assert needed in cel, f"the policy's CEL does not mention {needed}"
+    binding = _find("ValidatingAdmissionPolicyBinding", "ai-scheduler-agent-own-node-gpus")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}

@@ -68,7 +68,7 @@ class FakeNvml:
         `p2p_nvlink`: pairs NVML reports NVLink P2P for (default: derived from the links)."""
         self.gpus = list(gpus)
         self.topology = dict(topology or {})
-        self.p2p_nvlink = None if p2p_nvlink is None else {frozenset(pair) for pair in p2p_nvlink}
+        self.p2p_nvlink: set[tuple[int, int]] | None = None if p2p_nvlink is None else set(p2p_nvlink)
         self.remote_pci_supported = True
         self.bytes_strings = False
         self.calls: Counter[str] = Counter()
@@ -245,7 +245,7 @@ class FakeNvml:
             if index != pynvml.NVML_P2P_CAPS_INDEX_NVLINK:
                 return pynvml.NVML_P2P_STATUS_OK
             if self.p2p_nvlink is not None:
-                linked = frozenset((a.index, b.index)) in self.p2p_nvlink
+                linked = (a.index, b.index) in self.p2p_nvlink or (b.index, a.index) in self.p2p_nvlink
             else:
                 linked = b.bus_id in a.links or a.bus_id in b.links
             return pynvml.NVML_P2P_STATUS_OK if linked else pynvml.NVML_P2P_STATUS_NOT_SUPPORTED

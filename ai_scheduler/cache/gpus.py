@@ -78,8 +78,8 @@ class Device:
     index: int
     uuid: str
     model: str
-    total: int            # bytes
-    used: int             # bytes in use as the agent last saw it
+    total: int  # bytes
+    used: int  # bytes in use as the agent last saw it
     nvlink: frozenset[int]
     pcie: dict[int, str]
     error: str = ""
@@ -107,15 +107,17 @@ def parse_report(text: str | None) -> tuple[list[Device], str]:
             if item.get("error"):
                 devices.append(Device(index, "", "", 0, 0, frozenset(), {}, str(item["error"])))
                 continue
-            devices.append(Device(
-                index=index,
-                uuid=str(item["uuid"]),
-                model=str(item.get("model", "")),
-                total=int(item["memoryTotalMiB"]) * MIB,
-                used=int(item.get("memoryUsedMiB", 0)) * MIB,
-                nvlink=frozenset(int(peer) for peer in item.get("nvlinkPeers") or ()),
-                pcie={int(peer): str(rel) for peer, rel in (item.get("pcie") or {}).items()},
-            ))
+            devices.append(
+                Device(
+                    index=index,
+                    uuid=str(item["uuid"]),
+                    model=str(item.get("model", "")),
+                    total=int(item["memoryTotalMiB"]) * MIB,
+                    used=int(item.get("memoryUsedMiB", 0)) * MIB,
+                    nvlink=frozenset(int(peer) for peer in item.get("nvlinkPeers") or ()),
+                    pcie={int(peer): str(rel) for peer, rel in (item.get("pcie") or {}).items()},
+                )
+            )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return [], f"malformed GPU report: {type(exc).__name__} {exc}"
     if len({d.index for d in devices}) != len(devices):
@@ -140,7 +142,7 @@ def parse_time(text: str | None) -> float | None:
 class Assignment:
     row: int
     indices: tuple[int, ...]
-    memory: int          # bytes per device for a share; 0 for whole devices
+    memory: int  # bytes per device for a share; 0 for whole devices
 
 
 @dataclass(slots=True)
@@ -148,8 +150,8 @@ class NodeGpus:
     devices: list[Device] = field(default_factory=list)
     problem: str = ""
     updated: float | None = None
-    shares: dict[int, int] = field(default_factory=dict)          # device index -> bytes held by shares
-    whole: dict[int, set[str]] = field(default_factory=dict)      # device index -> pods holding it whole
+    shares: dict[int, int] = field(default_factory=dict)  # device index -> bytes held by shares
+    whole: dict[int, set[str]] = field(default_factory=dict)  # device index -> pods holding it whole
     holders: set[str] = field(default_factory=set)
 
 
@@ -157,12 +159,12 @@ class GpuTable:
     """Managed GPUs per node row, with our assignments; the cache keeps it in step with its rows."""
 
     def __init__(self, rows: int, max_devices: int = 8) -> None:
-        self.staleness = 120.0                           # seconds a report stays trustworthy (config gpu)
+        self.staleness = 120.0  # seconds a report stays trustworthy (config gpu)
         self.managed = np.zeros(rows, dtype=bool)
-        self.healthy = np.zeros(rows, dtype=bool)       # report parsed and all fine
-        self.missing = np.zeros(rows, dtype=bool)       # managed, but no report at all
+        self.healthy = np.zeros(rows, dtype=bool)  # report parsed and all fine
+        self.missing = np.zeros(rows, dtype=bool)  # managed, but no report at all
         self.updated = np.zeros(rows, dtype=np.float64)
-        self.share_free = np.full((rows, max_devices), -1, dtype=np.int64)   # -1: not usable for a share
+        self.share_free = np.full((rows, max_devices), -1, dtype=np.int64)  # -1: not usable for a share
         self.whole_free = np.zeros((rows, max_devices), dtype=bool)
         self.total = np.zeros((rows, max_devices), dtype=np.int64)
         self.nodes: dict[int, NodeGpus] = {}
@@ -253,14 +255,17 @@ class GpuTable:
             self.share_free[row, i] = -1 if held_whole else device.total - max(shared, device.used)
 
     # ------------------------------------------------------------------ pods
-    def attach(self, uid: str, row: int, pod: PodRecord, chosen: Assignment | None = None) -> None:
-        """Account a pod on a managed node: our own choice, or what its gpu-ids annotation says."""
+    def attach(self, uid: str, row: int, pod: PodRecord, chosen: tuple[int, ...] | None = None) -> None:
+        """Account a pod on a managed node: our own device choice, or what its gpu-ids annotation says."""
         if row < 0 or not self.managed[row]:
             return
         request, error = gpu_request(pod)
         if request is None or error:
             return
-        assignment = chosen or self._from_annotation(row, pod, request)
+        if chosen:
+            assignment: Assignment | None = Assignment(row, chosen, request.memory)
+        else:
+            assignment = self._from_annotation(row, pod, request)
         if assignment is None:
             return
         state = self.nodes.setdefault(row, NodeGpus())
@@ -320,7 +325,14 @@ class GpuTable:
         shared = sum(state.shares.values())
         total = sum(d.total for d in usable)
         free = int(np.clip(self.share_free[row], 0, None).sum())
-        stranded = int(sum(max(self.share_free[row, d.index], 0) for d in usable
-                           if not self.whole_free[row, d.index]))
-        return {"devices": len(usable), "whole_used": whole, "shared_bytes": shared, "total_bytes": total,
-                "free_bytes": free, "stranded_bytes": stranded}
+        stranded = int(
+            sum(max(self.share_free[row, d.index], 0) for d in usable if not self.whole_free[row, d.index])
+        )
+        return {
+            "devices": len(usable),
+            "whole_used": whole,
+            "shared_bytes": shared,
+            "total_bytes": total,
+            "free_bytes": free,
+            "stranded_bytes": stranded,
+        }

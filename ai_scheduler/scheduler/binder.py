@@ -14,11 +14,23 @@ from collections.abc import Callable
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
+from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import Metrics
+
+
+def gpu_annotations(decision: Decision) -> dict[str, str]:
+    """The annotations PreBind writes for managed GPUs (what the pod maps into NVIDIA_VISIBLE_DEVICES)."""
+    if not decision.gpu_ids:
+        return {}
+    return {
+        GPU_IDS_ANNOTATION: ",".join(str(i) for i in decision.gpu_ids),
+        GPU_UUIDS_ANNOTATION: ",".join(decision.gpu_uuids),
+    }
 
 
 class Binder:
@@ -61,9 +73,9 @@ class Binder:
             self._room.clear()
             await self._room.wait()
 
-    def submit(self, qp: QueuedPod, pod: PodRecord, node: str) -> None:
+    def submit(self, qp: QueuedPod, pod: PodRecord, decision: Decision) -> None:
         """Bind in the background; at most `concurrency` requests are on the wire at once."""
-        task = asyncio.create_task(self._bind(qp, pod, node))
+        task = asyncio.create_task(self._bind(qp, pod, decision.node or "", gpu_annotations(decision)))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -72,14 +84,27 @@ class Binder:
         if len(self._tasks) < self.concurrency:
             self._room.set()
 
+    async def _prebind(self, pod: PodRecord, annotations: dict[str, str]) -> ApiResult | None:
+        """PreBind: write the chosen devices on the pod; a failure here means nothing gets bound."""
+        patch = {"metadata": {"annotations": annotations, "uid": pod.uid}}
+        result = await self.client.patch_pod(pod.namespace, pod.name, patch)
+        if result.ok:
+            return None
+        self.log.warning(
+            "prebind.failed", pod=pod.key, code=result.status, error=result.message, annotations=annotations
+        )
+        return result
+
     async def drain(self, timeout: float) -> None:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
 
-    async def _bind(self, qp: QueuedPod, pod: PodRecord, node: str) -> None:
+    async def _bind(self, qp: QueuedPod, pod: PodRecord, node: str, annotations: dict[str, str]) -> None:
         async with self._slots:
             started = self._clock()
-            result = await self.client.bind(pod.namespace, pod.name, pod.uid, node)
+            result = await self._prebind(pod, annotations) if annotations else None
+            if result is None:
+                result = await self.client.bind(pod.namespace, pod.name, pod.uid, node)
         now = self._clock()
         self.metrics.bind_duration.observe(now - started)
         if result.ok:

@@ -28,7 +28,7 @@ class Decision:
     top: list[tuple[str, int]] = field(default_factory=list)
     error: str = ""  # the pod itself is invalid (no node could ever fit it as written)
     duration: float = 0.0
-    gpu_ids: tuple[int, ...] = ()     # managed GPUs chosen on `node`
+    gpu_ids: tuple[int, ...] = ()  # managed GPUs chosen on `node`
     gpu_uuids: tuple[str, ...] = ()
 
     @property
@@ -137,8 +137,15 @@ class Framework:
         gpu_uuids: tuple[str, ...] = ()
         if self.device_picker is not None:
             gpu_ids, gpu_uuids = self.device_picker.pick(pod, cache, int(rows[pick]))
-        return Decision(chosen, total, feasible=int(rows.shape[0]), reasons=reasons, top=top, gpu_ids=gpu_ids,
-                        gpu_uuids=gpu_uuids)
+        return Decision(
+            chosen,
+            total,
+            feasible=int(rows.shape[0]),
+            reasons=reasons,
+            top=top,
+            gpu_ids=gpu_ids,
+            gpu_uuids=gpu_uuids,
+        )
 
     def _sample(self, rows: np.ndarray, total: int) -> np.ndarray:
         """percentageOfNodesToScore: score a rotating window of the feasible nodes on large clusters."""

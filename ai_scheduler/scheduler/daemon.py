@@ -128,7 +128,9 @@ class Scheduler:
         )
         self.binder.on_success = lambda pod, _node: self.gang_scheduler.bound(pod)
         self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)
-        self.metrics.watch_state(self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight)
+        self.metrics.watch_state(
+            self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight, self._gpu_allocation
+        )
         if self.serve_http:
             self.http = HealthServer(live=self._live, ready=self.ready.is_set, metrics=self.metrics.render)
             port = await self.http.start(self.config.server.bind_address, self.config.server.port)
@@ -209,6 +211,10 @@ class Scheduler:
 
     def _live(self) -> bool:
         return not self.ready.is_set() or (self._loop_task is not None and not self._loop_task.done())
+
+    def _gpu_allocation(self) -> dict[str, dict[str, int]]:
+        gpus = self.cache.gpus
+        return {self.cache.row_names[row]: gpus.allocation(row) for row in list(gpus.nodes)}
 
     def _cache_sizes(self) -> dict[str, int]:
         return {
@@ -325,8 +331,8 @@ class Scheduler:
             return
         decision = framework.schedule(pod)
         if decision.node is not None:
-            self.cache.assume(pod, decision.node)
-            self.binder.submit(qp, pod, decision.node)
+            self.cache.assume(pod, decision.node, decision.gpu_ids)
+            self.binder.submit(qp, pod, decision)
             self._log_decision(qp, pod, decision, "scheduled", {})
         else:
             message = decision.message
@@ -358,6 +364,8 @@ class Scheduler:
             "cycle_ms": round(decision.duration * 1000, 3),
             "wait_ms": round((time.monotonic() - qp.initial_attempt) * 1000, 1),
         }
+        if decision.gpu_ids:
+            fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
         if decision.node is None:
             fields["message"] = decision.message
         fields.update(extra)

@@ -47,7 +47,9 @@ class FilterPlugin:
 class DevicePicker(FilterPlugin):
     """A filter that also reserves devices on the chosen node (the Reserve point, for managed GPUs)."""
 
-    def pick(self, pod: PodRecord, cache: SchedulerCache, row: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    def pick(
+        self, pod: PodRecord, cache: SchedulerCache, row: int
+    ) -> tuple[tuple[int, ...], tuple[str, ...]]:
         raise NotImplementedError
 
 

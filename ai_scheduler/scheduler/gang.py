@@ -133,7 +133,7 @@ class GangScheduler:
         placements, domain = outcome
         placed_uids = {m.pod.uid for m, _ in placements}
         for member, decision in placements:
-            self.binder.submit(member, member.pod, decision.node or "")
+            self.binder.submit(member, member.pod, decision)
             self.log_decision(member, member.pod, decision, "scheduled", {"gang": gang.key})
         extras = [m for m in members if m.pod.uid not in placed_uids]
         for member in extras:
@@ -200,7 +200,7 @@ class GangScheduler:
             if decision.node is None:
                 first_failure = first_failure or decision
                 continue
-            self.cache.assume(member.pod, decision.node)
+            self.cache.assume(member.pod, decision.node, decision.gpu_ids)
             placements.append((member, decision))
         if len(placements) >= needed:
             return placements, None
@@ -263,8 +263,8 @@ class GangScheduler:
                 self.feedback.unschedulable(member.pod, decision.message)
                 self.log_decision(member, member.pod, decision, "unschedulable", {"gang": gang.key})
                 continue
-            self.cache.assume(member.pod, decision.node)
-            self.binder.submit(member, member.pod, decision.node)
+            self.cache.assume(member.pod, decision.node, decision.gpu_ids)
+            self.binder.submit(member, member.pod, decision)
             self.log_decision(member, member.pod, decision, "scheduled", {"gang": gang.key, "elastic": True})
             started += 1
         return started

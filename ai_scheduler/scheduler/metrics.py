@@ -20,10 +20,12 @@ class _StateCollector(Collector):
         pending: Callable[[], dict[tuple[str, str], int]],
         cache_sizes: Callable[[], dict[str, int]],
         binds_in_flight: Callable[[], int],
+        gpus: Callable[[], dict[str, dict[str, int]]],
     ) -> None:
         self._pending = pending
         self._cache_sizes = cache_sizes
         self._binds_in_flight = binds_in_flight
+        self._gpus = gpus
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         pending = GaugeMetricFamily(
@@ -42,6 +44,44 @@ class _StateCollector(Collector):
         yield sizes
         yield GaugeMetricFamily(
             "ai_scheduler_binds_in_flight", "Binding requests in flight", value=self._binds_in_flight()
+        )
+        yield from self._gpu_families(self._gpus())
+
+    @staticmethod
+    def _gpu_families(per_node: dict[str, dict[str, int]]) -> Iterator[GaugeMetricFamily]:
+        """Managed GPUs per node and for the cluster, and how much free GPU memory is stranded."""
+        families = {
+            "devices": GaugeMetricFamily("ai_scheduler_gpu_devices", "Usable managed GPUs", labels=["node"]),
+            "whole_used": GaugeMetricFamily(
+                "ai_scheduler_gpu_whole_allocated", "Managed GPUs held whole by pods", labels=["node"]
+            ),
+            "shared_bytes": GaugeMetricFamily(
+                "ai_scheduler_gpu_memory_allocated_bytes",
+                "Managed GPU memory allocated to shared pods",
+                labels=["node"],
+            ),
+            "free_bytes": GaugeMetricFamily(
+                "ai_scheduler_gpu_memory_free_bytes", "Managed GPU memory free for new pods", labels=["node"]
+            ),
+        }
+        totals = dict.fromkeys(families, 0)
+        stranded = 0
+        for node, stats in sorted(per_node.items()):
+            for key, family in families.items():
+                family.add_metric([node], stats.get(key, 0))
+                totals[key] += stats.get(key, 0)
+            stranded += stats.get("stranded_bytes", 0)
+        yield from families.values()
+        cluster = GaugeMetricFamily(
+            "ai_scheduler_gpu_cluster", "Managed GPUs in the whole cluster", labels=["measure"]
+        )
+        for key, value in totals.items():
+            cluster.add_metric([key], value)
+        yield cluster
+        yield GaugeMetricFamily(
+            "ai_scheduler_gpu_fragmentation_ratio",
+            "Share of free managed GPU memory on partly used devices, which no whole-GPU pod can take",
+            value=stranded / totals["free_bytes"] if totals["free_bytes"] else 0.0,
         )
 
 
@@ -108,8 +148,9 @@ class Metrics:
         pending: Callable[[], dict[tuple[str, str], int]],
         cache_sizes: Callable[[], dict[str, int]],
         binds_in_flight: Callable[[], int],
+        gpus: Callable[[], dict[str, dict[str, int]]],
     ) -> None:
-        self.registry.register(_StateCollector(pending, cache_sizes, binds_in_flight))
+        self.registry.register(_StateCollector(pending, cache_sizes, binds_in_flight, gpus))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

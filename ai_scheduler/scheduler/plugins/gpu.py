@@ -43,17 +43,21 @@ class GpuFilter(DevicePicker):
         self._clock = clock
 
     def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
-        """Reject at once what no node could ever take: a malformed request, or more memory than any GPU has."""
+        """Reject at once what no node could take: a malformed request, or more memory than any GPU has."""
         request, error = gpu_request(pod)
         if error:
             return error
         largest = cache.gpus.largest_device
         if request is not None and request.memory and largest and request.memory > largest:
-            return (f"{GPU_MEMORY_ANNOTATION} {format_units('memory', request.memory)} is more than any GPU "
-                    f"has (largest {format_units('memory', largest)})")
+            return (
+                f"{GPU_MEMORY_ANNOTATION} {format_units('memory', request.memory)} is more than any GPU "
+                f"has (largest {format_units('memory', largest)})"
+            )
         return ""
 
-    def run(self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults) -> Reasons:
+    def run(
+        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+    ) -> Reasons:
         request, _ = gpu_request(pod)
         if request is None:
             return []
@@ -74,7 +78,9 @@ class GpuFilter(DevicePicker):
             (shortage, short),
         ]
 
-    def pick(self, pod: PodRecord, cache: SchedulerCache, row: int) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    def pick(
+        self, pod: PodRecord, cache: SchedulerCache, row: int
+    ) -> tuple[tuple[int, ...], tuple[str, ...]]:
         """The devices for the pod on the chosen node (empty for pods without managed GPUs)."""
         request, _ = gpu_request(pod)
         if request is None:
@@ -114,7 +120,7 @@ def _spread_cost(devices: dict[int, Device], group: tuple[int, ...]) -> int:
 
 
 def closest_group(devices: dict[int, Device], pool: list[int], count: int) -> tuple[int, ...]:
-    """`count` devices of `pool` that are closest to each other (NVLink, then PCIe), lowest indices on ties."""
+    """`count` devices of `pool` closest to each other (NVLink, then PCIe), lowest indices on ties."""
     if len(pool) <= count:
         return tuple(pool)
     if len(pool) <= 12:
@@ -126,7 +132,10 @@ def closest_group(devices: dict[int, Device], pool: list[int], count: int) -> tu
             rest = [i for i in pool if i not in group]
             group.append(min(rest, key=lambda i: (sum(devices[i].rank_to(j) for j in group), i)))
         candidate = tuple(sorted(group))
-        if best is None or (_spread_cost(devices, candidate), candidate) < (_spread_cost(devices, best), best):
+        if best is None or (_spread_cost(devices, candidate), candidate) < (
+            _spread_cost(devices, best),
+            best,
+        ):
             best = candidate
     assert best is not None
     return best
@@ -151,12 +160,13 @@ def best_fit(share_free: np.ndarray, memory: int) -> int:
 
 
 class GpuBinpack(ScorePlugin):
-    """Fill partly used GPUs first: best fit for shares, fullest node for whole GPUs and device-plugin GPUs."""
+    """Fill partly used GPUs first: best fit for shares, the fullest node for whole and device-plugin GPUs."""
 
     name = "GPUBinpack"
 
-    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
-              static: StaticResults) -> np.ndarray | None:
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
         request, _ = gpu_request(pod)
         if request is not None:
             return self._managed(request, cache, rows)
@@ -187,8 +197,9 @@ class GpuAvoidance(ScorePlugin):
 
     name = "GPUAvoidance"
 
-    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray,
-              static: StaticResults) -> np.ndarray | None:
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
         if pod.requests.get(DEVICE_PLUGIN_GPU) or gpu_request(pod)[0] is not None:
             return None
         has_gpus = cache.gpus.managed[rows].copy()
