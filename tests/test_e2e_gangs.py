@@ -357,7 +357,7 @@ async def test_member_that_keeps_failing_to_bind_fails_the_group_until_it_binds(
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("shaky", 2))).ok
     await create_all(api, gpu_nodes(2), [])
-    sim.inject_bind_failures("default", "shaky-1", 3)
+    sim.inject_failures("pods/binding", "create", "default", "shaky-1", 3)
     await create_all(api, [], [member("shaky", i) for i in range(2)])
     await wait_for(lambda: running.log_lines("gang.failed"), what="the group reported failed")
     failed = running.log_lines("gang.failed")[0]

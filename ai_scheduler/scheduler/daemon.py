@@ -77,6 +77,7 @@ class Scheduler:
         settings = config.scheduling
         self.metrics = Metrics()
         self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds)
+        self.cache.gpus.staleness = config.gpu.staleness_seconds
         self.queue = SchedulingQueue(
             initial_backoff=settings.initial_backoff_seconds,
             max_backoff=settings.max_backoff_seconds,
@@ -403,6 +404,7 @@ class Scheduler:
             if old != new
         ]
         self.config = config
+        self.cache.gpus.staleness = config.gpu.staleness_seconds
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         if self.feedback is not None:
             self.feedback.repeat_window = config.scheduling.event_repeat_seconds

@@ -110,7 +110,7 @@ class SimApiServer:
         self._nodes = self.registry.resolve("nodes")
         self._priority_classes = self.registry.resolve("priorityclasses")
         self._bind_conflicts: dict[tuple[str, str], str] = {}
-        self._bind_failures: dict[tuple[str, str], int] = {}
+        self._failures: dict[tuple[str, str, str, str], int] = {}  # (resource, verb, ns, name) -> count
         self._requests: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._bindings_ok = 0
         self._bindings_conflict = 0
@@ -228,9 +228,17 @@ class SimApiServer:
             watcher.push(GARBLED_LINE)
         return len(watchers)
 
-    def inject_bind_failures(self, namespace: str, name: str, count: int) -> None:
-        """The next `count` binding requests for the pod fail with 500, as an overloaded server's would."""
-        self._bind_failures[(namespace, name)] = count
+    def inject_failures(self, resource: str, verb: str, namespace: str, name: str, count: int) -> None:
+        """The next `count` requests `verb` on `resource` (e.g. "pods/binding" create, "pods" patch) for
+        this object fail with 500, as an overloaded server's would."""
+        self._failures[(resource, verb, namespace, name)] = count
+
+    def _maybe_fail(self, resource: str, verb: str, namespace: str | None, name: str | None) -> None:
+        key = (resource, verb, namespace or "", name or "")
+        left = self._failures.get(key, 0)
+        if left:
+            self._failures[key] = left - 1
+            raise ApiError(500, "InternalError", f"Internal error occurred: injected {verb} failure")
 
     def inject_bind_conflict(self, namespace: str, name: str, node: str) -> None:
         """The next binding request for the pod loses a race: another scheduler binds it to `node` first."""
@@ -426,6 +434,7 @@ class SimApiServer:
                 return await self._replace(request, route)
             if method == "PATCH":
                 self._count(rt.key, "patch")
+                self._maybe_fail(rt.key, "patch", route.namespace, route.name)
                 return await self._patch(request, route)
             if method == "DELETE":
                 self._count(rt.key, "delete")
@@ -744,10 +753,7 @@ class SimApiServer:
         meta = body.get("metadata") or {}
         if not node:
             raise ApiError(422, "Invalid", f'Binding.core "{name}" is invalid: target.name: Required value')
-        failures = self._bind_failures.get((namespace, name or ""), 0)
-        if failures:
-            self._bind_failures[(namespace, name or "")] = failures - 1
-            raise ApiError(500, "InternalError", "Internal error occurred: injected binding failure")
+        self._maybe_fail("pods/binding", "create", namespace, name)
         injected = self._bind_conflicts.pop((namespace, name or ""), None)
         if injected is not None:
             with contextlib.suppress(ApiError):  # the competing binding may fail too (pod gone, bound)

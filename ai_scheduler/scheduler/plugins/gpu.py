@@ -189,7 +189,12 @@ class GpuBinpack(ScorePlugin):
         leftover = np.where(free >= request.memory, free - request.memory, np.iinfo(np.int64).max)
         best = leftover.min(axis=1)
         scale = max(g.largest_device, 1)
-        return MAX_NODE_SCORE - np.minimum(best, scale) * MAX_NODE_SCORE // scale
+        device_fit = MAX_NODE_SCORE - np.minimum(best, scale) * MAX_NODE_SCORE // scale
+        # Second criterion: when the best device is a fresh one everywhere, open it on the busiest node,
+        # so that shares do not end up scattered over every node.
+        devices = np.maximum((g.total[rows] > 0).sum(axis=1), 1)
+        node_used = (devices - g.whole_free[rows].sum(axis=1)) * MAX_NODE_SCORE // devices
+        return (9 * device_fit + node_used) // 10
 
 
 class GpuAvoidance(ScorePlugin):
