@@ -30,7 +30,7 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import DEFAULT_SCORE_CPU_MILLI, DEFAULT_SCORE_MEMORY, NodeRecord, PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.plugins import FILTERS
+from ai_scheduler.scheduler.plugins import build_filters
 from ai_scheduler.scheduler.plugins.resource_allocation import LeastAllocated
 
 Mi = 2**20
@@ -183,7 +183,8 @@ class CacheMachine(RuleBasedStateMachine):
         super().__init__()
         self.clock = FakeClock()
         self.cache = SchedulerCache(assume_timeout=TIMEOUT, clock=self.clock, initial_rows=2)
-        self.fw = Framework("default-scheduler", [f(default_config()) for f in FILTERS.values()],
+        config = default_config()
+        self.fw = Framework("default-scheduler", build_filters(config, config.profiles[0]),
                             [LeastAllocated(1, {"cpu": 1, "memory": 1, GPU: 1})], self.cache,
                             rng=random.Random(0))
         self.m = Model()

@@ -74,7 +74,8 @@ def test_plugin_name_constants() -> None:
     assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
                               "NodeAffinity", "NodeResourcesFit", "GPU")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
-                             "NodeAffinity", "TaintToleration", "GPUBinpack", "GPUAvoidance")
+                             "NodeAffinity", "TaintToleration", "GPUBinpack", "GPUSpread",
+                             "GPUAvoidance")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"}) == RESOURCE_SCORERS
 
 
@@ -221,7 +222,7 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
     ({"profiles": [{"scores": [{"weight": 1}]}]}, "profiles[0].scores[0].name", "is required"),
     ({"profiles": [{"scores": [{"name": "NodeResourcesFit"}]}]}, "profiles[0].scores[0].name",
      "unknown score plugin 'NodeResourcesFit'; known: NodeResourcesLeastAllocated, "
-     "NodeResourcesMostAllocated, NodeAffinity, TaintToleration, GPUBinpack, GPUAvoidance"),
+     "NodeResourcesMostAllocated, NodeAffinity, TaintToleration, GPUBinpack, GPUSpread, GPUAvoidance"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity"}, {"name": "NodeAffinity"}]}]},
      "profiles[0].scores[1].name", "duplicate score plugin 'NodeAffinity' (also profiles[0].scores[0])"),
     ({"profiles": [{"scores": ["NodeAffinity"]}]}, "profiles[0].scores[0]", "must be a mapping"),

@@ -299,3 +299,21 @@ def test_gpu_less_pods_avoid_gpu_nodes_and_device_plugin_gpus_binpack() -> None:
         }
     )
     assert fw.schedule(second_pod).node == first.node, "binpack: the partly used GPU node first"
+
+
+def test_spread_profile_takes_the_emptiest_node_and_device() -> None:
+    from ai_scheduler.scheduler.plugins.gpu import GpuSpread
+
+    cache = SchedulerCache()
+    cache.set_node(managed_node("busy", report(2)))
+    cache.set_node(managed_node("idle", report(2)))
+    cache.set_pod(gpu_pod("held", memory="60Gi", node="busy", ids="0"))
+    spread = Framework("ai-scheduler", [GpuFilter(120, spread=True)], [GpuSpread(3)], cache)
+    decision = spread.schedule(gpu_pod("small", memory="10Gi"))
+    assert decision.node == "idle"
+    cache.set_pod(gpu_pod("other", memory="30Gi", node="idle", ids="0"))
+    # On a node with one partly used and one free device, spread takes the free one (worst fit).
+    assert GpuFilter(120, spread=True).pick(gpu_pod("x", memory="10Gi"), cache, cache.row_of("idle"))[0] == (
+        1,
+    )
+    assert GpuFilter(120).pick(gpu_pod("x", memory="10Gi"), cache, cache.row_of("idle"))[0] == (0,)

@@ -20,7 +20,7 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.cycle import Framework, fit_error_message
 from ai_scheduler.scheduler.framework import ScorePlugin, default_normalize
-from ai_scheduler.scheduler.plugins import FILTERS
+from ai_scheduler.scheduler.plugins import build_filters
 from ai_scheduler.scheduler.plugins.node_affinity import (
     NodeAffinityFilter,
     NodeAffinityScore,
@@ -96,7 +96,8 @@ def cluster(*nodes: NodeRecord, initial_rows: int = 64) -> SchedulerCache:
 
 def framework(cache: SchedulerCache, scores: Sequence[ScorePlugin] = (), seed: int = 1,
               filters: Sequence[Any] | None = None) -> Framework:
-    chosen = list(filters) if filters is not None else [f(default_config()) for f in FILTERS.values()]
+    config = default_config()
+    chosen = list(filters) if filters is not None else build_filters(config, config.profiles[0])
     return Framework("default-scheduler", chosen, scores, cache, rng=random.Random(seed))
 
 

@@ -37,6 +37,7 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "NodeAffinity",
     "TaintToleration",
     "GPUBinpack",
+    "GPUSpread",
     "GPUAvoidance",
 )
 RESOURCE_SCORERS: frozenset[str] = frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"})

@@ -29,7 +29,7 @@ from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics
-from ai_scheduler.scheduler.plugins import FILTERS, SCORES
+from ai_scheduler.scheduler.plugins import build_filters, build_scores
 
 QUEUE_LABEL = "ai-scheduler.io/queue"
 HOUSEKEEPING_SECONDS = 1.0
@@ -42,12 +42,10 @@ def queue_name_of(pod: PodRecord) -> str:
 def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
     frameworks = {}
     for profile in config.profiles:
-        filters = [FILTERS[name](config) for name in profile.filters]
-        scores = [SCORES[spec.name](spec.weight, spec.resources) for spec in profile.scores]
         frameworks[profile.scheduler_name] = Framework(
             profile.scheduler_name,
-            filters,
-            scores,
+            build_filters(config, profile),
+            build_scores(profile),
             cache,
             percentage_of_nodes_to_score=config.scheduling.percentage_of_nodes_to_score,
             rng=rng,

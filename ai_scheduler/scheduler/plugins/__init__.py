@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ai_scheduler.config import Config
+from ai_scheduler.config import Config, Profile
 from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
-from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter
+from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
 from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
 from ai_scheduler.scheduler.plugins.node_name import NodeName
 from ai_scheduler.scheduler.plugins.node_ready import NodeReady
@@ -15,14 +15,17 @@ from ai_scheduler.scheduler.plugins.resource_allocation import LeastAllocated, M
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter, TaintTolerationScore
 
-FILTERS: dict[str, Callable[[Config], FilterPlugin]] = {
-    "NodeUnschedulable": lambda _config: NodeUnschedulable(),
-    "NodeName": lambda _config: NodeName(),
-    "TaintToleration": lambda _config: TaintTolerationFilter(),
-    "NodeReady": lambda _config: NodeReady(),
-    "NodeAffinity": lambda _config: NodeAffinityFilter(),
-    "NodeResourcesFit": lambda _config: NodeResourcesFit(),
-    "GPU": lambda config: GpuFilter(config.gpu.staleness_seconds),
+FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
+    "NodeUnschedulable": lambda _config, _profile: NodeUnschedulable(),
+    "NodeName": lambda _config, _profile: NodeName(),
+    "TaintToleration": lambda _config, _profile: TaintTolerationFilter(),
+    "NodeReady": lambda _config, _profile: NodeReady(),
+    "NodeAffinity": lambda _config, _profile: NodeAffinityFilter(),
+    "NodeResourcesFit": lambda _config, _profile: NodeResourcesFit(),
+    "GPU": lambda config, profile: GpuFilter(
+        config.gpu.staleness_seconds,
+        spread=any(s.name == "GPUSpread" and s.weight > 0 for s in profile.scores),
+    ),
 }
 
 SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
@@ -31,5 +34,15 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "NodeAffinity": lambda weight, _resources: NodeAffinityScore(weight),
     "TaintToleration": lambda weight, _resources: TaintTolerationScore(weight),
     "GPUBinpack": lambda weight, _resources: GpuBinpack(weight),
+    "GPUSpread": lambda weight, _resources: GpuSpread(weight),
     "GPUAvoidance": lambda weight, _resources: GpuAvoidance(weight),
 }
+
+
+def build_filters(config: Config, profile: Profile) -> list[FilterPlugin]:
+    """The profile's filter plugins, in its order."""
+    return [FILTERS[name](config, profile) for name in profile.filters]
+
+
+def build_scores(profile: Profile) -> list[ScorePlugin]:
+    return [SCORES[spec.name](spec.weight, spec.resources) for spec in profile.scores]

@@ -38,8 +38,11 @@ NO_MEMORY = "Insufficient GPU memory"
 class GpuFilter(DevicePicker):
     name = "GPU"
 
-    def __init__(self, staleness: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, staleness: float, *, spread: bool = False, clock: Callable[[], float] = time.time
+    ) -> None:
         self.staleness = staleness
+        self.spread = spread  # a profile that spreads GPU work also takes the emptiest device for a share
         self._clock = clock
 
     def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
@@ -91,7 +94,8 @@ class GpuFilter(DevicePicker):
             free = [i for i in sorted(devices) if g.whole_free[row, i]]
             chosen = choose_whole(devices, free, request.count)
         else:
-            chosen = (best_fit(g.share_free[row], request.memory),)
+            fit = worst_fit if self.spread else best_fit
+            chosen = (fit(g.share_free[row], request.memory),)
         return chosen, tuple(devices[i].uuid for i in chosen)
 
 
@@ -159,6 +163,12 @@ def best_fit(share_free: np.ndarray, memory: int) -> int:
     return int(np.argmin(leftover))
 
 
+def worst_fit(share_free: np.ndarray, memory: int) -> int:
+    """The device left with the most free memory (for the spread policy)."""
+    leftover = np.where(share_free >= memory, share_free - memory, -1)
+    return int(np.argmax(leftover))
+
+
 class GpuBinpack(ScorePlugin):
     """Fill partly used GPUs first: best fit for shares, the fullest node for whole and device-plugin GPUs."""
 
@@ -214,3 +224,15 @@ class GpuAvoidance(ScorePlugin):
         if not has_gpus.any():
             return None
         return np.where(has_gpus, 0, MAX_NODE_SCORE)
+
+
+class GpuSpread(GpuBinpack):
+    """The opposite of GPUBinpack: GPU pods go to the emptiest nodes and devices (isolation over packing)."""
+
+    name = "GPUSpread"
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        packed = super().score(pod, cache, rows, static)
+        return None if packed is None else MAX_NODE_SCORE - packed
