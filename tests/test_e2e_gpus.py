@@ -146,6 +146,13 @@ async def test_forty_shared_pods_best_fit_without_overcommit(
         assert len(uuids) == 1 and uuids[0].startswith("GPU-")
     decisions = [d for d in running.log_lines("decision") if d["result"] == "scheduled"]
     assert all("gpus" in d and len(d["gpus"]["ids"]) == 1 for d in decisions)
+    metrics = running.scheduler.metrics.render().decode()
+    shared = sum(to_units("memory", size) for size in sizes)
+    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+              for line in metrics.splitlines() if line and not line.startswith("#")}
+    assert values['ai_scheduler_gpu_cluster{measure="shared_bytes"}'] == shared
+    assert 'ai_scheduler_gpu_devices{node="dgx-0"} 8.0' in metrics
+    assert "ai_scheduler_gpu_fragmentation_ratio " in metrics
 
 
 async def test_whole_gpus_stay_in_nvlink_islands_and_shares_never_touch_them(
