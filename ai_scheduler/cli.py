@@ -15,6 +15,20 @@ from ai_scheduler.config import ConfigError, default_config, load_config
 from ai_scheduler.log import LEVELS, JsonLogger
 
 
+def _connection_arguments(command: argparse.ArgumentParser) -> None:
+    """How a long-running sub-command reaches the API server, and how much it logs."""
+    command.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file to reach the API server")
+    command.add_argument(
+        "--master", metavar="URL", help="API server URL without credentials (overrides --kubeconfig)"
+    )
+    command.add_argument(
+        "--log-level",
+        choices=sorted(LEVELS, key=LEVELS.get),
+        default="info",
+        help="lowest level written to the JSON log on stdout (default: info)",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ai-scheduler",
@@ -35,16 +49,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="YAML config file; reloaded when it changes (default: built-in defaults)",
     )
-    run.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file to reach the API server")
-    run.add_argument(
-        "--master", metavar="URL", help="API server URL without credentials (overrides --kubeconfig)"
-    )
-    run.add_argument(
-        "--log-level",
-        choices=sorted(LEVELS, key=LEVELS.get),
-        default="info",
-        help="lowest level written to the JSON log on stdout (default: info)",
-    )
+    _connection_arguments(run)
 
     agent = commands.add_parser(
         "agent",
@@ -61,10 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("NODE_NAME") or None,
         help="the node to report on (default: $NODE_NAME, set from spec.nodeName by the DaemonSet)",
     )
-    agent.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file to reach the API server")
-    agent.add_argument(
-        "--master", metavar="URL", help="API server URL without credentials (overrides --kubeconfig)"
-    )
+    _connection_arguments(agent)
     agent.add_argument(
         "--interval",
         metavar="S",
@@ -79,12 +81,6 @@ def _parser() -> argparse.ArgumentParser:
         default=60.0,
         help="write the report at least this often, changed or not, so the scheduler can tell it is "
         "live (default: 60)",
-    )
-    agent.add_argument(
-        "--log-level",
-        choices=sorted(LEVELS, key=LEVELS.get),
-        default="info",
-        help="lowest level written to the JSON log on stdout (default: info)",
     )
 
     demo = commands.add_parser(

@@ -28,7 +28,7 @@ from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import HealthServer
 from ai_scheduler.scheduler.informer import Informer
-from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
 
 QUEUE_LABEL = "ai-scheduler.io/queue"
@@ -128,7 +128,8 @@ class Scheduler:
         self.binder.on_success = lambda pod, _node: self.gang_scheduler.bound(pod)
         self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)
         self.metrics.watch_state(
-            self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight, self._gpu_allocation
+            StateCollector(self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight,
+                           self._gpu_allocation)
         )
         if self.serve_http:
             self.http = HealthServer(live=self._live, ready=self.ready.is_set, metrics=self.metrics.render)

@@ -12,7 +12,7 @@ LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5
 CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 
-class _StateCollector(Collector):
+class StateCollector(Collector):
     """Gauges read from live state at scrape time, so the hot path never updates them."""
 
     def __init__(
@@ -143,14 +143,9 @@ class Metrics:
             "ai_scheduler_config_reloads", "Config file reloads by result", ["result"], registry=r
         )
 
-    def watch_state(
-        self,
-        pending: Callable[[], dict[tuple[str, str], int]],
-        cache_sizes: Callable[[], dict[str, int]],
-        binds_in_flight: Callable[[], int],
-        gpus: Callable[[], dict[str, dict[str, int]]],
-    ) -> None:
-        self.registry.register(_StateCollector(pending, cache_sizes, binds_in_flight, gpus))
+    def watch_state(self, collector: Collector) -> None:
+        """Register gauges that are read from live state at scrape time."""
+        self.registry.register(collector)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
