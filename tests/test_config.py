@@ -10,19 +10,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from ai_scheduler.config import (
+    DEFAULT_POLICY,
     FILTER_PLUGINS,
+    POLICY_FACTORS,
     RESOURCE_SCORERS,
     SCORE_PLUGINS,
     Config,
     ConfigError,
     ConfigWatcher,
+    FrozenMap,
     GpuSettings,
+    GroupSpec,
+    NamespaceSpec,
+    PolicySpec,
     Profile,
+    QueueSpec,
     SchedulingSettings,
     ScoreSpec,
     ServerSettings,
+    UserSpec,
     default_config,
     load_config,
     parse_config,
@@ -62,12 +71,25 @@ def test_defaults_match_the_spec() -> None:
         unschedulable_flush_seconds=300,
         event_repeat_seconds=300,
         percentage_of_nodes_to_score=100,
+        backfill=True,
+        priority_refresh_seconds=5,
     )
     assert config.gpu == GpuSettings(staleness_seconds=120)
     assert config.server == ServerSettings(port=10251, bind_address="0.0.0.0")
     assert config.queues == ()
-    assert config.groups == config.users == config.namespaces == config.policies == {}
-    assert config.active_policy is None
+    assert config.groups == config.users == config.namespaces == {}
+    assert config.policies == {"default": PolicySpec("default", {"taskPriority": 1},
+                                                     max_wait_seconds=3600,
+                                                     fair_share_half_life_seconds=3600)}
+    assert config.active_policy == "default"
+    assert config.policy is config.policies["default"]
+    assert config.policy == DEFAULT_POLICY
+    assert config.queue("default") is None
+
+
+def test_policy_factor_names() -> None:
+    assert POLICY_FACTORS == ("userLevel", "groupLevel", "taskPriority", "waitingTime", "jobSize",
+                              "estimatedRuntime", "fairShare", "queueLevel")
 
 
 def test_plugin_name_constants() -> None:
@@ -99,14 +121,19 @@ def test_null_sections_take_their_defaults() -> None:
 
 
 def test_config_is_immutable_hashable_and_picklable() -> None:
-    config = parse_config({"groups": {"research": {"members": ["a", "b"]}}, "queues": [{"name": "q"}]})
-    assert config.groups["research"]["members"] == ("a", "b")
+    data = {"groups": {"research": {"max": {"cpu": 4}}}, "users": {"ann": {"group": "research"}},
+            "queues": [{"name": "q", "quota": {"memory": "1Gi"}}]}
+    config = parse_config(data)
+    assert config.groups["research"].max == {"cpu": 4000}
     with pytest.raises(TypeError):
         config.groups["x"] = 1  # type: ignore[index]
+    with pytest.raises(TypeError):
+        config.groups["research"].max["cpu"] = 1  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        config.groups["research"].level = 1  # type: ignore[misc]
     with pytest.raises(AttributeError):
         config.scheduler_name = "other"  # type: ignore[misc]
-    assert hash(config) == hash(parse_config({"groups": {"research": {"members": ["a", "b"]}},
-                                              "queues": [{"name": "q"}]}))
+    assert hash(config) == hash(parse_config(data))
     assert pickle.loads(pickle.dumps(config)) == config
     error = refusal({"schedulerName": 1})
     assert str(pickle.loads(pickle.dumps(error))) == str(error)
@@ -132,7 +159,8 @@ def test_full_config() -> None:
         "gpu": {"stalenessSeconds": 30},
         "server": {"port": 0, "bindAddress": "::1"},
         "queues": [{"name": "default"}],
-        "groups": {"g": {}}, "users": {"u": {}}, "namespaces": {"n": {}}, "policies": {"p": {}},
+        "groups": {"g": {}}, "users": {"u": {"group": "g"}}, "namespaces": {"n": {"user": "u"}},
+        "policies": {"p": {"weights": {"fairShare": 1}}},
         "activePolicy": "p",
     })
     assert config.scheduler_name == "gpu-scheduler"
@@ -148,7 +176,11 @@ def test_full_config() -> None:
     assert isinstance(config.scheduling.assume_timeout_seconds, float)
     assert config.gpu.staleness_seconds == 30
     assert config.server == ServerSettings(0, "::1")
-    assert config.queues == ({"name": "default"},)
+    assert config.queues == (QueueSpec("default"),)
+    assert config.groups == {"g": GroupSpec("g")}
+    assert config.users == {"u": UserSpec("u", "g")}
+    assert config.namespaces == {"n": NamespaceSpec("n", "u")}
+    assert config.policies == {"p": PolicySpec("p", {"fairShare": 1})}
     assert config.active_policy == "p"
 
 
@@ -159,6 +191,172 @@ def test_resource_scorer_without_resources_gets_the_default_weights() -> None:
 
 def test_config_built_in_code_equals_the_parsed_one() -> None:
     assert Config("ai-scheduler", (Profile("ai-scheduler"),)) == default_config()
+
+
+# --- tenancy, queues and policy ---------------------------------------------------------------------
+
+TENANCY = {
+    "queues": [
+        {"name": "prod", "level": 0, "weight": 2, "quota": {"nvidia.com/gpu": 16, "cpu": "64"}},
+        {"name": "batch", "level": 1, "weight": 0.5},
+        {"name": "default"},
+    ],
+    "groups": {
+        "vision": {"level": 2, "share": 1.5, "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}},
+        "nlp": {"max": {"ai-scheduler.io/gpu-memory": "80Gi", "ai-scheduler.io/gpu-count": 4,
+                        "memory": "512Gi", "cpu": 0.5}},
+        "guests": None,
+    },
+    "users": {
+        "alice": {"group": "vision", "level": 3, "max": {"nvidia.com/gpu": 8}},
+        "bob": {"group": "vision", "max": {"nvidia.com/gpu": 8, "cpu": "1500m"}},
+        "carol": {"group": "nlp", "max": {"ai-scheduler.io/gpu-memory": "40Gi"}},
+        "dave": {"group": "guests"},
+    },
+    "namespaces": {
+        "team-vision": {"user": "alice", "defaultQueue": "prod", "trustUserLabel": True},
+        "nlp": {"user": "carol"},
+    },
+    "policies": {
+        "fair": {"weights": {"fairShare": 2, "waitingTime": 0.5, "jobSize": -1},
+                 "maxWaitSeconds": 600, "fairShareHalfLifeSeconds": 86400},
+        "fifo": {"weights": {"waitingTime": 1}},
+    },
+    "activePolicy": "fifo",
+    "scheduling": {"backfill": False, "priorityRefreshSeconds": 0.5},
+}
+
+
+def test_full_tenancy_config() -> None:
+    config = parse_config(TENANCY)
+    prod, batch, default = config.queues
+    assert prod == QueueSpec("prod", 0, 2, {"nvidia.com/gpu": 16, "cpu": 64_000})
+    assert batch == QueueSpec("batch", level=1, weight=0.5, quota={})
+    assert default == QueueSpec("default", 0, 1, {})
+    assert isinstance(prod.weight, float)
+    assert config.queue("batch") is batch
+    assert config.queue("nope") is None
+    assert config.groups == {
+        "vision": GroupSpec("vision", 2, 1.5, {"nvidia.com/gpu": 8}, {"nvidia.com/gpu": 16}),
+        "nlp": GroupSpec("nlp", 0, 1, {}, {"ai-scheduler.io/gpu-memory": 80 * 2**30,
+                                           "ai-scheduler.io/gpu-count": 4,
+                                           "memory": 512 * 2**30, "cpu": 500}),
+        "guests": GroupSpec("guests"),
+    }
+    assert config.users == {
+        "alice": UserSpec("alice", "vision", 3, {"nvidia.com/gpu": 8}),
+        "bob": UserSpec("bob", "vision", 0, {"nvidia.com/gpu": 8, "cpu": 1500}),
+        "carol": UserSpec("carol", "nlp", 0, {"ai-scheduler.io/gpu-memory": 40 * 2**30}),
+        "dave": UserSpec("dave", "guests", 0, {}),
+    }
+    assert config.namespaces == {
+        "team-vision": NamespaceSpec("team-vision", "alice", "prod", True),
+        "nlp": NamespaceSpec("nlp", "carol", None, False),
+    }
+    assert config.policies == {
+        "fair": PolicySpec("fair", {"fairShare": 2, "waitingTime": 0.5, "jobSize": -1}, 600, 86400),
+        "fifo": PolicySpec("fifo", {"waitingTime": 1}, 3600, 3600),
+    }
+    assert list(config.policies) == ["fair", "fifo"]
+    assert config.active_policy == "fifo"
+    assert config.policy is config.policies["fifo"]
+    assert config.scheduling.backfill is False
+    assert config.scheduling.priority_refresh_seconds == 0.5
+    assert all(isinstance(v, int) for g in config.groups.values() for v in g.max.values())
+    assert all(isinstance(w, float) for w in config.policies["fair"].weights.values())
+    assert isinstance(config.groups["vision"].max, FrozenMap)
+    assert hash(config) == hash(parse_config(TENANCY))
+
+
+def test_tenancy_defaults() -> None:
+    config = parse_config({"queues": [{"name": "q"}], "groups": {"g": {}}, "users": {"u": {"group": "g"}},
+                           "namespaces": {"ns": {"user": "u"}},
+                           "policies": {"p": {"weights": {"jobSize": 1}}}})
+    assert config.queues == (QueueSpec("q", level=0, weight=1, quota={}),)
+    assert config.groups["g"] == GroupSpec("g", level=0, share=1, min={}, max={})
+    assert config.users["u"] == UserSpec("u", "g", level=0, max={})
+    assert config.namespaces["ns"] == NamespaceSpec("ns", "u", default_queue=None, trust_user_label=False)
+    assert config.policies["p"] == PolicySpec("p", {"jobSize": 1}, max_wait_seconds=3600,
+                                              fair_share_half_life_seconds=3600)
+
+
+def test_active_policy_defaults_to_the_first_policy() -> None:
+    policies = {"b": {"weights": {"userLevel": 1}}, "a": {"weights": {"groupLevel": 1}}}
+    assert parse_config({"policies": policies}).active_policy == "b"
+    assert parse_config({"policies": policies, "activePolicy": None}).active_policy == "b"
+    assert parse_config({"policies": policies, "activePolicy": "a"}).policy.weights == {"groupLevel": 1}
+
+
+def test_built_in_default_policy() -> None:
+    """No policies (absent, null or empty) means the built-in "default", which activePolicy may name."""
+    for data in ({}, {"policies": None}, {"policies": {}}, {"policies": {}, "activePolicy": "default"}):
+        config = parse_config(data)
+        assert config.policies == {"default": DEFAULT_POLICY}
+        assert config.policy == PolicySpec("default", {"taskPriority": 1}, 3600, 3600)
+    # Given policies replace the built-in one.
+    assert "default" not in parse_config({"policies": {"p": {"weights": {"jobSize": 1}}}}).policies
+
+
+def test_every_policy_factor_is_accepted() -> None:
+    weights = {factor: i - 3 for i, factor in enumerate(POLICY_FACTORS)}
+    assert parse_config({"policies": {"all": {"weights": weights}}}).policy.weights == weights
+
+
+def test_group_min_may_equal_max_and_users_may_fill_the_group() -> None:
+    config = parse_config({
+        "groups": {"g": {"min": {"cpu": "2", "memory": "1Gi"}, "max": {"cpu": 2000e-3, "nvidia.com/gpu": 2}}},
+        "users": {"a": {"group": "g", "max": {"nvidia.com/gpu": 1, "memory": "8Gi"}},
+                  "b": {"group": "g", "max": {"nvidia.com/gpu": 1}},
+                  "c": {"group": "g"}},
+    })
+    assert config.groups["g"].min == {"cpu": 2000, "memory": 2**30}
+    assert config.groups["g"].max == {"cpu": 2000, "nvidia.com/gpu": 2}
+
+
+def test_group_without_max_puts_no_bound_on_its_users() -> None:
+    config = parse_config({"groups": {"g": {"min": {"nvidia.com/gpu": 1}}},
+                           "users": {"a": {"group": "g", "max": {"nvidia.com/gpu": 100}}}})
+    assert config.users["a"].max == {"nvidia.com/gpu": 100}
+
+
+def test_users_max_sum_message_reads_as_specified() -> None:
+    error = refusal({"groups": {"vision": {"max": {"nvidia.com/gpu": 16}}},
+                     "users": {"alice": {"group": "vision", "max": {"nvidia.com/gpu": 8}},
+                               "bob": {"group": "vision", "max": {"nvidia.com/gpu": 16}}}})
+    assert str(error) == ("test.yaml: users: the users of group vision may use up to nvidia.com/gpu 24, "
+                          "above the group's max 16 (alice 8, bob 16)")
+
+
+def test_group_min_above_max_message_reads_as_specified() -> None:
+    error = refusal({"groups": {"vision": {"min": {"nvidia.com/gpu": 20}, "max": {"nvidia.com/gpu": 16}}}})
+    assert str(error) == "test.yaml: groups.vision.min['nvidia.com/gpu']: 20 is above groups.vision.max (16)"
+
+
+def test_unknown_factor_message_reads_as_specified() -> None:
+    error = refusal({"policies": {"default": {"weights": {"speed": 1}}}})
+    assert str(error) == ("test.yaml: policies.default.weights.speed: unknown factor 'speed'; known: "
+                          "userLevel, groupLevel, taskPriority, waitingTime, jobSize, estimatedRuntime, "
+                          "fairShare, queueLevel")
+
+
+def test_the_examples_in_default_yaml_comments_are_valid() -> None:
+    """default.yaml documents queues, groups, users and namespaces with commented examples: they must work."""
+    examples: dict[str, Any] = {}
+    lines: list[str] = []
+    text = (Path(__file__).resolve().parent.parent / "ai_scheduler" / "config" / "default.yaml").read_text()
+    for line in text.splitlines(keepends=True):
+        if line.startswith("#   "):
+            lines.append(line[2:])
+        elif lines and not line.startswith("#"):
+            examples[line.split(":")[0]] = yaml.safe_load("".join(lines))
+            lines = []
+    assert set(examples) == {"queues", "groups", "users", "namespaces"}
+    config = parse_config(examples)
+    assert config.queues == (QueueSpec("prod", 0, 1, {"nvidia.com/gpu": 16, "cpu": 64_000}),)
+    assert config.groups == {"vision": GroupSpec("vision", 2, 1, {"nvidia.com/gpu": 8},
+                                                 {"nvidia.com/gpu": 16})}
+    assert config.users == {"alice": UserSpec("alice", "vision", 3, {"nvidia.com/gpu": 8})}
+    assert config.namespaces == {"team-vision": NamespaceSpec("team-vision", "alice", "prod", False)}
 
 
 # --- refusals: exact key path and reason -------------------------------------------------------------
@@ -271,7 +469,7 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
     ({"server": {"bindAddress": 0}}, "server.bindAddress", "must be a string, got 0"),
     ({"server": {"bindAddress": "0.0.0.0:80"}}, "server.bindAddress",
      "must be an IP address or a host name, got '0.0.0.0:80'"),
-    # sections that later issues define: types only
+    # tenancy and policy sections: their types
     ({"queues": {"default": {}}}, "queues", "must be a list, got a mapping"),
     ({"queues": [{"name": "a"}, "b"]}, "queues[1]", "must be a mapping, got 'b'"),
     ({"groups": []}, "groups", "must be a mapping, got a list"),
@@ -279,6 +477,155 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
     ({"namespaces": 1}, "namespaces", "must be a mapping, got 1"),
     ({"policies": [1]}, "policies", "must be a mapping, got a list"),
     ({"activePolicy": 1}, "activePolicy", "must be a string, got 1"),
+    # scheduling: backfill and priority refresh
+    ({"scheduling": {"backfill": "yes"}}, "scheduling.backfill", "must be true or false, got 'yes'"),
+    ({"scheduling": {"backfill": 1}}, "scheduling.backfill", "must be true or false, got 1"),
+    ({"scheduling": {"backfill": None}}, "scheduling.backfill", "must be true or false, got null"),
+    ({"scheduling": {"priorityRefreshSeconds": 0}}, "scheduling.priorityRefreshSeconds",
+     "must be > 0, got 0"),
+    ({"scheduling": {"priorityRefreshSeconds": True}}, "scheduling.priorityRefreshSeconds",
+     "must be a number, got true"),
+    # queues
+    ({"queues": [{"level": 1}]}, "queues[0].name", "is required"),
+    ({"queues": [{"name": None}]}, "queues[0].name", "is required"),
+    ({"queues": [{"name": 5}]}, "queues[0].name", "must be a string, got 5"),
+    ({"queues": [{"name": "Prod"}]}, "queues[0].name", "must be a DNS-1123 label"),
+    ({"queues": [{"name": "a.b"}]}, "queues[0].name", "got 'a.b'"),
+    ({"queues": [{"name": "a" * 64}]}, "queues[0].name", "at most 63 characters"),
+    ({"queues": [{"name": "prod"}, {"name": "batch"}, {"name": "prod"}]}, "queues[2].name",
+     "duplicate queue 'prod' (also queues[0])"),
+    ({"queues": [{"name": "q", "priority": 1}]}, "queues[0]", "unknown key 'priority'; expected one of "
+                                                             "name, level, weight, quota"),
+    ({"queues": [{"name": "q", "level": 101}]}, "queues[0].level",
+     "must be an integer between 0 and 100, got 101"),
+    ({"queues": [{"name": "q", "level": -1}]}, "queues[0].level", "got -1"),
+    ({"queues": [{"name": "q", "level": True}]}, "queues[0].level", "got true"),
+    ({"queues": [{"name": "q", "level": 1.5}]}, "queues[0].level", "got 1.5"),
+    ({"queues": [{"name": "q", "weight": 0}]}, "queues[0].weight", "must be > 0, got 0"),
+    ({"queues": [{"name": "q", "weight": "1"}]}, "queues[0].weight", "must be a number, got '1'"),
+    ({"queues": [{"name": "q", "weight": False}]}, "queues[0].weight", "must be a number, got false"),
+    ({"queues": [{"name": "q", "quota": 16}]}, "queues[0].quota", "must be a mapping, got 16"),
+    ({"queues": [{"name": "q", "quota": {"nvidia.com/gpu": "many"}}]}, "queues[0].quota['nvidia.com/gpu']",
+     "invalid quantity 'many'"),
+    # resource maps (quota, min, max)
+    ({"groups": {"vision": {"max": {"cpu": "lots"}}}}, "groups.vision.max.cpu", "invalid quantity 'lots'"),
+    ({"groups": {"vision": {"max": {"cpu": "1x"}}}}, "groups.vision.max.cpu", "invalid quantity '1x'"),
+    ({"groups": {"vision": {"max": {"cpu": True}}}}, "groups.vision.max.cpu",
+     "must be a Kubernetes quantity such as 8, '500m' or '80Gi', got true"),
+    ({"groups": {"vision": {"max": {"cpu": None}}}}, "groups.vision.max.cpu", "got null"),
+    ({"groups": {"vision": {"max": {"cpu": ["1"]}}}}, "groups.vision.max.cpu", "got a list"),
+    ({"groups": {"vision": {"max": {"cpu": float("inf")}}}}, "groups.vision.max.cpu", "invalid quantity inf"),
+    ({"groups": {"vision": {"max": {"cpu": float("nan")}}}}, "groups.vision.max.cpu", "invalid quantity nan"),
+    ({"groups": {"vision": {"max": {"cpu": "1e999999999"}}}}, "groups.vision.max.cpu", "invalid quantity"),
+    ({"groups": {"vision": {"max": {"memory": "10E"}}}}, "groups.vision.max.memory", "too large, got '10E'"),
+    ({"groups": {"vision": {"max": {"cpu": "10P"}}}}, "groups.vision.max.cpu", "is too large, got '10P'"),
+    ({"groups": {"vision": {"max": {"memory": "-1Gi"}}}}, "groups.vision.max.memory",
+     "must not be negative, got '-1Gi'"),
+    ({"groups": {"vision": {"min": {"nvidia gpu": 1}}}}, "groups.vision.min",
+     "resource names must be Kubernetes resource names such as 'cpu' or 'nvidia.com/gpu', got 'nvidia gpu'"),
+    ({"groups": {"vision": {"min": {1: 1}}}}, "groups.vision.min", "got 1"),
+    ({"users": {"alice": {"group": "g", "max": ["cpu"]}}}, "users.alice.max",
+     "must be a mapping, got a list"),
+    # groups
+    ({"groups": {"vision": 5}}, "groups.vision", "must be a mapping, got 5"),
+    ({"groups": {"": {}}}, "groups", "group names must be non-empty strings, got ''"),
+    ({"groups": {1: {}}}, "groups", "group names must be non-empty strings, got 1"),
+    ({"groups": {"vision": {"quota": {}}}}, "groups.vision", "unknown key 'quota'; expected one of "
+                                                              "level, share, min, max"),
+    ({"groups": {"vision": {"level": 101}}}, "groups.vision.level", "must be an integer between 0 and 100"),
+    ({"groups": {"vision": {"share": 0}}}, "groups.vision.share", "must be > 0, got 0"),
+    ({"groups": {"vision": {"share": -1}}}, "groups.vision.share", "must be > 0, got -1"),
+    ({"groups": {"vision": {"share": True}}}, "groups.vision.share", "must be a number, got true"),
+    ({"groups": {"vision": {"min": {"nvidia.com/gpu": 20}, "max": {"nvidia.com/gpu": 16}}}},
+     "groups.vision.min['nvidia.com/gpu']", "20 is above groups.vision.max (16)"),
+    ({"groups": {"v": {"min": {"cpu": "2500m", "memory": "1Gi"}, "max": {"cpu": 2}}}}, "groups.v.min.cpu",
+     "2500m is above groups.v.max (2)"),
+    ({"groups": {"v": {"min": {"ai-scheduler.io/gpu-memory": "80Gi"},
+                       "max": {"ai-scheduler.io/gpu-memory": "40Gi"}}}},
+     "groups.v.min['ai-scheduler.io/gpu-memory']", "80Gi is above groups.v.max (40Gi)"),
+    # users
+    ({"users": {"alice": {}}}, "users.alice.group", "is required"),
+    ({"users": {"alice": None}}, "users.alice.group", "is required"),
+    ({"users": {"alice": "vision"}}, "users.alice", "must be a mapping, got 'vision'"),
+    ({"users": {"alice": {"group": ["vision"]}}}, "users.alice.group", "must be a string, got a list"),
+    ({"groups": {"vision": {}}, "users": {"alice": {"group": "visoin"}}}, "users.alice.group",
+     "unknown group 'visoin' (did you mean 'vision'?); known: vision"),
+    ({"users": {"alice": {"group": "vision"}}}, "users.alice.group",
+     "unknown group 'vision'; no group is configured"),
+    ({"users": {"alice@example.com": {"group": "g"}}}, "users['alice@example.com'].group",
+     "unknown group 'g'"),
+    ({"users": {"alice": {"group": "g", "share": 1}}}, "users.alice", "unknown key 'share'; expected one of "
+                                                                      "group, level, max"),
+    ({"users": {"alice": {"group": "g", "level": "3"}}}, "users.alice.level", "got '3'"),
+    ({"groups": {"vision": {"max": {"nvidia.com/gpu": 16, "cpu": 100}}},
+      "users": {"alice": {"group": "vision", "max": {"nvidia.com/gpu": 8, "cpu": 100}},
+                "bob": {"group": "vision", "max": {"nvidia.com/gpu": 16}}}},
+     "users", "the users of group vision may use up to nvidia.com/gpu 24, above the group's max 16"),
+    ({"groups": {"v": {"max": {"cpu": "1"}}},
+      "users": {"a": {"group": "v", "max": {"cpu": "600m"}}, "b": {"group": "v", "max": {"cpu": "500m"}}}},
+     "users", "the users of group v may use up to cpu 1100m, above the group's max 1 (a 600m, b 500m)"),
+    # namespaces
+    ({"namespaces": {"team-vision": {}}}, "namespaces['team-vision'].user", "is required"),
+    ({"namespaces": {"team-vision": 1}}, "namespaces['team-vision']", "must be a mapping, got 1"),
+    ({"namespaces": {"Team": {"user": "a"}}}, "namespaces", "namespace names must be DNS-1123 labels, "
+                                                            "got 'Team'"),
+    ({"namespaces": {"a.b": {"user": "a"}}}, "namespaces", "got 'a.b'"),
+    ({"namespaces": {"ns": {"user": "a", "queue": "q"}}}, "namespaces.ns",
+     "unknown key 'queue'; expected one of user, defaultQueue, trustUserLabel"),
+    ({"namespaces": {"ns": {"user": 1}}}, "namespaces.ns.user", "must be a string, got 1"),
+    ({"namespaces": {"ns": {"user": "a", "defaultQueue": 1}}}, "namespaces.ns.defaultQueue",
+     "must be a string, got 1"),
+    ({"namespaces": {"ns": {"user": "a", "trustUserLabel": "false"}}}, "namespaces.ns.trustUserLabel",
+     "must be true or false, got 'false'"),
+    ({"namespaces": {"ns": {"user": "a", "trustUserLabel": 0}}}, "namespaces.ns.trustUserLabel",
+     "must be true or false, got 0"),
+    ({"groups": {"g": {}}, "users": {"alice": {"group": "g"}}, "namespaces": {"ns": {"user": "alcie"}}},
+     "namespaces.ns.user", "unknown user 'alcie' (did you mean 'alice'?); known: alice"),
+    ({"namespaces": {"ns": {"user": "alice"}}}, "namespaces.ns.user", "unknown user 'alice'; no user is "
+                                                                      "configured"),
+    ({"groups": {"g": {}}, "users": {"a": {"group": "g"}}, "queues": [{"name": "prod"}],
+      "namespaces": {"ns": {"user": "a", "defaultQueue": "batch"}}},
+     "namespaces.ns.defaultQueue", "unknown queue 'batch'; known: prod"),
+    ({"groups": {"g": {}}, "users": {"a": {"group": "g"}},
+      "namespaces": {"ns": {"user": "a", "defaultQueue": "default"}}},
+     "namespaces.ns.defaultQueue", "unknown queue 'default'; no queue is configured"),
+    # policies
+    ({"policies": {"fifo": {}}}, "policies.fifo.weights", "must name at least one factor"),
+    ({"policies": {"fifo": None}}, "policies.fifo.weights", "must name at least one factor"),
+    ({"policies": {"fifo": {"weights": {}}}}, "policies.fifo.weights", "must name at least one factor"),
+    ({"policies": {"fifo": {"weights": None}}}, "policies.fifo.weights", "must name at least one factor"),
+    ({"policies": {"fifo": {"weights": ["waitingTime"]}}}, "policies.fifo.weights",
+     "must be a mapping, got a list"),
+    ({"policies": {"fifo": []}}, "policies.fifo", "must be a mapping, got a list"),
+    ({"policies": {"default": {"weights": {"waitingTime": 1, "speed": 1}}}}, "policies.default.weights.speed",
+     "unknown factor 'speed'; known: userLevel, groupLevel, taskPriority, waitingTime, jobSize, "
+     "estimatedRuntime, fairShare, queueLevel"),
+    ({"policies": {"default": {"weights": {"user level": 1}}}}, "policies.default.weights['user level']",
+     "unknown factor 'user level'"),
+    ({"policies": {"default": {"weights": {1: 1}}}}, "policies.default.weights", "unknown factor 1;"),
+    ({"policies": {"default": {"weights": {"waitingTime": "high"}}}}, "policies.default.weights.waitingTime",
+     "must be a number, got 'high'"),
+    ({"policies": {"default": {"weights": {"waitingTime": True}}}}, "policies.default.weights.waitingTime",
+     "must be a number, got true"),
+    ({"policies": {"default": {"weights": {"waitingTime": None}}}}, "policies.default.weights.waitingTime",
+     "must be a number, got null"),
+    ({"policies": {"default": {"weights": {"waitingTime": float("nan")}}}},
+     "policies.default.weights.waitingTime", "must be a number, got nan"),
+    ({"policies": {"p": {"weights": {"jobSize": 1}, "maxWait": 1}}}, "policies.p",
+     "unknown key 'maxWait' (did you mean 'maxWaitSeconds'?)"),
+    ({"policies": {"p": {"weights": {"jobSize": 1}, "maxWaitSeconds": 0}}}, "policies.p.maxWaitSeconds",
+     "must be > 0, got 0"),
+    ({"policies": {"p": {"weights": {"jobSize": 1}, "fairShareHalfLifeSeconds": -5}}},
+     "policies.p.fairShareHalfLifeSeconds", "must be > 0, got -5"),
+    ({"policies": {"p": {"weights": {"jobSize": 1}, "fairShareHalfLifeSeconds": "1h"}}},
+     "policies.p.fairShareHalfLifeSeconds", "must be a number, got '1h'"),
+    ({"policies": {"": {"weights": {"jobSize": 1}}}}, "policies", "policy names must be non-empty strings"),
+    # activePolicy
+    ({"activePolicy": "fifo"}, "activePolicy", "unknown policy 'fifo'; known: default"),
+    ({"policies": {"fifo": {"weights": {"waitingTime": 1}}}, "activePolicy": "default"}, "activePolicy",
+     "unknown policy 'default'; known: fifo"),
+    ({"policies": {"fifo": {"weights": {"waitingTime": 1}}}, "activePolicy": "fif"}, "activePolicy",
+     "unknown policy 'fif' (did you mean 'fifo'?); known: fifo"),
 ])
 def test_refusal_names_the_key_and_the_reason(data: object, key: str, reason: str) -> None:
     error = refusal(data)
@@ -346,8 +693,8 @@ def test_duplicate_yaml_keys_are_refused(tmp_path: Path) -> None:
 
 def test_yaml_merge_keys_still_work(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text("groups:\n  base: &b {quota: 1, level: 2}\n  research:\n    <<: *b\n    quota: 3\n")
-    assert load_config(path).groups["research"] == {"quota": 3, "level": 2}
+    path.write_text("groups:\n  base: &b {share: 2, level: 2}\n  research:\n    <<: *b\n    level: 3\n")
+    assert load_config(path).groups["research"] == GroupSpec("research", level=3, share=2)
 
 
 def test_multiple_documents_are_refused(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GpuTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
+from ai_scheduler.cache.tenancy import Tenancy
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
 
@@ -89,6 +90,7 @@ class SchedulerCache:
         self.pods: dict[str, PodState] = {}
         self.assumed_count = 0
         self.gpus = GpuTable(initial_rows)
+        self.tenancy: Tenancy | None = None  # usage per user/group/queue, charged as pods start counting
         self._chosen_gpus: dict[str, tuple[int, ...]] = {}  # our device choice for pods not yet annotated
 
     # ------------------------------------------------------------------ columns
@@ -224,6 +226,8 @@ class SchedulerCache:
             scored[row, index[name]] += sign * value
 
     def _attach(self, uid: str, node: str, pod: PodRecord) -> None:
+        if self.tenancy is not None:
+            self.tenancy.charge(pod)
         state = self.nodes.get(node)
         if state is None:
             state = self.nodes[node] = NodeState(node, pods=set())
@@ -239,6 +243,8 @@ class SchedulerCache:
         self.gpus.attach(uid, row, pod, chosen)
 
     def _detach(self, uid: str, node: str, pod: PodRecord) -> None:
+        if self.tenancy is not None:
+            self.tenancy.release(uid)
         state = self.nodes.get(node)
         if state is None or state.pods is None:
             return

@@ -15,10 +15,12 @@ import difflib
 import ipaddress
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NoReturn
+
+from ai_scheduler.quantity import MILLI_RESOURCES, format_units, parse_quantity, to_units
 
 DEFAULT_SCHEDULER_NAME = "ai-scheduler"
 
@@ -41,7 +43,23 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "GPUAvoidance",
 )
 RESOURCE_SCORERS: frozenset[str] = frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"})
+# The factors a priority policy weighs; the scheduler computes each one per pending pod.
+POLICY_FACTORS: tuple[str, ...] = (
+    "userLevel",
+    "groupLevel",
+    "taskPriority",
+    "waitingTime",
+    "jobSize",
+    "estimatedRuntime",
+    "fairShare",
+    "queueLevel",
+)
+DEFAULT_POLICY_NAME = "default"
+# Managed GPU memory is counted in bytes, as memory is; quota maps name it with this resource.
+_GPU_MEMORY_RESOURCE = "ai-scheduler.io/gpu-memory"
+_MAX_QUANTITY = 2**63 - 1  # Kubernetes quantities are int64 underneath
 
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # A Kubernetes resource name: an optional DNS subdomain prefix and a qualified name ("nvidia.com/gpu").
 _RESOURCE_NAME = re.compile(
@@ -134,6 +152,8 @@ class SchedulingSettings:
     percentage_of_nodes_to_score: int = 100
     gang_schedule_timeout_seconds: float = 60.0
     gang_topology_labels: tuple[str, ...] = ("topology.kubernetes.io/zone",)
+    backfill: bool = True
+    priority_refresh_seconds: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +171,83 @@ class ServerSettings:
     bind_address: str = "0.0.0.0"
 
 
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """A queue pods join with the label ``ai-scheduler.io/queue``.
+
+    A lower ``level`` is always served first; queues of one level share by ``weight``.
+    ``quota`` caps what all placed pods of the queue request together (resource -> units).
+    """
+
+    name: str
+    level: int = 0
+    weight: float = 1.0
+    quota: Mapping[str, int] = field(default_factory=FrozenMap)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """A group of users: a higher ``level`` is more important; ``share`` is its fair-share weight.
+
+    ``min`` is what the group is guaranteed, ``max`` what it may use at most (resource -> units).
+    """
+
+    name: str
+    level: int = 0
+    share: float = 1.0
+    min: Mapping[str, int] = field(default_factory=FrozenMap)
+    max: Mapping[str, int] = field(default_factory=FrozenMap)
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpec:
+    """A user, member of exactly one group; ``max`` caps what the user's placed pods request."""
+
+    name: str
+    group: str
+    level: int = 0
+    max: Mapping[str, int] = field(default_factory=FrozenMap)
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceSpec:
+    """Who owns the pods of a namespace, and the queue of those without a queue label.
+
+    With ``trust_user_label`` the pod label ``ai-scheduler.io/user`` names the user instead.
+    """
+
+    name: str
+    user: str
+    default_queue: str | None = None
+    trust_user_label: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """A priority formula: the weighted sum of named factors (``POLICY_FACTORS``).
+
+    A negative weight prefers the smaller value. Waiting time counts up to
+    ``max_wait_seconds``; past usage decays with ``fair_share_half_life_seconds``.
+    """
+
+    name: str
+    weights: Mapping[str, float]
+    max_wait_seconds: float = 3600.0
+    fair_share_half_life_seconds: float = 3600.0
+
+
+# spec.priority alone: with ties broken by priority and then arrival, this is kube-scheduler's order.
+DEFAULT_POLICY = PolicySpec(DEFAULT_POLICY_NAME, FrozenMap({"taskPriority": 1.0}))
+DEFAULT_POLICIES: Mapping[str, PolicySpec] = FrozenMap({DEFAULT_POLICY_NAME: DEFAULT_POLICY})
+
+
 @dataclass(frozen=True)
 class Config:
     """The whole config file, validated; build it with ``parse_config``.
 
-    ``queues``, ``groups``, ``users``, ``namespaces`` and ``policies`` are only
-    type-checked here; their own issues give them meaning and validation.
+    ``parse_config`` checks that the tenancy sections refer to each other
+    consistently (a user's group exists, and so on); a Config built by hand is
+    taken as given.
     """
 
     scheduler_name: str
@@ -164,12 +255,25 @@ class Config:
     scheduling: SchedulingSettings = SchedulingSettings()
     gpu: GpuSettings = GpuSettings()
     server: ServerSettings = ServerSettings()
-    queues: tuple[Mapping[str, Any], ...] = ()
-    groups: Mapping[str, Any] = field(default_factory=FrozenMap)
-    users: Mapping[str, Any] = field(default_factory=FrozenMap)
-    namespaces: Mapping[str, Any] = field(default_factory=FrozenMap)
-    policies: Mapping[str, Any] = field(default_factory=FrozenMap)
-    active_policy: str | None = None
+    queues: tuple[QueueSpec, ...] = ()
+    groups: Mapping[str, GroupSpec] = field(default_factory=FrozenMap)
+    users: Mapping[str, UserSpec] = field(default_factory=FrozenMap)
+    namespaces: Mapping[str, NamespaceSpec] = field(default_factory=FrozenMap)
+    policies: Mapping[str, PolicySpec] = DEFAULT_POLICIES
+    active_policy: str = DEFAULT_POLICY_NAME
+
+    @property
+    def policy(self) -> PolicySpec:
+        """The active priority policy."""
+        return self.policies[self.active_policy]
+
+    def queue(self, name: str) -> QueueSpec | None:
+        """The queue of that name; None when no such queue is configured."""
+        return self._queues_by_name.get(name)
+
+    @cached_property
+    def _queues_by_name(self) -> Mapping[str, QueueSpec]:
+        return FrozenMap({q.name: q for q in self.queues})
 
     def profile_for(self, scheduler_name: str) -> Profile | None:
         """The profile for a pod's ``spec.schedulerName``; None means the pod is not ours."""
@@ -265,23 +369,37 @@ def _integer(value: object, path: str, low: int, high: int) -> int:
     return value
 
 
+def _real(value: object, path: str) -> float:
+    """A finite int or float, of any sign; booleans are not numbers."""
+    if not isinstance(value, bool) and isinstance(value, int | float):
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond any float
+            number = math.inf
+        if math.isfinite(number):
+            return number
+    _fail(path, f"must be a number, got {_show(value)}")
+
+
 def _number(value: object, path: str, *, minimum: float, inclusive: bool) -> float:
     """A finite int or float above ``minimum`` (or equal to it when ``inclusive``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        _fail(path, f"must be a number, got {_show(value)}")
-    if value < minimum or (value == minimum and not inclusive):
+    number = _real(value, path)
+    if number < minimum or (number == minimum and not inclusive):
         _fail(path, f"must be {'>=' if inclusive else '>'} {_show(minimum)}, got {_show(value)}")
-    return float(value)
+    return number
 
 
-def _freeze(value: Any) -> Any:
-    """Lists to tuples and mappings to FrozenMaps, recursively, so shared config cannot be mutated."""
-    if isinstance(value, Mapping):
-        return FrozenMap({k: _freeze(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, set):  # YAML !!set
-        return frozenset(value)
+def _positive(value: object, path: str) -> float:
+    return _number(value, path, minimum=0, inclusive=False)
+
+
+def _level(value: object, path: str) -> int:
+    return _integer(value, path, 0, 100)
+
+
+def _boolean(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        _fail(path, f"must be true or false, got {_show(value)}")
     return value
 
 
@@ -311,7 +429,14 @@ _SCHEDULING_KEYS = (
     "percentageOfNodesToScore",
     "gangScheduleTimeoutSeconds",
     "gangTopologyLabels",
+    "backfill",
+    "priorityRefreshSeconds",
 )
+_QUEUE_KEYS = ("name", "level", "weight", "quota")
+_GROUP_KEYS = ("level", "share", "min", "max")
+_USER_KEYS = ("group", "level", "max")
+_NAMESPACE_KEYS = ("user", "defaultQueue", "trustUserLabel")
+_POLICY_KEYS = ("weights", "maxWaitSeconds", "fairShareHalfLifeSeconds")
 _TOP_LEVEL_KEYS = (
     "schedulerName",
     "profiles",
@@ -416,25 +541,25 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
     _check_keys(data, _SCHEDULING_KEYS, path)
     d = SchedulingSettings()
 
-    def positive(v: object, p: str) -> float:
-        return _number(v, p, minimum=0, inclusive=False)
-
     def get(key: str, default: Any, parse: _Parse) -> Any:
         return _scalar(data, key, default, parse, path)
 
     settings = SchedulingSettings(
         bind_concurrency=get("bindConcurrency", d.bind_concurrency, lambda v, p: _integer(v, p, 1, 1024)),
-        assume_timeout_seconds=get("assumeTimeoutSeconds", d.assume_timeout_seconds, positive),
-        initial_backoff_seconds=get("initialBackoffSeconds", d.initial_backoff_seconds, positive),
-        max_backoff_seconds=get("maxBackoffSeconds", d.max_backoff_seconds, positive),
-        unschedulable_flush_seconds=get("unschedulableFlushSeconds", d.unschedulable_flush_seconds, positive),
+        assume_timeout_seconds=get("assumeTimeoutSeconds", d.assume_timeout_seconds, _positive),
+        initial_backoff_seconds=get("initialBackoffSeconds", d.initial_backoff_seconds, _positive),
+        max_backoff_seconds=get("maxBackoffSeconds", d.max_backoff_seconds, _positive),
+        unschedulable_flush_seconds=get("unschedulableFlushSeconds", d.unschedulable_flush_seconds,
+                                        _positive),
         event_repeat_seconds=get("eventRepeatSeconds", d.event_repeat_seconds,
                                  lambda v, p: _number(v, p, minimum=0, inclusive=True)),
         percentage_of_nodes_to_score=get("percentageOfNodesToScore", d.percentage_of_nodes_to_score,
                                          lambda v, p: _integer(v, p, 1, 100)),
         gang_schedule_timeout_seconds=get("gangScheduleTimeoutSeconds", d.gang_schedule_timeout_seconds,
-                                          positive),
+                                          _positive),
         gang_topology_labels=get("gangTopologyLabels", d.gang_topology_labels, _label_keys),
+        backfill=get("backfill", d.backfill, _boolean),
+        priority_refresh_seconds=get("priorityRefreshSeconds", d.priority_refresh_seconds, _positive),
     )
     if settings.max_backoff_seconds < settings.initial_backoff_seconds:
         # Blame the key the operator wrote; when both are written, the maximum is the one to raise.
@@ -490,16 +615,209 @@ def _parse_server(value: object, path: str) -> ServerSettings:
     )
 
 
-def _parse_queues(value: object, path: str) -> tuple[Mapping[str, Any], ...]:
-    return tuple(_freeze(_mapping(item, f"{path}[{i}]")) for i, item in enumerate(_list(value, path)))
+# --- tenancy and policy ----------------------------------------------------------------------------
 
 
-def _parse_frozen_mapping(value: object, path: str) -> Mapping[str, Any]:
-    return _freeze(_mapping(value, path))
+def _quantity(resource: str, value: object, path: str) -> int:
+    """A Kubernetes quantity in the integer units quotas are kept in (millicores for cpu)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        _fail(path, f"must be a Kubernetes quantity such as 8, '500m' or '80Gi', got {_show(value)}")
+    try:
+        amount = parse_quantity(value)
+        finite = amount.is_finite()
+    except (ValueError, ArithmeticError):  # QuantityError, a runaway exponent
+        finite = False
+    if not finite:
+        _fail(path, f"invalid quantity {_show(value)}")
+    if amount < 0:
+        _fail(path, f"must not be negative, got {_show(value)}")
+    unit = _unit(resource)
+    if amount * (1000 if unit in MILLI_RESOURCES else 1) > _MAX_QUANTITY:
+        _fail(path, f"is too large, got {_show(value)}")
+    return to_units(unit, value)
+
+
+def _unit(resource: str) -> str:
+    """The resource whose units an amount is counted in: managed GPU memory in bytes, as memory."""
+    return "memory" if resource == _GPU_MEMORY_RESOURCE else resource
+
+
+def _amount(resource: str, units: int) -> str:
+    """An amount of a resource as an operator writes it: 64, 500m, 80Gi."""
+    return format_units(_unit(resource), units)
+
+
+def _parse_quantities(value: object, path: str) -> FrozenMap:
+    """Resource name -> quantity (a quota, a guarantee or a limit); empty means no resource is named."""
+    data = _mapping(value, path)
+    result = {}
+    for name, quantity in data.items():
+        if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
+            _fail(path, "resource names must be Kubernetes resource names such as 'cpu' or "
+                        f"'nvidia.com/gpu', got {_show(name)}")
+        result[name] = _quantity(name, quantity, _child(path, name))
+    return FrozenMap(result)
+
+
+def _named_entries(value: object, path: str, kind: str) -> Iterator[tuple[str, Mapping[Any, Any], str]]:
+    """(name, body, body's path) of a mapping of named entries; a null body is an empty one."""
+    for name, body in _mapping(value, path).items():
+        if not isinstance(name, str) or not name:
+            _fail(path, f"{kind} names must be non-empty strings, got {_show(name)}")
+        entry_path = _child(path, name)
+        yield name, ({} if body is None else _mapping(body, entry_path)), entry_path
+
+
+def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
+    """``unknown group 'visoin' (did you mean 'vision'?); known: research, vision``."""
+    names = list(known)
+    if not names:
+        return f"unknown {kind} {name!r}; no {kind} is configured"
+    hint = difflib.get_close_matches(name, names, n=1)
+    suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+    return f"unknown {kind} {name!r}{suggestion}; known: {', '.join(names)}"
+
+
+def _required(data: Mapping[Any, Any], key: str, path: str, what: str) -> Any:
+    if data.get(key) is None:
+        _fail(_child(path, key), f"is required: {what}")
+    return data[key]
+
+
+def _parse_queue(value: object, path: str) -> QueueSpec:
+    data = _mapping(value, path)
+    _check_keys(data, _QUEUE_KEYS, path)
+    name_path = _child(path, "name")
+    name = _string(_required(data, "name", path, "the queue's name, a DNS-1123 label"), name_path)
+    if len(name) > 63 or not _DNS1123_LABEL.match(name):
+        _fail(name_path, "must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
+                         f"with a letter or digit, at most 63 characters), got {name!r}")
+    return QueueSpec(
+        name=name,
+        level=_scalar(data, "level", 0, _level, path),
+        weight=_scalar(data, "weight", 1.0, _positive, path),
+        quota=_section(data, "quota", _parse_quantities, FrozenMap(), path),
+    )
+
+
+def _parse_queues(value: object, path: str) -> tuple[QueueSpec, ...]:
+    queues: list[QueueSpec] = []
+    for i, item in enumerate(_list(value, path)):
+        queue = _parse_queue(item, f"{path}[{i}]")
+        earlier = [j for j, q in enumerate(queues) if q.name == queue.name]
+        if earlier:
+            _fail(f"{path}[{i}].name", f"duplicate queue {queue.name!r} (also {path}[{earlier[0]}])")
+        queues.append(queue)
+    return tuple(queues)
+
+
+def _parse_groups(value: object, path: str) -> FrozenMap:
+    groups = {}
+    for name, data, entry in _named_entries(value, path, "group"):
+        _check_keys(data, _GROUP_KEYS, entry)
+        group = GroupSpec(
+            name=name,
+            level=_scalar(data, "level", 0, _level, entry),
+            share=_scalar(data, "share", 1.0, _positive, entry),
+            min=_section(data, "min", _parse_quantities, FrozenMap(), entry),
+            max=_section(data, "max", _parse_quantities, FrozenMap(), entry),
+        )
+        for resource, guaranteed in group.min.items():
+            limit = group.max.get(resource)
+            if limit is not None and guaranteed > limit:
+                _fail(_child(_child(entry, "min"), resource),
+                      f"{_amount(resource, guaranteed)} is above {_child(entry, 'max')} "
+                      f"({_amount(resource, limit)})")
+        groups[name] = group
+    return FrozenMap(groups)
+
+
+def _parse_users(value: object, path: str) -> FrozenMap:
+    users = {}
+    for name, data, entry in _named_entries(value, path, "user"):
+        _check_keys(data, _USER_KEYS, entry)
+        group = _string(_required(data, "group", entry, "the name of the user's group"),
+                        _child(entry, "group"))
+        users[name] = UserSpec(
+            name=name,
+            group=group,
+            level=_scalar(data, "level", 0, _level, entry),
+            max=_section(data, "max", _parse_quantities, FrozenMap(), entry),
+        )
+    return FrozenMap(users)
+
+
+def _parse_namespaces(value: object, path: str) -> FrozenMap:
+    namespaces = {}
+    for name, data, entry in _named_entries(value, path, "namespace"):
+        if len(name) > 63 or not _DNS1123_LABEL.match(name):
+            _fail(path, f"namespace names must be DNS-1123 labels, got {name!r}")
+        _check_keys(data, _NAMESPACE_KEYS, entry)
+        namespaces[name] = NamespaceSpec(
+            name=name,
+            user=_string(_required(data, "user", entry, "the user who owns the namespace's pods"),
+                         _child(entry, "user")),
+            default_queue=_section(data, "defaultQueue", _string, None, entry),
+            trust_user_label=_scalar(data, "trustUserLabel", False, _boolean, entry),
+        )
+    return FrozenMap(namespaces)
+
+
+def _parse_weights(value: object, path: str) -> FrozenMap:
+    weights = {}
+    for factor, weight in _mapping(value, path).items():
+        if factor not in POLICY_FACTORS:
+            where = _child(path, factor) if isinstance(factor, str) else path
+            _fail(where, f"unknown factor {factor!r}; known: {', '.join(POLICY_FACTORS)}")
+        weights[factor] = _real(weight, _child(path, factor))
+    if not weights:
+        _fail(path, "must name at least one factor")
+    return FrozenMap(weights)
+
+
+def _parse_policies(value: object, path: str) -> FrozenMap:
+    policies = {}
+    for name, data, entry in _named_entries(value, path, "policy"):
+        _check_keys(data, _POLICY_KEYS, entry)
+        weights_path = _child(entry, "weights")
+        if data.get("weights") is None:
+            _fail(weights_path, f"must name at least one factor; known: {', '.join(POLICY_FACTORS)}")
+        policies[name] = PolicySpec(
+            name=name,
+            weights=_parse_weights(data["weights"], weights_path),
+            max_wait_seconds=_scalar(data, "maxWaitSeconds", 3600.0, _positive, entry),
+            fair_share_half_life_seconds=_scalar(data, "fairShareHalfLifeSeconds", 3600.0, _positive, entry),
+        )
+    return FrozenMap(policies) if policies else DEFAULT_POLICIES
 
 
 def _active_policy(value: object, path: str) -> str | None:
     return None if value is None else _string(value, path)
+
+
+def _check_references(queues: tuple[QueueSpec, ...], groups: Mapping[str, GroupSpec],
+                      users: Mapping[str, UserSpec], namespaces: Mapping[str, NamespaceSpec]) -> None:
+    """What the tenancy sections say about each other: every name they use is defined, and fits."""
+    for user in users.values():
+        if user.group not in groups:
+            _fail(_child(_child("users", user.name), "group"), _unknown("group", user.group, groups))
+    queue_names = tuple(q.name for q in queues)
+    for namespace in namespaces.values():
+        entry = _child("namespaces", namespace.name)
+        if namespace.user not in users:
+            _fail(_child(entry, "user"), _unknown("user", namespace.user, users))
+        if namespace.default_queue is not None and namespace.default_queue not in queue_names:
+            _fail(_child(entry, "defaultQueue"), _unknown("queue", namespace.default_queue, queue_names))
+    for group in groups.values():
+        members = [u for u in users.values() if u.group == group.name]
+        for resource, limit in group.max.items():
+            limited = [u for u in members if resource in u.max]
+            total = sum(u.max[resource] for u in limited)
+            if total > limit:
+                each = ", ".join(f"{u.name} {_amount(resource, u.max[resource])}" for u in limited)
+                _fail("users", f"the users of group {group.name} may use up to {resource} "
+                               f"{_amount(resource, total)}, above the group's max "
+                               f"{_amount(resource, limit)} ({each})")
 
 
 def _parse(data: object) -> Config:
@@ -508,19 +826,34 @@ def _parse(data: object) -> Config:
     top = _mapping(data, "")
     _check_keys(top, _TOP_LEVEL_KEYS, "")
     scheduler_name = _scalar(top, "schedulerName", DEFAULT_SCHEDULER_NAME, _dns_subdomain, "")
+    profiles = _section(top, "profiles", lambda v, p: _parse_profiles(v, p, scheduler_name),
+                        (Profile(scheduler_name),))
+    scheduling = _section(top, "scheduling", _parse_scheduling, SchedulingSettings())
+    gpu = _section(top, "gpu", _parse_gpu, GpuSettings())
+    server = _section(top, "server", _parse_server, ServerSettings())
+    queues = _section(top, "queues", _parse_queues, ())
+    groups = _section(top, "groups", _parse_groups, FrozenMap())
+    users = _section(top, "users", _parse_users, FrozenMap())
+    namespaces = _section(top, "namespaces", _parse_namespaces, FrozenMap())
+    policies = _section(top, "policies", _parse_policies, DEFAULT_POLICIES)
+    active_policy = _scalar(top, "activePolicy", None, _active_policy, "")
+    _check_references(queues, groups, users, namespaces)
+    if active_policy is None:  # absent or null: the first policy, the built-in "default" without any
+        active_policy = next(iter(policies))
+    elif active_policy not in policies:
+        _fail("activePolicy", _unknown("policy", active_policy, policies))
     return Config(
         scheduler_name=scheduler_name,
-        profiles=_section(top, "profiles", lambda v, p: _parse_profiles(v, p, scheduler_name),
-                          (Profile(scheduler_name),)),
-        scheduling=_section(top, "scheduling", _parse_scheduling, SchedulingSettings()),
-        gpu=_section(top, "gpu", _parse_gpu, GpuSettings()),
-        server=_section(top, "server", _parse_server, ServerSettings()),
-        queues=_section(top, "queues", _parse_queues, ()),
-        groups=_section(top, "groups", _parse_frozen_mapping, FrozenMap()),
-        users=_section(top, "users", _parse_frozen_mapping, FrozenMap()),
-        namespaces=_section(top, "namespaces", _parse_frozen_mapping, FrozenMap()),
-        policies=_section(top, "policies", _parse_frozen_mapping, FrozenMap()),
-        active_policy=_scalar(top, "activePolicy", None, _active_policy, ""),
+        profiles=profiles,
+        scheduling=scheduling,
+        gpu=gpu,
+        server=server,
+        queues=queues,
+        groups=groups,
+        users=users,
+        namespaces=namespaces,
+        policies=policies,
+        active_policy=active_policy,
     )
 
 

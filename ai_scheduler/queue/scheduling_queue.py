@@ -23,6 +23,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sortedcontainers import SortedList
 
@@ -48,12 +49,12 @@ class QueueClosed(Exception):
 @dataclass(slots=True)
 class QueuedPod:
     pod: PodRecord
-    attempts: int = 0                 # incremented by pop()
-    initial_attempt: float = 0.0      # clock() when first added: start of e2e scheduling latency
-    enqueued: float = 0.0             # clock() when last put into activeQ
+    attempts: int = 0  # incremented by pop()
+    initial_attempt: float = 0.0  # clock() when first added: start of e2e scheduling latency
+    enqueued: float = 0.0  # clock() when last put into activeQ
     seq: int = 0
-    last_failure: float = 0.0         # clock() at the last requeue
-    reason: str = ""                  # last unschedulable reason (for logs / status)
+    last_failure: float = 0.0  # clock() at the last requeue
+    reason: str = ""  # last unschedulable reason (for logs / status)
     popped_move_cycle: int = 0
 
 
@@ -114,23 +115,32 @@ class _Timer:
 class SchedulingQueue:
     """activeQ + backoffQ + unschedulable set, with kube-scheduler's move-request-cycle rule."""
 
-    def __init__(self, *, initial_backoff: float = 1.0, max_backoff: float = 10.0,
-                 unschedulable_flush: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 queue_name_of: Callable[[PodRecord], str] = lambda pod: "default") -> None:
+    def __init__(
+        self,
+        *,
+        initial_backoff: float = 1.0,
+        max_backoff: float = 10.0,
+        unschedulable_flush: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+        queue_name_of: Callable[[PodRecord], str] = lambda pod: "default",
+        sort_key: Callable[[QueuedPod], tuple[Any, ...]] = lambda qp: (-qp.pod.priority,),
+    ) -> None:
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
         self._unschedulable_flush = unschedulable_flush
         self._clock = clock
         self._queue_name_of = queue_name_of
+        # Order of activeQ before arrival: by default spec.priority; a priority policy supplies its own.
+        self._sort_key = sort_key
 
         self._entries: dict[str, QueuedPod] = {}
         self._state: dict[str, str] = {}
         self._queue_name: dict[str, str] = {}
         self._by_queue: dict[tuple[str, str], int] = {}
         # activeQ and backoffQ hold sort keys; the dicts give each uid's key for O(log n) removal.
-        self._active: SortedList = SortedList()            # (-priority, seq, uid)
-        self._active_key: dict[str, tuple[int, int, str]] = {}
-        self._backoff: SortedList = SortedList()           # (deadline, seq, uid)
+        self._active: SortedList = SortedList()  # (*sort_key, seq, uid)
+        self._active_key: dict[str, tuple[Any, ...]] = {}
+        self._backoff: SortedList = SortedList()  # (deadline, seq, uid)
         self._backoff_key: dict[str, tuple[float, int, str]] = {}
         # Insertion order is entry order (entry time = last_failure), so the
         # oldest unschedulable pod is always first: the flush scans only what is due.
@@ -173,11 +183,7 @@ class SchedulingQueue:
             self._queue_name[uid] = new_name
             self._count(uid, state, +1)
         if state == ACTIVE:
-            if pod.priority != old.priority:
-                self._active.remove(self._active_key[uid])
-                key = (-pod.priority, qp.seq, uid)
-                self._active_key[uid] = key
-                self._active.add(key)
+            self._resort(qp)
         elif state == UNSCHEDULABLE and _spec_changed(old, pod):
             self._leave(qp)
             self._push_active_or_backoff(qp)
@@ -208,7 +214,7 @@ class SchedulingQueue:
         """The best active pod, or None if there is none (or the queue is closed)."""
         if self._closed or not self._active:
             return None
-        _, _, uid = self._active.pop(0)
+        uid = self._active.pop(0)[-1]
         del self._active_key[uid]
         qp = self._entries[uid]
         self._set_state(uid, ACTIVE, IN_FLIGHT)
@@ -299,12 +305,40 @@ class SchedulingQueue:
         return uid in self._entries
 
     def counts(self) -> dict[str, int]:
-        return {ACTIVE: len(self._active), BACKOFF: len(self._backoff),
-                UNSCHEDULABLE: len(self._unschedulable), IN_FLIGHT: self._in_flight}
+        return {
+            ACTIVE: len(self._active),
+            BACKOFF: len(self._backoff),
+            UNSCHEDULABLE: len(self._unschedulable),
+            IN_FLIGHT: self._in_flight,
+        }
 
     def counts_by_queue(self) -> dict[tuple[str, str], int]:
         """(queue name, state) -> pods, kept up to date on every transition for the pending-pods metric."""
         return {key: n for key, n in self._by_queue.items() if n}
+
+    def reprioritize(self) -> int:
+        """Recompute every active pod's sort key (priorities move with time and usage); only the pods
+        whose key changed are moved. Returns how many moved."""
+        moved = 0
+        for uid in list(self._active_key):
+            if self._resort(self._entries[uid]):
+                moved += 1
+        return moved
+
+    def _resort(self, qp: QueuedPod) -> bool:
+        uid = qp.pod.uid
+        old = self._active_key[uid]
+        key = (*self._sort_key(qp), qp.seq, uid)
+        if key == old:
+            return False
+        self._active.remove(old)
+        self._active_key[uid] = key
+        self._active.add(key)
+        return True
+
+    def pending(self) -> list[QueuedPod]:
+        """Every pod the queue holds, in any state (for priority refreshes and inspection)."""
+        return list(self._entries.values())
 
     def pending_info(self, uid: str) -> QueuedPod | None:
         return self._entries.get(uid)
@@ -325,7 +359,7 @@ class SchedulingQueue:
         self._seq += 1
         qp.seq = self._seq
         qp.enqueued = now
-        key = (-qp.pod.priority, qp.seq, uid)
+        key = (*self._sort_key(qp), qp.seq, uid)
         self._active_key[uid] = key
         self._active.add(key)
         self._state[uid] = ACTIVE

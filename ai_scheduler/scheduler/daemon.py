@@ -18,6 +18,7 @@ from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
 from ai_scheduler.config import Config, ConfigError, ConfigWatcher
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
@@ -30,13 +31,9 @@ from ai_scheduler.scheduler.health import HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.priority import PriorityEngine
 
-QUEUE_LABEL = "ai-scheduler.io/queue"
 HOUSEKEEPING_SECONDS = 1.0
-
-
-def queue_name_of(pod: PodRecord) -> str:
-    return pod.labels.get(QUEUE_LABEL) or "default"
 
 
 def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
@@ -76,14 +73,18 @@ class Scheduler:
         self.metrics = Metrics()
         self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds)
         self.cache.gpus.staleness = config.gpu.staleness_seconds
+        self.tenancy = Tenancy(config)
+        self.cache.tenancy = self.tenancy
+        self.gangs = GangRegistry()
+        self.priorities = PriorityEngine(config, self.tenancy, self.cache, self._job_members)
         self.queue = SchedulingQueue(
             initial_backoff=settings.initial_backoff_seconds,
             max_backoff=settings.max_backoff_seconds,
             unschedulable_flush=settings.unschedulable_flush_seconds,
-            queue_name_of=queue_name_of,
+            queue_name_of=lambda pod: self.tenancy.tenant_of(pod).queue,
+            sort_key=self.priorities.sort_key,
         )
         self.frameworks = build_frameworks(config, self.cache, self.rng)
-        self.gangs = GangRegistry()
         self.gang_scheduler: GangScheduler | None = None
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
@@ -124,12 +125,17 @@ class Scheduler:
             self.log,
             settings,
             self._log_decision,
+            self.admission_refusal,
         )
         self.binder.on_success = lambda pod, _node: self.gang_scheduler.bound(pod)
         self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)
         self.metrics.watch_state(
-            StateCollector(self.queue.counts_by_queue, self._cache_sizes, lambda: self.binder.in_flight,
-                           self._gpu_allocation)
+            StateCollector(
+                self.queue.counts_by_queue,
+                self._cache_sizes,
+                lambda: self.binder.in_flight,
+                self._gpu_allocation,
+            )
         )
         if self.serve_http:
             self.http = HealthServer(live=self._live, ready=self.ready.is_set, metrics=self.metrics.render)
@@ -183,6 +189,7 @@ class Scheduler:
                 self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue))
                 self._loop_task = asyncio.create_task(self._scheduling_loop(), name="scheduling-loop")
                 self._tasks.append(asyncio.create_task(self._housekeeping(), name="housekeeping"))
+            self._tasks.append(asyncio.create_task(self._refresh_priorities(), name="priorities"))
             writer = GangStatusWriter(self.client, self.gangs, self.log, self.metrics)
             self._tasks.append(asyncio.create_task(writer.run(), name="gang-status"))
             await stop
@@ -296,6 +303,13 @@ class Scheduler:
 
     # ------------------------------------------------------------------ scheduling path
     async def _scheduling_loop(self) -> None:
+        try:
+            await self._schedule_forever()
+        except Exception as exc:  # a bug in the loop itself: say so; /healthz turns red and the pod restarts
+            self.log.error("scheduler.loop_crashed", error=f"{type(exc).__name__}: {exc}")
+            raise
+
+    async def _schedule_forever(self) -> None:
         assert self.binder is not None
         while True:
             await self.binder.wait_for_room()
@@ -329,6 +343,10 @@ class Scheduler:
             assert self.gang_scheduler is not None
             self.gang_scheduler.schedule(qp, gang, framework)
             return
+        refusal = self.admission_refusal(pod, quota_amounts(pod))
+        if refusal:
+            self._refuse(qp, pod, refusal)
+            return
         decision = framework.schedule(pod)
         if decision.node is not None:
             self.cache.assume(pod, decision.node, decision.gpu_ids)
@@ -340,6 +358,30 @@ class Scheduler:
             self.feedback.unschedulable(pod, message)
             self._log_decision(qp, pod, decision, "unschedulable", {})
 
+    def _job_members(self, pod: PodRecord) -> int:
+        gang = self.gangs.gang_of(pod)
+        return gang.min_member if gang is not None else 1
+
+    def admission_refusal(self, pod: PodRecord, amounts: dict[str, int]) -> str:
+        """Why the pod (or gang, with the gang's total `amounts`) may not be placed for its owner now."""
+        tenant = self.tenancy.tenant_of(pod)
+        return tenant.error or self.tenancy.quota_refusal(tenant, amounts)
+
+    def _refuse(self, qp: QueuedPod, pod: PodRecord, reason: str) -> None:
+        """Admission refused: nothing tried, the pod waits until usage drops (a pod leaving moves it)."""
+        tenant = self.tenancy.tenant_of(pod)
+        self.queue.requeue(qp, unschedulable=True, reason=reason)
+        self.feedback.unschedulable(pod, reason)
+        self.log.info(
+            "admission.refused",
+            pod=pod.key,
+            user=tenant.user,
+            group=tenant.group,
+            queue=tenant.queue,
+            reason=reason,
+        )
+        self._log_decision(qp, pod, Decision(None, self.cache.node_count), "refused", {"message": reason})
+
     def _log_decision(
         self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str, extra: dict[str, Any]
     ) -> None:
@@ -350,9 +392,8 @@ class Scheduler:
             "pod": pod.key,
             "uid": pod.uid,
             "profile": pod.scheduler_name,
-            "queue": queue_name_of(pod),
-            "priority": pod.priority,
-            "factors": {"taskPriority": pod.priority},
+            "queue": self.tenancy.tenant_of(pod).queue,
+            **self._priority_fields(pod),
             "attempt": qp.attempts,
             "result": result,
             "requests": pod.requests,
@@ -370,6 +411,25 @@ class Scheduler:
             fields["message"] = decision.message
         fields.update(extra)
         self.log.info("decision", **fields)
+
+    def _priority_fields(self, pod: PodRecord) -> dict[str, Any]:
+        priority = self.priorities.explain(pod.uid)
+        tenant = self.tenancy.tenant_of(pod)
+        fields: dict[str, Any] = {"specPriority": pod.priority, "user": tenant.user, "group": tenant.group}
+        if priority is not None:
+            fields["priority"] = round(priority.score, 6)
+            fields["factors"] = {name: round(value, 6) for name, value in priority.factors.items()}
+            fields["policy"] = self.config.active_policy
+        return fields
+
+    async def _refresh_priorities(self) -> None:
+        """Priorities move with waiting time and usage: recompute them, re-sort only what moved."""
+        while True:
+            await asyncio.sleep(self.config.scheduling.priority_refresh_seconds)
+            self.priorities.refresh(self.queue.pending())
+            moved = self.queue.reprioritize()
+            if moved and self.log.enabled("debug"):
+                self.log.debug("priorities.refreshed", moved=moved, pending=len(self.queue))
 
     async def _housekeeping(self) -> None:
         while True:
@@ -404,6 +464,10 @@ class Scheduler:
         ]
         self.config = config
         self.cache.gpus.staleness = config.gpu.staleness_seconds
+        self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
+        self.priorities.reconfigure(config)
+        self.priorities.refresh(self.queue.pending())
+        self.queue.reprioritize()
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         if self.feedback is not None:
             self.feedback.repeat_window = config.scheduling.event_repeat_seconds

@@ -28,6 +28,7 @@ import numpy as np
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gangs import Gang, GangRegistry
 from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.tenancy import quota_amounts
 from ai_scheduler.config import SchedulingSettings
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
@@ -55,6 +56,7 @@ class GangScheduler:
         logger: JsonLogger,
         settings: SchedulingSettings,
         log_decision: LogDecision,
+        admit: Callable[[PodRecord, dict[str, int]], str],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
@@ -66,6 +68,7 @@ class GangScheduler:
         self.log = logger
         self.settings = settings
         self.log_decision = log_decision
+        self.admit = admit  # quota admission for the gang's whole quorum
         self._clock = clock
         self._domains: tuple[int, dict[str, list[tuple[str, np.ndarray]]]] = (-1, {})
 
@@ -127,6 +130,15 @@ class GangScheduler:
             )
             return 0, "waiting"
         members.sort(key=lambda m: (-m.pod.priority, m.pod.creation, m.pod.name))
+        quorum: dict[str, int] = {}
+        for member in members[:needed]:
+            for resource, amount in quota_amounts(member.pod).items():
+                quorum[resource] = quorum.get(resource, 0) + amount
+        refusal = self.admit(members[0].pod, quorum)
+        if refusal:
+            self.log.info("admission.refused", gang=gang.key, pods=needed, reason=refusal)
+            self._wait(gang, members, f"gang {gang.key}: {refusal}", placed, needed)
+            return 0, "waiting"
         outcome = self._place_in_domains(gang, members, needed, framework)
         if outcome is None:
             return 0, "waiting"

@@ -1,0 +1,136 @@
+"""Who a pod belongs to (user, group, queue), what each of them uses, and their quotas.
+
+A pod's owner comes from its namespace, which RBAC protects: the config maps
+namespaces to users and users to groups. The pod label `ai-scheduler.io/user`
+counts only in namespaces the config trusts to set it. Usage is what placed
+pods (bound or assumed, not finished) request, kept per user, group and queue
+as the cache attaches and detaches pods, so a quota check is a dictionary
+lookup. Quotas are two-level: a group's `max` (and `min`, the guarantee that
+reclaim restores) over the users' own `max`; a queue may have a quota too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from ai_scheduler.cache.gpus import gpu_request
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.config import Config
+from ai_scheduler.quantity import format_units
+
+USER_LABEL = "ai-scheduler.io/user"
+QUEUE_LABEL = "ai-scheduler.io/queue"
+DEFAULT_QUEUE = "default"
+GPU_COUNT = "ai-scheduler.io/gpu-count"
+GPU_MEMORY = "ai-scheduler.io/gpu-memory"
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    user: str
+    group: str
+    queue: str
+    error: str = ""  # e.g. a queue label naming no configured queue
+
+
+def quota_amounts(pod: PodRecord) -> dict[str, int]:
+    """What a pod counts against quotas: its resource requests plus its managed GPUs."""
+    amounts = dict(pod.requests)
+    request, _ = gpu_request(pod)
+    if request is not None:
+        if request.count:
+            amounts[GPU_COUNT] = request.count
+        else:
+            amounts[GPU_MEMORY] = request.memory
+    return amounts
+
+
+def _show(resource: str, amount: int) -> str:
+    return format_units("memory" if resource == GPU_MEMORY else resource, amount)
+
+
+class Tenancy:
+    """Identity, usage and quota checks; the cache reports every pod it starts or stops counting."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.usage: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)  # (kind, name) -> amounts
+        self._charged: dict[str, tuple[Tenant, dict[str, int]]] = {}
+
+    def reconfigure(self, config: Config, placed: Iterable[PodRecord]) -> None:
+        """A new config may move namespaces between users: count everything again."""
+        self.config = config
+        self.usage.clear()
+        self._charged.clear()
+        for pod in placed:
+            self.charge(pod)
+
+    # ------------------------------------------------------------------ identity
+    def tenant_of(self, pod: PodRecord) -> Tenant:
+        config = self.config
+        namespace = config.namespaces.get(pod.namespace)
+        user = namespace.user if namespace else ""
+        labelled = pod.labels.get(USER_LABEL)
+        if labelled and namespace and namespace.trust_user_label and labelled in config.users:
+            user = labelled
+        group = config.users[user].group if user in config.users else ""
+        queue = (
+            pod.labels.get(QUEUE_LABEL) or (namespace.default_queue if namespace else None) or DEFAULT_QUEUE
+        )
+        error = ""
+        if config.queues and queue != DEFAULT_QUEUE and config.queue(queue) is None:
+            error = f"queue {queue!r} named by label {QUEUE_LABEL} is not configured"
+        return Tenant(user, group, queue, error)
+
+    # ------------------------------------------------------------------ usage
+    def charge(self, pod: PodRecord) -> None:
+        if pod.uid in self._charged:
+            return
+        tenant = self.tenant_of(pod)
+        amounts = quota_amounts(pod)
+        self._charged[pod.uid] = (tenant, amounts)
+        self._add(tenant, amounts, 1)
+
+    def release(self, uid: str) -> None:
+        charged = self._charged.pop(uid, None)
+        if charged is not None:
+            self._add(charged[0], charged[1], -1)
+
+    def _add(self, tenant: Tenant, amounts: Mapping[str, int], sign: int) -> None:
+        for key in (("user", tenant.user), ("group", tenant.group), ("queue", tenant.queue)):
+            if not key[1]:
+                continue
+            used = self.usage[key]
+            for resource, amount in amounts.items():
+                used[resource] = used.get(resource, 0) + sign * amount
+
+    # ------------------------------------------------------------------ quotas
+    def quota_refusal(self, tenant: Tenant, amounts: Mapping[str, int]) -> str:
+        """Why placing `amounts` more for this tenant would break a max, or ''.
+
+        Message as `exceeds quota of group vision: nvidia.com/gpu 16/16` (in use / limit).
+        """
+        config = self.config
+        limits = []
+        if tenant.user in config.users:
+            limits.append(("user", tenant.user, config.users[tenant.user].max))
+        if tenant.group in config.groups:
+            limits.append(("group", tenant.group, config.groups[tenant.group].max))
+        queue = config.queue(tenant.queue) if config.queues else None
+        if queue is not None:
+            limits.append(("queue", tenant.queue, queue.quota))
+        for kind, name, limit in limits:
+            used = self.usage.get((kind, name), {})
+            over = [
+                f"{resource} {_show(resource, used.get(resource, 0))}/{_show(resource, cap)}"
+                for resource, cap in limit.items()
+                if amounts.get(resource, 0) and used.get(resource, 0) + amounts[resource] > cap
+            ]
+            if over:
+                return f"exceeds quota of {kind} {name}: {', '.join(over)}"
+        return ""
+
+    def used(self, kind: str, name: str) -> dict[str, int]:
+        return dict(self.usage.get((kind, name), {}))

@@ -1,0 +1,236 @@
+"""Priority policies: a weighted sum of named factors, each normalised to [0, 1].
+
+The active policy (config `policies`, `activePolicy`) gives each factor a
+weight; a negative weight prefers the small end of that factor. Factors:
+
+- userLevel, groupLevel: the owner's level / the highest level configured;
+- taskPriority: spec.priority, placed between the lowest and highest
+  priority of the pods now waiting;
+- waitingTime: time since the pod first entered the queue / maxWaitSeconds,
+  capped at 1;
+- jobSize: the whole job's GPUs (a gang counts all minMember pods), or its cpu
+  cores for jobs without GPUs, over the largest waiting job of the same kind;
+- estimatedRuntime: the annotation `ai-scheduler.io/estimated-runtime`
+  (`90m`, `2h`, `1h30m`) over the longest waiting estimate; a pod without
+  one counts as the longest;
+- fairShare: Slurm's 2^(-U/S) for the owner's group, U its share of the
+  decayed GPU usage (cpu for clusters without GPUs), S its share of the
+  configured shares; usage decays with fairShareHalfLifeSeconds;
+- queueLevel: 1 for the lowest (first served) level, down to 0 for the highest.
+
+Queues order first: a lower queue level is always served first; queues of one
+level are ordered by their own fair share (usage over weight); the policy's
+score orders pods within that. Scores move with time and usage, so they are
+recomputed every `priorityRefreshSeconds` and only the pods whose place
+changed are moved in the queue.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.tenancy import GPU_COUNT, GPU_MEMORY, Tenancy, quota_amounts
+from ai_scheduler.config import Config
+from ai_scheduler.queue import QueuedPod
+
+ESTIMATE_ANNOTATION = "ai-scheduler.io/estimated-runtime"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_DURATIONS = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str | None) -> float | None:
+    """Go-style durations ("90m", "1h30m", "2h", "45s"); None when absent or malformed."""
+    if not text or not _DURATIONS.fullmatch(text.strip()):
+        return None
+    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION.findall(text))
+
+
+def job_gpus(amounts: dict[str, int]) -> float:
+    """GPUs a pod asks for: device-plugin and managed whole GPUs, and shares as fractions of 80 GiB."""
+    return (
+        amounts.get("nvidia.com/gpu", 0)
+        + amounts.get(GPU_COUNT, 0)
+        + amounts.get(GPU_MEMORY, 0) / (80 * 2**30)
+    )
+
+
+@dataclass(slots=True)
+class Priority:
+    score: float
+    factors: dict[str, float]
+    queue_level: int = 0
+    queue_fairness: float = 1.0
+
+
+@dataclass(slots=True)
+class _Stats:
+    """Normalisers taken over the pods waiting at the last refresh."""
+
+    priority_low: int = 0
+    priority_high: int = 0
+    largest_gpu_job: float = 1.0
+    largest_cpu_job: float = 1.0
+    longest_estimate: float = 1.0
+
+
+@dataclass(slots=True)
+class _Usage:
+    """Usage decayed with a half-life, per group and per queue."""
+
+    groups: dict[str, float] = field(default_factory=dict)
+    queues: dict[str, float] = field(default_factory=dict)
+    updated: float = 0.0
+
+
+class PriorityEngine:
+    def __init__(
+        self,
+        config: Config,
+        tenancy: Tenancy,
+        cache: SchedulerCache,
+        job_members: Callable[[PodRecord], int],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.tenancy = tenancy
+        self.cache = cache
+        self.job_members = job_members
+        self._clock = clock
+        self._stats = _Stats()
+        self._usage = _Usage(updated=clock())
+        self._last: dict[str, Priority] = {}
+
+    # ------------------------------------------------------------------ the queue's sort key
+    def sort_key(self, qp: QueuedPod) -> tuple[Any, ...]:
+        priority = self.evaluate(qp)
+        return (
+            priority.queue_level,
+            -round(priority.queue_fairness, 3),
+            -round(priority.score, 6),
+            -qp.pod.priority,
+        )
+
+    def explain(self, uid: str) -> Priority | None:
+        """The last computed priority of a pod, with its factor breakdown (for logs and tools)."""
+        return self._last.get(uid)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, qp: QueuedPod) -> Priority:
+        config = self.config
+        policy = config.policy
+        pod = qp.pod
+        tenant = self.tenancy.tenant_of(pod)
+        factors = {name: self._factor(name, qp, tenant) for name in policy.weights}
+        score = sum(weight * factors[name] for name, weight in policy.weights.items())
+        queue = config.queue(tenant.queue) if config.queues else None
+        level = queue.level if queue is not None else 0
+        priority = Priority(score, factors, level, self._queue_fairness(tenant.queue))
+        self._last[pod.uid] = priority
+        return priority
+
+    def _factor(self, name: str, qp: QueuedPod, tenant: Any) -> float:
+        config, stats, pod = self.config, self._stats, qp.pod
+        if name == "userLevel":
+            top = max((u.level for u in config.users.values()), default=0)
+            user = config.users.get(tenant.user)
+            return user.level / top if user is not None and top else 0.0
+        if name == "groupLevel":
+            top = max((g.level for g in config.groups.values()), default=0)
+            group = config.groups.get(tenant.group)
+            return group.level / top if group is not None and top else 0.0
+        if name == "taskPriority":
+            span = stats.priority_high - stats.priority_low
+            return min(max((pod.priority - stats.priority_low) / span, 0.0), 1.0) if span else 0.0
+        if name == "waitingTime":
+            waited = self._clock() - qp.initial_attempt
+            return min(max(waited / config.policy.max_wait_seconds, 0.0), 1.0)
+        if name == "jobSize":
+            gpus, cpus = self._job_size(pod)
+            if gpus:
+                return min(gpus / stats.largest_gpu_job, 1.0)
+            return min(cpus / stats.largest_cpu_job, 1.0)
+        if name == "estimatedRuntime":
+            estimate = parse_duration(pod.annotations.get(ESTIMATE_ANNOTATION))
+            return 1.0 if estimate is None else min(estimate / stats.longest_estimate, 1.0)
+        if name == "fairShare":
+            return self._group_fairness(tenant.group)
+        if name == "queueLevel":
+            top = max((q.level for q in config.queues), default=0)
+            queue = config.queue(tenant.queue) if config.queues else None
+            return 1.0 - (queue.level / top if queue is not None and top else 0.0)
+        raise ValueError(f"unknown factor {name!r}")
+
+    def _job_size(self, pod: PodRecord) -> tuple[float, float]:
+        members = max(self.job_members(pod), 1)
+        amounts = quota_amounts(pod)
+        return job_gpus(amounts) * members, amounts.get("cpu", 0) / 1000 * members
+
+    # ------------------------------------------------------------------ fair share
+    def _group_fairness(self, group: str) -> float:
+        groups = self.config.groups
+        if group not in groups:
+            return 1.0
+        total_share = sum(g.share for g in groups.values())
+        total_usage = sum(self._usage.groups.values())
+        share = groups[group].share / total_share if total_share else 1.0
+        usage = self._usage.groups.get(group, 0.0) / total_usage if total_usage else 0.0
+        return 2.0 ** (-usage / share) if share else 0.0
+
+    def _queue_fairness(self, queue: str) -> float:
+        spec = self.config.queue(queue) if self.config.queues else None
+        if spec is None:
+            return 1.0
+        peers = [q for q in self.config.queues if q.level == spec.level]
+        total_weight = sum(q.weight for q in peers)
+        total_usage = sum(self._usage.queues.get(q.name, 0.0) for q in peers)
+        share = spec.weight / total_weight if total_weight else 1.0
+        usage = self._usage.queues.get(queue, 0.0) / total_usage if total_usage else 0.0
+        return 2.0 ** (-usage / share)
+
+    # ------------------------------------------------------------------ refresh
+    def refresh(self, pending: list[QueuedPod]) -> None:
+        """Integrate usage since the last refresh and retake the normalisers over the waiting pods."""
+        now = self._clock()
+        elapsed = max(now - self._usage.updated, 0.0)
+        decay = 0.5 ** (elapsed / self.config.policy.fair_share_half_life_seconds)
+        measure = self._usage_measure()
+        for kind, bucket in (("group", self._usage.groups), ("queue", self._usage.queues)):
+            for name in list(bucket):
+                bucket[name] *= decay
+            for (used_kind, name), amounts in self.tenancy.usage.items():
+                if used_kind == kind and name:
+                    bucket[name] = bucket.get(name, 0.0) + measure(amounts) * elapsed
+        self._usage.updated = now
+        stats = _Stats()
+        priorities = [qp.pod.priority for qp in pending]
+        if priorities:
+            stats.priority_low, stats.priority_high = min(priorities), max(priorities)
+        for qp in pending:
+            gpus, cpus = self._job_size(qp.pod)
+            if gpus:
+                stats.largest_gpu_job = max(stats.largest_gpu_job, gpus)
+            else:
+                stats.largest_cpu_job = max(stats.largest_cpu_job, cpus)
+            estimate = parse_duration(qp.pod.annotations.get(ESTIMATE_ANNOTATION))
+            if estimate is not None:
+                stats.longest_estimate = max(stats.longest_estimate, estimate)
+        self._stats = stats
+        live = {qp.pod.uid for qp in pending}
+        self._last = {uid: p for uid, p in self._last.items() if uid in live}
+
+    def _usage_measure(self) -> Callable[[dict[str, int]], float]:
+        """GPUs where the cluster has any, else cpu cores: the scarce resource is what fair share counts."""
+        has_gpus = any(job_gpus(amounts) for amounts in self.tenancy.usage.values())
+        if has_gpus:
+            return job_gpus
+        return lambda amounts: amounts.get("cpu", 0) / 1000
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config
