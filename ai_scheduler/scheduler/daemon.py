@@ -185,6 +185,9 @@ class Scheduler:
             stop = asyncio.ensure_future(self.stopped.wait())
             await asyncio.wait([synced, stop], return_when=asyncio.FIRST_COMPLETED)
             if not self.stopped.is_set():
+                # Normalisers come from the waiting pods: take them before the first pop.
+                self.priorities.refresh(self.queue.pending())
+                self.queue.reprioritize()
                 self.ready.set()
                 self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue))
                 self._loop_task = asyncio.create_task(self._scheduling_loop(), name="scheduling-loop")

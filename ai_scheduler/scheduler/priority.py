@@ -126,6 +126,7 @@ class PriorityEngine:
         config = self.config
         policy = config.policy
         pod = qp.pod
+        self._observe(pod, self._stats)
         tenant = self.tenancy.tenant_of(pod)
         factors = {name: self._factor(name, qp, tenant) for name in policy.weights}
         score = sum(weight * factors[name] for name, weight in policy.weights.items())
@@ -166,6 +167,19 @@ class PriorityEngine:
             queue = config.queue(tenant.queue) if config.queues else None
             return 1.0 - (queue.level / top if queue is not None and top else 0.0)
         raise ValueError(f"unknown factor {name!r}")
+
+    def _observe(self, pod: PodRecord, stats: _Stats) -> None:
+        """Widen the normalisers to include this pod (a pod arriving between refreshes is not clipped)."""
+        stats.priority_low = min(stats.priority_low, pod.priority)
+        stats.priority_high = max(stats.priority_high, pod.priority)
+        gpus, cpus = self._job_size(pod)
+        if gpus:
+            stats.largest_gpu_job = max(stats.largest_gpu_job, gpus)
+        else:
+            stats.largest_cpu_job = max(stats.largest_cpu_job, cpus)
+        estimate = parse_duration(pod.annotations.get(ESTIMATE_ANNOTATION))
+        if estimate is not None:
+            stats.longest_estimate = max(stats.longest_estimate, estimate)
 
     def _job_size(self, pod: PodRecord) -> tuple[float, float]:
         members = max(self.job_members(pod), 1)
@@ -209,18 +223,10 @@ class PriorityEngine:
                     bucket[name] = bucket.get(name, 0.0) + measure(amounts) * elapsed
         self._usage.updated = now
         stats = _Stats()
-        priorities = [qp.pod.priority for qp in pending]
-        if priorities:
-            stats.priority_low, stats.priority_high = min(priorities), max(priorities)
+        if pending:
+            stats.priority_low = stats.priority_high = pending[0].pod.priority
         for qp in pending:
-            gpus, cpus = self._job_size(qp.pod)
-            if gpus:
-                stats.largest_gpu_job = max(stats.largest_gpu_job, gpus)
-            else:
-                stats.largest_cpu_job = max(stats.largest_cpu_job, cpus)
-            estimate = parse_duration(qp.pod.annotations.get(ESTIMATE_ANNOTATION))
-            if estimate is not None:
-                stats.longest_estimate = max(stats.longest_estimate, estimate)
+            self._observe(qp.pod, stats)
         self._stats = stats
         live = {qp.pod.uid for qp in pending}
         self._last = {uid: p for uid, p in self._last.items() if uid in live}

@@ -1,0 +1,116 @@
+"""Policies and quotas end to end: simulated kubelets run pods for their declared durations."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import yaml
+from conftest import StartScheduler, wait_for
+from test_e2e_scheduling import create_all, pod_condition
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.config import load_config
+from ai_scheduler.sim import SimApiServer, make_node, make_pod
+
+BASE: dict[str, Any] = {
+    "server": {"port": 0, "bindAddress": "127.0.0.1"},
+    "scheduling": {"initialBackoffSeconds": 0.01, "maxBackoffSeconds": 0.05, "priorityRefreshSeconds": 0.2},
+    "groups": {"vision": {"max": {"nvidia.com/gpu": 6}}},
+    "users": {"alice": {"group": "vision", "max": {"nvidia.com/gpu": 4}}, "bob": {"group": "vision"}},
+    "namespaces": {"team-a": {"user": "alice"}, "team-b": {"user": "bob"}},
+    "policies": {
+        "small-first": {"weights": {"jobSize": -1}},
+        "by-priority": {"weights": {"taskPriority": 1}},
+    },
+}
+
+
+def write_config(path: Path, active: str) -> None:
+    path.write_text(yaml.safe_dump({**BASE, "activePolicy": active}))
+
+
+def job(name: str, cpu: int, priority: int, duration: float = 0.15) -> dict[str, Any]:
+    return make_pod(name, cpu=str(cpu), memory="1Gi", priority=priority, duration=duration)
+
+
+def bind_order(running: Any, names: set[str]) -> list[str]:
+    return [
+        d["pod"].split("/")[1]
+        for d in running.log_lines("decision")
+        if d["result"] == "scheduled" and d["pod"].split("/")[1] in names
+    ]
+
+
+async def test_a_policies_give_different_orders_and_a_reload_switches_live(
+    tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    path = tmp_path / "config.yaml"
+    write_config(path, "small-first")
+    # One pod slot: the queue's order is the order in which pods run.
+    await create_all(
+        api,
+        [make_node("slot", cpu="16", memory="64Gi", pods=1)],
+        [job("x1", 1, 1), job("x2", 2, 2), job("x3", 3, 3)],
+    )
+    running = await start_scheduler(load_config(path), config_path=str(path), config_poll_seconds=0.05)
+    await wait_for(lambda: len(bind_order(running, {"x1", "x2", "x3"})) == 3, what="x jobs run")
+    assert bind_order(running, {"x1", "x2", "x3"}) == ["x1", "x2", "x3"], "small first"
+    decision = next(d for d in running.log_lines("decision") if d["pod"] == "default/x2")
+    assert decision["policy"] == "small-first" and set(decision["factors"]) == {"jobSize"}
+
+    write_config(path, "by-priority")
+    await wait_for(lambda: running.log_lines("config.reloaded"), what="the new policy applied")
+    await create_all(api, [], [job("blocker", 1, 0, duration=0.5)])
+    await wait_for(lambda: bind_order(running, {"blocker"}), what="blocker running")
+    await create_all(api, [], [job("y1", 1, 1), job("y2", 2, 2), job("y3", 3, 3)])
+    await wait_for(lambda: len(bind_order(running, {"y1", "y2", "y3"})) == 3, what="y jobs run")
+    assert bind_order(running, {"y1", "y2", "y3"}) == ["y3", "y2", "y1"], "highest priority first"
+
+
+async def test_b_user_and_group_max_are_never_exceeded(
+    tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    path = tmp_path / "config.yaml"
+    write_config(path, "by-priority")
+    running = await start_scheduler(load_config(path))
+    nodes = [make_node(f"gpu-{i}", cpu="32", memory="128Gi", gpus=8) for i in range(2)]
+    pods = [
+        make_pod(f"a-{i}", namespace="team-a", gpus=1, cpu="1", memory="1Gi", duration=0.2) for i in range(10)
+    ]
+    pods += [
+        make_pod(f"b-{i}", namespace="team-b", gpus=1, cpu="1", memory="1Gi", duration=0.2) for i in range(10)
+    ]
+    await create_all(api, nodes, pods)
+
+    def in_use(prefix: str) -> int:
+        return sum(
+            1
+            for p in sim.store.list("pods", "team-a" if prefix == "a-" else "team-b")
+            if p["spec"].get("nodeName") and p.get("status", {}).get("phase") != "Succeeded"
+        )
+
+    peaks = {"alice": 0, "group": 0}
+    refused = set()
+    while True:
+        alice, bob = in_use("a-"), in_use("b-")
+        peaks["alice"] = max(peaks["alice"], alice)
+        peaks["group"] = max(peaks["group"], alice + bob)
+        for p in sim.store.list("pods", "team-a") + sim.store.list("pods", "team-b"):
+            message = pod_condition(sim, p["metadata"]["name"], p["metadata"]["namespace"]).get("message", "")
+            if message.startswith("exceeds quota"):
+                refused.add(message.split(":")[0])
+        done = [
+            p
+            for p in sim.store.list("pods", "team-a") + sim.store.list("pods", "team-b")
+            if p.get("status", {}).get("phase") == "Succeeded"
+        ]
+        if len(done) == 20:
+            break
+        await asyncio.sleep(0.01)
+    assert peaks["alice"] <= 4 and peaks["group"] <= 6, peaks
+    assert peaks["group"] == 6, "the group's max was reached, so the check was tight"
+    assert refused >= {"exceeds quota of group vision"}
+    lines = running.log_lines("admission.refused")
+    assert lines and all(line["group"] == "vision" for line in lines)
