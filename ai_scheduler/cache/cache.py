@@ -79,6 +79,9 @@ class SchedulerCache:
         self.requested = np.zeros((initial_rows, cols), dtype=np.int64)
         # Requests as scoring sees them: pods without cpu/memory requests count kube-scheduler's defaults.
         self.score_requested = np.zeros((initial_rows, cols), dtype=np.int64)
+        # Room held for preemptors on the node they were nominated to, while their victims terminate.
+        self.nominated = np.zeros((initial_rows, cols), dtype=np.int64)
+        self.nominations: dict[str, tuple[int, dict[str, int]]] = {}
         self.valid = np.zeros(initial_rows, dtype=bool)
         # Bumped whenever a row's static attributes change; cached static filter results compare against it.
         self.static_version = 0
@@ -116,12 +119,13 @@ class SchedulerCache:
         self.allocatable = np.hstack([self.allocatable, pad])
         self.requested = np.hstack([self.requested, pad])
         self.score_requested = np.hstack([self.score_requested, pad])
+        self.nominated = np.hstack([self.nominated, pad])
         return col
 
     def _grow(self) -> None:
         old = self.rows
         new = old * 2
-        for attr in ("allocatable", "requested", "score_requested"):
+        for attr in ("allocatable", "requested", "score_requested", "nominated"):
             arr = getattr(self, attr)
             grown = np.zeros((new, arr.shape[1]), dtype=np.int64)
             grown[:old] = arr
@@ -258,6 +262,8 @@ class SchedulerCache:
     def set_pod(self, record: PodRecord) -> PodChange:
         """Apply a pod from the watch (added or modified)."""
         change = PodChange()
+        if self.nominations and not record.pending:
+            self.clear_nomination(record.uid)
         state = self.pods.get(record.uid)
         old_node = state.node if state else ""
         old_record = state.record if state else None
@@ -293,6 +299,7 @@ class SchedulerCache:
         change = PodChange()
         state = self.pods.pop(uid, None)
         self._chosen_gpus.pop(uid, None)
+        self.clear_nomination(uid)
         if state is None:
             return change
         if state.assumed:
@@ -301,6 +308,27 @@ class SchedulerCache:
             self._detach(uid, state.node, state.record)
             change.freed = True
         return change
+
+    def nominate(self, pod: PodRecord, node: str) -> None:
+        """Hold room on `node` for a preemptor until it is placed (or gives up)."""
+        self.clear_nomination(pod.uid)
+        row = self.row_of(node)
+        if row < 0:
+            return
+        amounts = {**pod.requests, PODS: 1}
+        for name in amounts:
+            self.column(name, create=True)
+        for name, value in amounts.items():
+            self.nominated[row, self.resource_index[name]] += value
+        self.nominations[pod.uid] = (row, amounts)
+
+    def clear_nomination(self, uid: str) -> None:
+        held = self.nominations.pop(uid, None)
+        if held is None:
+            return
+        row, amounts = held
+        for name, value in amounts.items():
+            self.nominated[row, self.resource_index[name]] -= value
 
     def pod_state(self, uid: str) -> PodState | None:
         return self.pods.get(uid)
@@ -322,6 +350,7 @@ class SchedulerCache:
         state.deadline = None
         state.node = node
         self.assumed_count += 1
+        self.clear_nomination(pod.uid)
         if gpu_ids:
             self._chosen_gpus[pod.uid] = gpu_ids
         self._attach(pod.uid, node, pod)

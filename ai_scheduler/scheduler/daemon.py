@@ -31,6 +31,7 @@ from ai_scheduler.scheduler.health import HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 
 HOUSEKEEPING_SECONDS = 1.0
@@ -86,6 +87,7 @@ class Scheduler:
         )
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         self.gang_scheduler: GangScheduler | None = None
+        self.preemptor: Preemptor | None = None
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self.http: HealthServer | None = None
@@ -127,6 +129,8 @@ class Scheduler:
             self._log_decision,
             self.admission_refusal,
         )
+        self.preemptor = Preemptor(self.cache, self.tenancy, self.gangs, self.client, self.feedback, self.log,
+                                   component=self.config.scheduler_name)
         self.binder.on_success = lambda pod, _node: self.gang_scheduler.bound(pod)
         self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)
         self.metrics.watch_state(
@@ -210,6 +214,8 @@ class Scheduler:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         if self.binder is not None:
             await self.binder.drain(timeout=5.0)
+        if self.preemptor is not None:
+            await self.preemptor.drain(timeout=5.0)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -360,6 +366,10 @@ class Scheduler:
             self.queue.requeue(qp, unschedulable=True, reason=message)
             self.feedback.unschedulable(pod, message)
             self._log_decision(qp, pod, decision, "unschedulable", {})
+            if not decision.error and self.preemptor is not None:
+                plan = self.preemptor.plan(pod, framework)  # PostFilter
+                if plan is not None:
+                    self.preemptor.execute(pod, plan)
 
     def _job_members(self, pod: PodRecord) -> int:
         gang = self.gangs.gang_of(pod)
@@ -439,6 +449,8 @@ class Scheduler:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             if self.gang_scheduler is not None:
                 self.gang_scheduler.check_timeouts()
+            if self.preemptor is not None:
+                self.preemptor.expire()
             for pod in self.cache.expire_assumed():
                 self.log.warning(
                     "assume.expired",

@@ -28,6 +28,14 @@ class NodeResourcesFit(FilterPlugin):
     ) -> Reasons:
         allocatable = cache.allocatable
         requested = cache.requested
+        if cache.nominations:
+            # Room held for nominated preemptors counts as taken, except the pod's own.
+            requested = requested + cache.nominated
+            own = cache.nominations.get(pod.uid)
+            if own is not None:
+                row, amounts = own
+                for name, value in amounts.items():
+                    requested[row, cache.resource_index[name]] -= value
         pods_col = cache.resource_index[PODS]
         reasons: Reasons = [
             (TOO_MANY_PODS, allocatable[:, pods_col] - requested[:, pods_col] < 1),

@@ -1,0 +1,256 @@
+"""PostFilter: preemption and reclaim, for a pod that fits nowhere.
+
+Who may be a victim:
+- by priority: a pod of the preemptor's own group (or of no group) whose
+  spec.priority is strictly lower — never equal or higher, so preemptions
+  cannot cascade;
+- by reclaim: when the preemptor's group is below its `min` for a resource
+  the pod needs, pods of other groups that are above their own `min` for it
+  (they are borrowing), lowest priority first, whatever their priority: a
+  group above its min can never reclaim in return, so this cannot cascade
+  either.
+A victim in a gang takes its whole gang with it (all placed members, on any
+node); a gang with a member that may not be preempted is not touched.
+
+Which node: the one where the pod fits after removing the fewest, lowest
+priority victims — kube-scheduler's order: lowest highest-victim priority,
+then fewest victims, then lowest sum of priorities. The victims get the
+`DisruptionTarget` condition and a `Preempted` event naming the preemptor and
+are deleted gracefully; the preemptor is nominated to the node, whose freed
+room is held for it (other pods see it as taken) until it is placed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.records import PODS, PodRecord
+from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
+from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.feedback import Feedback, pod_reference
+
+NOMINATION_SECONDS = 300.0  # a nomination not used by then is dropped, and the room freed for others
+
+
+@dataclass(slots=True)
+class Plan:
+    node: str
+    victims: list[PodRecord] = field(default_factory=list)
+    reason: str = "priority"
+
+    def cost(self) -> tuple[int, int, int]:
+        priorities = [v.priority for v in self.victims]
+        return (max(priorities, default=-(2**31)), len(priorities), sum(priorities))
+
+
+class Preemptor:
+    def __init__(
+        self,
+        cache: SchedulerCache,
+        tenancy: Tenancy,
+        gangs: GangRegistry,
+        client: KubeClient,
+        feedback: Feedback,
+        logger: JsonLogger,
+        component: str,
+    ) -> None:
+        self.cache = cache
+        self.tenancy = tenancy
+        self.gangs = gangs
+        self.client = client
+        self.feedback = feedback
+        self.log = logger
+        self.component = component
+        self._nominated_at: dict[str, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ choosing
+    def plan(self, pod: PodRecord, framework: Framework) -> Plan | None:
+        """The best node and victims for `pod`, or None when preemption cannot help."""
+        if pod.uid in self.cache.nominations:
+            return None  # victims of an earlier preemption are still leaving
+        reclaiming = self._below_min(pod)
+        by_node: dict[str, list[tuple[PodRecord, str]]] = {}
+        for state in self.cache.pods.values():
+            if state.node and not state.assumed:
+                kind = self._eligible(pod, state.record, reclaiming)
+                if kind:
+                    by_node.setdefault(state.node, []).append((state.record, kind))
+        if not by_node:
+            return None
+        rows, _ = framework.feasible_rows(_without_requests(pod))  # nodes that fail for resources alone
+        best: Plan | None = None
+        for row in rows.tolist():
+            candidates = by_node.get(self.cache.row_names[row])
+            if not candidates:
+                continue
+            plan = self._plan_on(pod, int(row), candidates, reclaiming)
+            if plan is not None and (best is None or plan.cost() < best.cost()):
+                best = plan
+        return best
+
+    def _below_min(self, pod: PodRecord) -> set[str]:
+        """Resources for which the pod's group is under its guaranteed min (it may reclaim them)."""
+        tenant = self.tenancy.tenant_of(pod)
+        group = self.tenancy.config.groups.get(tenant.group)
+        if group is None:
+            return set()
+        used = self.tenancy.used("group", tenant.group)
+        wanted = quota_amounts(pod)
+        return {r for r, floor in group.min.items() if wanted.get(r) and used.get(r, 0) < floor}
+
+    def _eligible(self, preemptor: PodRecord, victim: PodRecord, reclaiming: set[str]) -> str:
+        """'priority', 'reclaim' or '' (may not be preempted by this pod)."""
+        if victim.deleting or victim.terminal:
+            return ""
+        mine = self.tenancy.tenant_of(preemptor).group
+        theirs = self.tenancy.tenant_of(victim).group
+        if theirs == mine and victim.priority < preemptor.priority:
+            return "priority"
+        if reclaiming and theirs != mine and theirs in self.tenancy.config.groups:
+            floor = self.tenancy.config.groups[theirs].min
+            used = self.tenancy.used("group", theirs)
+            amounts = quota_amounts(victim)
+            if any(amounts.get(r) and used.get(r, 0) > floor.get(r, 0) for r in reclaiming):
+                return "reclaim"
+        if not theirs and not mine and victim.priority < preemptor.priority:
+            return "priority"
+        return ""
+
+    def _plan_on(
+        self, pod: PodRecord, row: int, candidates: list[tuple[PodRecord, str]], reclaiming: set[str]
+    ) -> Plan | None:
+        cache = self.cache
+        node = cache.row_names[row]
+        need = {**pod.requests, PODS: 1}
+        cols = {r: cache.column(r) for r in need}
+        if any(c < 0 for c in cols.values()):
+            return None
+        used = cache.requested[row] + cache.nominated[row]
+        free = {r: int(cache.allocatable[row, c] - used[c]) for r, c in cols.items()}
+        plan = Plan(node)
+        taken: set[str] = set()
+        # Reclaimed pods first, then by ascending priority, newest first among equals.
+        candidates = sorted(
+            candidates, key=lambda item: (item[1] != "reclaim", item[0].priority, item[0].creation)
+        )
+        for victim, kind in candidates:
+            if all(free[r] >= need[r] for r in need):
+                break
+            if victim.uid in taken:
+                continue
+            group = self._whole_gang(victim, pod, reclaiming)
+            if group is None:
+                continue
+            for member in group:
+                taken.add(member.uid)
+                plan.victims.append(member)
+                if kind == "reclaim":
+                    plan.reason = "reclaim"
+                member_state = cache.pod_state(member.uid)
+                if member_state is not None and member_state.node == node:
+                    for r in need:
+                        free[r] += member.requests.get(r, 0) if r != PODS else 1
+        if not all(free[r] >= need[r] for r in need):
+            return None
+        return plan
+
+    def _whole_gang(
+        self, victim: PodRecord, preemptor: PodRecord, reclaiming: set[str]
+    ) -> list[PodRecord] | None:
+        """The victim with its whole gang, or None if some member may not be preempted."""
+        gang = self.gangs.gang_of(victim)
+        if gang is None:
+            return [victim]
+        members = []
+        for uid in gang.members:
+            state = self.cache.pod_state(uid)
+            if state is None or not state.node or state.assumed:
+                continue
+            if not self._eligible(preemptor, state.record, reclaiming):
+                return None
+            members.append(state.record)
+        return members
+
+    # ------------------------------------------------------------------ acting
+    def execute(self, pod: PodRecord, plan: Plan) -> None:
+        self.cache.nominate(pod, plan.node)
+        self._nominated_at[pod.uid] = time.monotonic()
+        self.log.info(
+            "preemption",
+            preemptor=pod.key,
+            priority=pod.priority,
+            node=plan.node,
+            reason=plan.reason,
+            victims=[
+                {
+                    "pod": v.key,
+                    "priority": v.priority,
+                    "node": self.cache.pod_state(v.uid).node if self.cache.pod_state(v.uid) else "",
+                }
+                for v in plan.victims
+            ],
+        )
+        task = asyncio.create_task(self._evict(pod, plan))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _evict(self, pod: PodRecord, plan: Plan) -> None:
+        message = f"{self.component}: preempting to accommodate a higher priority pod {pod.key}"
+        if plan.reason == "reclaim":
+            message = f"{self.component}: reclaiming the guaranteed quota of {pod.key}'s group"
+        await self.client.patch_pod_status(
+            pod.namespace, pod.name, {"status": {"nominatedNodeName": plan.node}}
+        )
+        for victim in plan.victims:
+            condition = {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "PreemptionByScheduler",
+                "message": message,
+                "lastTransitionTime": rfc3339(millis=False),
+            }
+            await self.client.patch_pod_status(
+                victim.namespace, victim.name, {"status": {"conditions": [condition]}}
+            )
+            self.feedback.event(
+                pod_reference(victim), "Normal", "Preempted", f"Preempted by {pod.key} on node {plan.node}"
+            )
+            result = await self.client.delete_pod(victim.namespace, victim.name)
+            if not result.ok and result.status != 404:
+                self.log.warning(
+                    "preemption.delete_failed", victim=victim.key, code=result.status, error=result.message
+                )
+
+    def expire(self) -> None:
+        """Drop nominations that were never used, so their room goes back to everyone."""
+        now = time.monotonic()
+        for uid, since in list(self._nominated_at.items()):
+            if uid not in self.cache.nominations:
+                del self._nominated_at[uid]
+            elif now - since > NOMINATION_SECONDS:
+                self.cache.clear_nomination(uid)
+                del self._nominated_at[uid]
+
+    async def drain(self, timeout: float) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+
+
+def _without_requests(pod: PodRecord) -> Any:
+    """The pod as the static filters see it, with no resources: where could it go if room were made?"""
+    shadow = PodRecord.__new__(PodRecord)
+    for slot in PodRecord.__slots__:
+        setattr(shadow, slot, getattr(pod, slot))
+    shadow.requests = {}
+    shadow.annotations = {
+        k: v for k, v in pod.annotations.items() if not k.startswith("ai-scheduler.io/gpu-")
+    }
+    return shadow

@@ -1,0 +1,170 @@
+"""Preemption and reclaim end to end (PostFilter), with simulated kubelets that finish deleted pods."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from conftest import StartScheduler, fast_config, wait_for
+from test_e2e_gangs import member, podgroup
+from test_e2e_scheduling import assert_not_overcommitted, create_all, pod_condition
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.config import parse_config
+from ai_scheduler.log import JsonLogger, NullStream
+from ai_scheduler.scheduler.daemon import Scheduler
+from ai_scheduler.sim import SimApiServer, make_node, make_pod
+
+
+def events(sim: SimApiServer, reason: str) -> list[dict[str, Any]]:
+    return [e for e in sim.store.list("events") if e["reason"] == reason]
+
+
+def node_of(sim: SimApiServer, name: str, namespace: str = "default") -> str | None:
+    pod = sim.store.get("pods", namespace, name)
+    return pod["spec"].get("nodeName") if pod else None
+
+
+async def test_higher_priority_preempts_the_fewest_lowest_priority_pods(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler()
+    await create_all(
+        api,
+        [make_node("n1", cpu="4", memory="16Gi")],
+        [
+            make_pod("low-0", cpu="1", priority=0),
+            make_pod("low-1", cpu="1", priority=0),
+            make_pod("mid-0", cpu="2", priority=50),
+        ],
+    )
+    await wait_for(lambda: all(node_of(sim, n) for n in ("low-0", "low-1", "mid-0")), what="node full")
+    await create_all(api, [], [make_pod("high", cpu="2", priority=100)])
+    await wait_for(lambda: node_of(sim, "high") == "n1", what="the preemptor placed")
+    line = running.log_lines("preemption")[0]
+    assert line["preemptor"] == "default/high" and line["reason"] == "priority" and line["node"] == "n1"
+    assert sorted(v["pod"] for v in line["victims"]) == ["default/low-0", "default/low-1"], "lowest first"
+    assert node_of(sim, "mid-0") == "n1"
+    preempted = events(sim, "Preempted")
+    assert {e["involvedObject"]["name"] for e in preempted} == {"low-0", "low-1"}
+    assert preempted[0]["message"] == "Preempted by default/high on node n1"
+    assert_not_overcommitted(sim)
+
+
+async def test_equal_priority_never_preempts(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler()
+    await create_all(
+        api, [make_node("n1", cpu="2", memory="16Gi")], [make_pod("first", cpu="2", priority=10)]
+    )
+    await wait_for(lambda: node_of(sim, "first"), what="first placed")
+    await create_all(api, [], [make_pod("peer", cpu="2", priority=10)])
+    await wait_for(lambda: pod_condition(sim, "peer").get("reason") == "Unschedulable", what="peer waits")
+    assert running.log_lines("preemption") == [] and node_of(sim, "first") == "n1"
+
+
+async def test_victims_get_the_disruption_target_condition(api: KubeClient) -> None:
+    # Without kubelets a deleted bound pod stays Terminating, so its conditions can be read.
+    sim = SimApiServer(kubelets=False)
+    await sim.start()
+    try:
+        client = await KubeClient.connect(host=sim.url)
+        scheduler = Scheduler(fast_config(), client, JsonLogger(stream=NullStream()), serve_http=False)
+        task = asyncio.create_task(scheduler.run())
+        await create_all(client, [make_node("n1", cpu="1", memory="4Gi")], [make_pod("victim", cpu="1")])
+        await wait_for(lambda: node_of(sim, "victim"), what="victim placed")
+        await create_all(client, [], [make_pod("vip", cpu="1", priority=1000)])
+        await wait_for(
+            lambda: sim.store.get("pods", "default", "victim")["metadata"].get("deletionTimestamp"),
+            what="victim deleted gracefully",
+        )
+        victim = sim.store.get("pods", "default", "victim")
+        condition = next(c for c in victim["status"]["conditions"] if c["type"] == "DisruptionTarget")
+        assert condition["reason"] == "PreemptionByScheduler" and "default/vip" in condition["message"]
+        await wait_for(
+            lambda: sim.store.get("pods", "default", "vip")["status"].get("nominatedNodeName") == "n1",
+            what="the preemptor nominated",
+        )
+        scheduler.stop()
+        await task
+        await client.close()
+    finally:
+        await sim.stop()
+
+
+async def test_c_group_below_min_reclaims_borrowed_gpus_and_takes_a_gang_whole(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    config = parse_config(
+        {
+            "server": {"port": 0, "bindAddress": "127.0.0.1"},
+            "scheduling": {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2},
+            "groups": {"a": {"max": {"nvidia.com/gpu": 16}}, "b": {"min": {"nvidia.com/gpu": 4}}},
+            "users": {"ann": {"group": "a"}, "ben": {"group": "b"}},
+            "namespaces": {"team-a": {"user": "ann"}, "default": {"user": "ben"}},
+        }
+    )
+    running = await start_scheduler(config)
+    await create_all(api, [make_node("dgx", cpu="64", memory="256Gi", gpus=8)], [])
+    group = podgroup("borrower", 4)
+    group["metadata"]["namespace"] = "team-a"
+    assert (await api.create_podgroup(group)).ok
+    borrowers = []
+    for i in range(4):
+        pod = member("borrower", i, gpus=2)
+        pod["metadata"]["namespace"] = "team-a"
+        borrowers.append(pod)
+    await create_all(api, [], borrowers)
+    await wait_for(
+        lambda: all(node_of(sim, f"borrower-{i}", "team-a") for i in range(4)), what="A borrows all 8"
+    )
+    await create_all(api, [], [make_pod("owed", gpus=4, cpu="1", memory="1Gi")])
+    await wait_for(lambda: node_of(sim, "owed") == "dgx", timeout=10, what="B reclaims its guarantee")
+    line = running.log_lines("preemption")[0]
+    assert line["reason"] == "reclaim"
+    assert sorted(v["pod"] for v in line["victims"]) == [f"team-a/borrower-{i}" for i in range(4)], (
+        "gang whole"
+    )
+    assert not any(sim.store.get("pods", "team-a", f"borrower-{i}") for i in range(4))
+    assert_not_overcommitted(sim)
+
+
+async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler()
+    rng = random.Random(5)
+    nodes = [make_node(f"n{i}", cpu="8", memory="32Gi") for i in range(4)]
+    pods = [
+        make_pod(
+            f"p{i}",
+            cpu="1",
+            memory="256Mi",
+            priority=rng.choice([0, 10, 20, 30]),
+            duration=rng.uniform(0.05, 0.3),
+        )
+        for i in range(500)
+    ]
+    await create_all(api, nodes, [])
+    await create_all(api, [], pods)
+
+    def settled() -> bool:
+        left = sim.store.list("pods")
+        return all(p.get("status", {}).get("phase") == "Succeeded" for p in left)
+
+    await wait_for(settled, timeout=60, what="every pod finished or was preempted")
+    preemptions = running.log_lines("preemption")
+    assert len(preemptions) >= 5, "the churn really exercised preemption"
+    priority_of = {p["metadata"]["name"]: p["spec"]["priority"] for p in pods}
+    victims = set()
+    for line in preemptions:
+        preemptor = priority_of[line["preemptor"].split("/")[1]]
+        for victim in line["victims"]:
+            name = victim["pod"].split("/")[1]
+            assert priority_of[name] < preemptor, f"cascade: {line}"
+            victims.add(name)
+    succeeded = {p["metadata"]["name"] for p in sim.store.list("pods")}
+    assert succeeded | victims == set(priority_of), "every pod ran or was preempted; none lost"
+    assert not succeeded & victims
