@@ -173,9 +173,28 @@ class PodRecord:
     """A pod as the scheduler sees it."""
 
     __slots__ = (
-        "affinity", "annotations", "creation", "deleting", "gated", "labels", "name", "namespace",
-        "node_name", "node_selector", "nonzero_requests", "owners", "phase", "priority", "requests",
-        "resource_version", "scheduled_condition", "scheduler_name", "spec_error", "tolerations", "uid",
+        "affinity",
+        "annotations",
+        "creation",
+        "deleting",
+        "gated",
+        "labels",
+        "name",
+        "namespace",
+        "node_name",
+        "node_selector",
+        "nonzero_requests",
+        "owners",
+        "phase",
+        "priority",
+        "requests",
+        "resource_version",
+        "scheduled_condition",
+        "scheduler_name",
+        "spec_error",
+        "started",
+        "tolerations",
+        "uid",
     )
 
     def __init__(self) -> None:
@@ -194,6 +213,7 @@ class PodRecord:
         self.annotations: dict[str, str] = {}
         self.node_selector: dict[str, str] = {}
         self.owners: tuple[str, ...] = ()
+        self.started = ""  # status.startTime: when the kubelet started it
         self.affinity: dict[str, Any] = {}
         self.tolerations: tuple[Toleration, ...] = ()
         self.requests: dict[str, int] = {}
@@ -241,15 +261,20 @@ class PodRecord:
         rec.node_selector = spec.get("nodeSelector") or {}
         rec.affinity = spec.get("affinity") or {}
         rec.tolerations = tuple(
-            Toleration(t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "",
-                       t.get("effect") or "")
+            Toleration(
+                t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or ""
+            )
             for t in spec.get("tolerations") or ()
         )
         rec.phase = status.get("phase") or "Pending"
+        rec.started = status.get("startTime") or ""
         for cond in status.get("conditions") or ():
             if cond.get("type") == "PodScheduled":
-                rec.scheduled_condition = (cond.get("status") or "", cond.get("reason") or "",
-                                           cond.get("message") or "")
+                rec.scheduled_condition = (
+                    cond.get("status") or "",
+                    cond.get("reason") or "",
+                    cond.get("message") or "",
+                )
         try:
             rec.requests = pod_requests(spec)
             rec.nonzero_requests = pod_score_requests(spec)
@@ -275,8 +300,17 @@ class PodRecord:
 class NodeRecord:
     """A node as the scheduler sees it."""
 
-    __slots__ = ("allocatable", "annotations", "labels", "name", "ready", "resource_version", "spec_error",
-                 "taints", "unschedulable")
+    __slots__ = (
+        "allocatable",
+        "annotations",
+        "labels",
+        "name",
+        "ready",
+        "resource_version",
+        "spec_error",
+        "taints",
+        "unschedulable",
+    )
 
     def __init__(self) -> None:
         self.name = ""

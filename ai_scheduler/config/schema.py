@@ -154,6 +154,7 @@ class SchedulingSettings:
     gang_topology_labels: tuple[str, ...] = ("topology.kubernetes.io/zone",)
     backfill: bool = True
     priority_refresh_seconds: float = 5.0
+    reservation: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +432,7 @@ _SCHEDULING_KEYS = (
     "gangTopologyLabels",
     "backfill",
     "priorityRefreshSeconds",
+    "reservation",
 )
 _QUEUE_KEYS = ("name", "level", "weight", "quota")
 _GROUP_KEYS = ("level", "share", "min", "max")
@@ -560,6 +562,7 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
         gang_topology_labels=get("gangTopologyLabels", d.gang_topology_labels, _label_keys),
         backfill=get("backfill", d.backfill, _boolean),
         priority_refresh_seconds=get("priorityRefreshSeconds", d.priority_refresh_seconds, _positive),
+        reservation=get("reservation", d.reservation, _boolean),
     )
     if settings.max_backoff_seconds < settings.initial_backoff_seconds:
         # Blame the key the operator wrote; when both are written, the maximum is the one to raise.

@@ -38,7 +38,7 @@ IN_FLIGHT = "in_flight"
 # that changes only these cannot make an unschedulable pod fit, and the
 # scheduler's own PodScheduled=False patch must not retry the pod at once
 # (kube-scheduler's isPodUpdated strips status and resourceVersion the same way).
-_STATUS_FIELDS = frozenset({"resource_version", "phase", "scheduled_condition"})
+_STATUS_FIELDS = frozenset({"resource_version", "phase", "scheduled_condition", "started"})
 _SPEC_FIELDS = tuple(name for name in PodRecord.__slots__ if name not in _STATUS_FIELDS)
 
 

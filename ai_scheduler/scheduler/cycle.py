@@ -71,15 +71,23 @@ class Framework:
         # Reserve step for devices: the filter that knows managed GPUs also picks them on the chosen node.
         self.device_picker = next((f for f in self.filters if isinstance(f, DevicePicker)), None)
 
-    def schedule(self, pod: PodRecord, node_mask: np.ndarray | None = None) -> Decision:
+    def schedule(
+        self,
+        pod: PodRecord,
+        node_mask: np.ndarray | None = None,
+        blocked: tuple[np.ndarray, str] | None = None,
+    ) -> Decision:
         """Place one pod; `node_mask` (bool per row) limits it to some nodes, e.g. one topology domain."""
         started = time.perf_counter()
-        decision = self._schedule(pod, node_mask)
+        decision = self._schedule(pod, node_mask, blocked)
         decision.duration = time.perf_counter() - started
         return decision
 
     def feasible_rows(
-        self, pod: PodRecord, node_mask: np.ndarray | None = None
+        self,
+        pod: PodRecord,
+        node_mask: np.ndarray | None = None,
+        blocked: tuple[np.ndarray, str] | None = None,
     ) -> tuple[np.ndarray, dict[str, int]]:
         """Rows of nodes that pass every filter, and the per-reason counts of those that do not.
 
@@ -89,6 +97,12 @@ class Framework:
         cache = self.cache
         alive = cache.valid.copy() if node_mask is None else cache.valid & node_mask
         reasons: dict[str, int] = {}
+        if blocked is not None:  # nodes reserved for a pod ahead of this one
+            mask, reason = blocked
+            kept_off = alive & mask
+            if kept_off.any():
+                reasons[reason] = int(np.count_nonzero(kept_off))
+                alive &= ~mask
         for plugin in self.filters:
             failed_any = None
             for reason, mask in plugin.run(pod, cache, alive, self.static):
@@ -104,7 +118,9 @@ class Framework:
                     break
         return np.flatnonzero(alive), reasons
 
-    def _schedule(self, pod: PodRecord, node_mask: np.ndarray | None) -> Decision:
+    def _schedule(
+        self, pod: PodRecord, node_mask: np.ndarray | None, blocked: tuple[np.ndarray, str] | None = None
+    ) -> Decision:
         cache = self.cache
         total = cache.node_count if node_mask is None else int(np.count_nonzero(cache.valid & node_mask))
         if pod.spec_error:
@@ -113,7 +129,7 @@ class Framework:
             error = plugin.prefilter(pod, cache)
             if error:
                 return Decision(None, total, error=error)
-        rows, reasons = self.feasible_rows(pod, node_mask)
+        rows, reasons = self.feasible_rows(pod, node_mask, blocked)
         if rows.size == 0:
             return Decision(None, total, reasons=reasons)
         rows = self._sample(rows, total)
@@ -157,3 +173,15 @@ class Framework:
         start = self._next_start % rows.shape[0]
         self._next_start = start + wanted
         return np.take(rows, np.arange(start, start + wanted), mode="wrap")
+
+
+def resourceless(pod: PodRecord) -> PodRecord:
+    """The pod without resource requests: where could it go if room were made (preemption, reservation)?"""
+    shadow = PodRecord.__new__(PodRecord)
+    for slot in PodRecord.__slots__:
+        setattr(shadow, slot, getattr(pod, slot))
+    shadow.requests = {}
+    shadow.annotations = {
+        k: v for k, v in pod.annotations.items() if not k.startswith("ai-scheduler.io/gpu-")
+    }
+    return shadow

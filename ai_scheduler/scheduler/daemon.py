@@ -23,7 +23,7 @@ from ai_scheduler.config import Config, ConfigError, ConfigWatcher
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.binder import Binder
-from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
@@ -33,6 +33,7 @@ from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
+from ai_scheduler.scheduler.reservation import Reserver
 
 HOUSEKEEPING_SECONDS = 1.0
 
@@ -88,6 +89,7 @@ class Scheduler:
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         self.gang_scheduler: GangScheduler | None = None
         self.preemptor: Preemptor | None = None
+        self.reserver = Reserver(self.cache, logger, backfill=settings.backfill)
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self.http: HealthServer | None = None
@@ -128,10 +130,20 @@ class Scheduler:
             settings,
             self._log_decision,
             self.admission_refusal,
+            self.reserver,
+            self.priorities.sort_key,
+            lambda: self.config.scheduling.reservation,
         )
-        self.preemptor = Preemptor(self.cache, self.tenancy, self.gangs, self.client, self.feedback, self.log,
-                                   component=self.config.scheduler_name)
-        self.binder.on_success = lambda pod, _node: self.gang_scheduler.bound(pod)
+        self.preemptor = Preemptor(
+            self.cache,
+            self.tenancy,
+            self.gangs,
+            self.client,
+            self.feedback,
+            self.log,
+            component=self.config.scheduler_name,
+        )
+        self.binder.on_success = self._bound
         self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)
         self.metrics.watch_state(
             StateCollector(
@@ -265,6 +277,7 @@ class Scheduler:
             self.queue.delete(pod.uid)
             self.feedback.forget(pod.uid)
             self.gangs.forget_pod(pod.uid)
+            self.reserver.placed(pod.uid)
         else:
             change = self.cache.set_pod(pod)
             self.gangs.observe_pod(pod)
@@ -356,8 +369,10 @@ class Scheduler:
         if refusal:
             self._refuse(qp, pod, refusal)
             return
-        decision = framework.schedule(pod)
+        key = self.priorities.sort_key(qp)
+        decision = framework.schedule(pod, blocked=self.reserved_for_others(pod, key))
         if decision.node is not None:
+            self.reserver.placed(pod.uid)
             self.cache.assume(pod, decision.node, decision.gpu_ids)
             self.binder.submit(qp, pod, decision)
             self._log_decision(qp, pod, decision, "scheduled", {})
@@ -370,6 +385,23 @@ class Scheduler:
                 plan = self.preemptor.plan(pod, framework)  # PostFilter
                 if plan is not None:
                     self.preemptor.execute(pod, plan)
+                elif self.config.scheduling.reservation:
+                    rows, _ = framework.feasible_rows(resourceless(pod))
+                    self.reserver.consider(pod.key, frozenset({pod.uid}), key, pod, pod.requests, 1, rows)
+
+    def _bound(self, pod: PodRecord, _node: str) -> None:
+        assert self.gang_scheduler is not None
+        self.gang_scheduler.bound(pod)
+        self.reserver.placed(pod.uid)
+
+    def reserved_for_others(self, pod: PodRecord, key: tuple[Any, ...]) -> tuple[Any, str] | None:
+        """Nodes reserved for a pod or gang ahead of this one (unless it may backfill), with the reason."""
+        if not self.config.scheduling.reservation:
+            return None
+        blocked = self.reserver.blocked_rows(pod, key)
+        if blocked is None or self.reserver.current is None:
+            return None
+        return blocked, f"node(s) reserved for {self.reserver.current.holder}"
 
     def _job_members(self, pod: PodRecord) -> int:
         gang = self.gangs.gang_of(pod)
@@ -479,6 +511,9 @@ class Scheduler:
         ]
         self.config = config
         self.cache.gpus.staleness = config.gpu.staleness_seconds
+        self.reserver.backfill = config.scheduling.backfill
+        if not config.scheduling.reservation:
+            self.reserver.current = None
         self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
         self.priorities.reconfigure(config)
         self.priorities.refresh(self.queue.pending())

@@ -33,9 +33,10 @@ from ai_scheduler.config import SchedulingSettings
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.binder import Binder
-from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.reservation import Reserver
 
 MAX_BIND_FAILURES = 3  # a member that fails to bind this often makes the gang fail
 MAX_DOMAIN_TRIALS = 4  # domains tried per topology level, smallest that could hold the gang first
@@ -57,6 +58,9 @@ class GangScheduler:
         settings: SchedulingSettings,
         log_decision: LogDecision,
         admit: Callable[[PodRecord, dict[str, int]], str],
+        reserver: Reserver,
+        sort_key: Callable[[QueuedPod], tuple[Any, ...]],
+        reserving: Callable[[], bool],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.registry = registry
@@ -69,6 +73,10 @@ class GangScheduler:
         self.settings = settings
         self.log_decision = log_decision
         self.admit = admit  # quota admission for the gang's whole quorum
+        self.reserver = reserver
+        self.sort_key = sort_key
+        self.reserving = reserving
+        self._blocked: np.ndarray | None = None  # nodes reserved for someone ahead of the gang being tried
         self._clock = clock
         self._domains: tuple[int, dict[str, list[tuple[str, np.ndarray]]]] = (-1, {})
 
@@ -139,9 +147,24 @@ class GangScheduler:
             self.log.info("admission.refused", gang=gang.key, pods=needed, reason=refusal)
             self._wait(gang, members, f"gang {gang.key}: {refusal}", placed, needed)
             return 0, "waiting"
+        key = self.sort_key(members[0])
+        self._blocked = self.reserver.blocked_rows(members[0].pod, key) if self.reserving() else None
         outcome = self._place_in_domains(gang, members, needed, framework)
         if outcome is None:
+            if self.reserving():
+                rows, _ = framework.feasible_rows(resourceless(members[0].pod))
+                self.reserver.consider(
+                    f"gang {gang.key}",
+                    frozenset(m.pod.uid for m in members),
+                    key,
+                    members[0].pod,
+                    members[0].pod.requests,
+                    needed,
+                    rows,
+                )
             return 0, "waiting"
+        for member, _decision in outcome[0]:
+            self.reserver.placed(member.pod.uid)
         placements, domain = outcome
         placed_uids = {m.pod.uid for m, _ in placements}
         for member, decision in placements:
@@ -208,7 +231,10 @@ class GangScheduler:
         for i, member in enumerate(members):
             if len(placements) + (len(members) - i) < needed:
                 break  # the rest could not reach the quorum
-            decision = framework.schedule(member.pod, mask)
+            allowed = mask
+            if self._blocked is not None:
+                allowed = ~self._blocked if mask is None else mask & ~self._blocked
+            decision = framework.schedule(member.pod, allowed)
             if decision.node is None:
                 first_failure = first_failure or decision
                 continue

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
@@ -33,7 +32,7 @@ from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
 from ai_scheduler.log import JsonLogger, rfc3339
-from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.cycle import Framework, resourceless
 from ai_scheduler.scheduler.feedback import Feedback, pod_reference
 
 NOMINATION_SECONDS = 300.0  # a nomination not used by then is dropped, and the room freed for others
@@ -85,7 +84,7 @@ class Preemptor:
                     by_node.setdefault(state.node, []).append((state.record, kind))
         if not by_node:
             return None
-        rows, _ = framework.feasible_rows(_without_requests(pod))  # nodes that fail for resources alone
+        rows, _ = framework.feasible_rows(resourceless(pod))  # nodes that fail for resources alone
         best: Plan | None = None
         for row in rows.tolist():
             candidates = by_node.get(self.cache.row_names[row])
@@ -242,15 +241,3 @@ class Preemptor:
     async def drain(self, timeout: float) -> None:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout)
-
-
-def _without_requests(pod: PodRecord) -> Any:
-    """The pod as the static filters see it, with no resources: where could it go if room were made?"""
-    shadow = PodRecord.__new__(PodRecord)
-    for slot in PodRecord.__slots__:
-        setattr(shadow, slot, getattr(pod, slot))
-    shadow.requests = {}
-    shadow.annotations = {
-        k: v for k, v in pod.annotations.items() if not k.startswith("ai-scheduler.io/gpu-")
-    }
-    return shadow

@@ -1,0 +1,81 @@
+"""Reservation against starvation: a 32-GPU gang behind a stream of 1-GPU jobs, with and without it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from conftest import StartScheduler, wait_for
+from test_e2e_gangs import bound_count, member, podgroup
+from test_e2e_scheduling import assert_not_overcommitted, create_all
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.config import parse_config
+from ai_scheduler.sim import SimApiServer, make_node, make_pod
+
+STREAM_SECONDS = 4.0
+
+
+async def stream(api: KubeClient, until: float) -> int:
+    """1-GPU jobs of 0.6 s, honestly estimated at 1 s, one every 50 ms: some GPU is always busy."""
+    count = 0
+    while time.monotonic() < until:
+        job = make_pod(
+            f"job-{count}",
+            gpus=1,
+            cpu="1",
+            memory="1Gi",
+            duration=0.6,
+            annotations={"ai-scheduler.io/estimated-runtime": "1s"},
+        )
+        assert (await api.create_pod(job)).ok
+        count += 1
+        await asyncio.sleep(0.05)
+    return count
+
+
+@pytest.mark.parametrize("reservation", [True, False])
+async def test_d_a_big_gang_starts_with_reservation_and_starves_without(
+    reservation: bool, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    config = parse_config(
+        {
+            "server": {"port": 0, "bindAddress": "127.0.0.1"},
+            "scheduling": {
+                "initialBackoffSeconds": 0.05,
+                "maxBackoffSeconds": 0.2,
+                "reservation": reservation,
+            },
+        }
+    )
+    running = await start_scheduler(config)
+    await create_all(api, [make_node(f"dgx-{i}", cpu="64", memory="256Gi", gpus=8) for i in range(4)], [])
+    started = time.monotonic()
+    jobs = asyncio.create_task(stream(api, started + STREAM_SECONDS))
+    await asyncio.sleep(0.5)
+    assert (await api.create_podgroup(podgroup("big", 4))).ok
+    await create_all(api, [], [member("big", i, priority=100) for i in range(4)])
+    if reservation:
+        await wait_for(
+            lambda: bound_count(sim, "big") == 4,
+            timeout=STREAM_SECONDS,
+            what="the gang started while the stream was still running",
+        )
+        waited = time.monotonic() - started - 0.5
+        assert not jobs.done(), "placed before the stream ended"
+        line = running.log_lines("reservation")[0]
+        assert line["holder"] == "gang default/big" and len(line["nodes"]) == 4
+        kept_off = [
+            d
+            for d in running.log_lines("decision")
+            if d["filtered"].get("node(s) reserved for gang default/big")
+        ]
+        assert kept_off, "stream jobs were kept off the reserved nodes"
+        assert waited < STREAM_SECONDS
+    created = await jobs
+    assert created > 50
+    if not reservation:
+        assert bound_count(sim, "big") == 0, "without a reservation the stream starves the gang"
+        assert running.log_lines("reservation") == []
+    assert_not_overcommitted(sim)
