@@ -168,3 +168,15 @@ async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
     succeeded = {p["metadata"]["name"] for p in sim.store.list("pods")}
     assert succeeded | victims == set(priority_of), "every pod ran or was preempted; none lost"
     assert not succeeded & victims
+
+
+async def test_preemption_policy_never_is_honoured(
+        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    running = await start_scheduler()
+    await create_all(api, [make_node("n1", cpu="1", memory="4Gi")], [make_pod("low", cpu="1", priority=0)])
+    await wait_for(lambda: node_of(sim, "low"), what="low placed")
+    polite = make_pod("polite", cpu="1", priority=1000)
+    polite["spec"]["preemptionPolicy"] = "Never"
+    await create_all(api, [], [polite])
+    await wait_for(lambda: pod_condition(sim, "polite").get("reason") == "Unschedulable", what="it waits")
+    assert running.log_lines("preemption") == [] and node_of(sim, "low") == "n1"

@@ -186,6 +186,7 @@ class PodRecord:
         "nonzero_requests",
         "owners",
         "phase",
+        "preempts",
         "priority",
         "requests",
         "resource_version",
@@ -214,6 +215,7 @@ class PodRecord:
         self.node_selector: dict[str, str] = {}
         self.owners: tuple[str, ...] = ()
         self.started = ""  # status.startTime: when the kubelet started it
+        self.preempts = True  # spec.preemptionPolicy is not Never
         self.affinity: dict[str, Any] = {}
         self.tolerations: tuple[Toleration, ...] = ()
         self.requests: dict[str, int] = {}
@@ -258,6 +260,7 @@ class PodRecord:
         except (TypeError, ValueError):
             rec.spec_error = f"invalid spec.priority {spec.get('priority')!r}"
         rec.gated = bool(spec.get("schedulingGates"))
+        rec.preempts = spec.get("preemptionPolicy") != "Never"
         rec.node_selector = spec.get("nodeSelector") or {}
         rec.affinity = spec.get("affinity") or {}
         rec.tolerations = tuple(

@@ -73,8 +73,8 @@ class Preemptor:
     # ------------------------------------------------------------------ choosing
     def plan(self, pod: PodRecord, framework: Framework) -> Plan | None:
         """The best node and victims for `pod`, or None when preemption cannot help."""
-        if pod.uid in self.cache.nominations:
-            return None  # victims of an earlier preemption are still leaving
+        if not pod.preempts or pod.uid in self.cache.nominations:
+            return None  # preemptionPolicy Never, or victims of an earlier preemption are still leaving
         reclaiming = self._below_min(pod)
         by_node: dict[str, list[tuple[PodRecord, str]]] = {}
         for state in self.cache.pods.values():
