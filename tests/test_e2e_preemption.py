@@ -171,7 +171,8 @@ async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
 
 
 async def test_preemption_policy_never_is_honoured(
-        sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler) -> None:
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
     running = await start_scheduler()
     await create_all(api, [make_node("n1", cpu="1", memory="4Gi")], [make_pod("low", cpu="1", priority=0)])
     await wait_for(lambda: node_of(sim, "low"), what="low placed")
@@ -180,3 +181,37 @@ async def test_preemption_policy_never_is_honoured(
     await create_all(api, [], [polite])
     await wait_for(lambda: pod_condition(sim, "polite").get("reason") == "Unschedulable", what="it waits")
     assert running.log_lines("preemption") == [] and node_of(sim, "low") == "n1"
+
+
+async def test_a_preempted_workload_is_not_placed_again_where_it_was_preempted(
+    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler()
+    owner = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "job-x", "uid": "job-x-uid", "controller": True}
+    ]
+    victim = make_pod("job-x-1", cpu="2", priority=0)
+    victim["metadata"]["ownerReferences"] = owner
+    await create_all(
+        api,
+        [make_node("n1", cpu="2", memory="8Gi"), make_node("n2", cpu="2", memory="8Gi")],
+        [make_pod("filler", cpu="2", priority=500, duration=0.6)],
+    )
+    await wait_for(lambda: node_of(sim, "filler"), what="filler placed")
+    await create_all(api, [], [victim])
+    await wait_for(lambda: node_of(sim, "job-x-1"), what="victim placed")
+    victim_node = node_of(sim, "job-x-1")
+    await create_all(api, [], [make_pod("urgent", cpu="2", priority=100, duration=0.3)])
+    await wait_for(lambda: node_of(sim, "urgent") == victim_node, what="urgent preempted the victim")
+    # Both nodes empty out; the Job's replacement pod must not go back where it was just preempted.
+    await wait_for(
+        lambda: all(p.get("status", {}).get("phase") == "Succeeded" for p in sim.store.list("pods")),
+        what="urgent and filler finished",
+    )
+    replacement = make_pod("job-x-2", cpu="2", priority=0)
+    replacement["metadata"]["ownerReferences"] = owner
+    await create_all(api, [], [replacement])
+    await wait_for(lambda: node_of(sim, "job-x-2"), what="replacement placed")
+    assert node_of(sim, "job-x-2") != victim_node
+    decision = next(d for d in running.log_lines("decision") if d["pod"] == "default/job-x-2")
+    assert decision["filtered"] == {"node(s) its workload was just preempted from": 1}

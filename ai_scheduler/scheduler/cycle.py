@@ -75,7 +75,7 @@ class Framework:
         self,
         pod: PodRecord,
         node_mask: np.ndarray | None = None,
-        blocked: tuple[np.ndarray, str] | None = None,
+        blocked: Sequence[tuple[np.ndarray, str]] = (),
     ) -> Decision:
         """Place one pod; `node_mask` (bool per row) limits it to some nodes, e.g. one topology domain."""
         started = time.perf_counter()
@@ -87,7 +87,7 @@ class Framework:
         self,
         pod: PodRecord,
         node_mask: np.ndarray | None = None,
-        blocked: tuple[np.ndarray, str] | None = None,
+        blocked: Sequence[tuple[np.ndarray, str]] = (),
     ) -> tuple[np.ndarray, dict[str, int]]:
         """Rows of nodes that pass every filter, and the per-reason counts of those that do not.
 
@@ -97,8 +97,7 @@ class Framework:
         cache = self.cache
         alive = cache.valid.copy() if node_mask is None else cache.valid & node_mask
         reasons: dict[str, int] = {}
-        if blocked is not None:  # nodes reserved for a pod ahead of this one
-            mask, reason = blocked
+        for mask, reason in blocked:  # nodes kept for others (reservations) or to avoid (recent preemption)
             kept_off = alive & mask
             if kept_off.any():
                 reasons[reason] = int(np.count_nonzero(kept_off))
@@ -119,7 +118,7 @@ class Framework:
         return np.flatnonzero(alive), reasons
 
     def _schedule(
-        self, pod: PodRecord, node_mask: np.ndarray | None, blocked: tuple[np.ndarray, str] | None = None
+        self, pod: PodRecord, node_mask: np.ndarray | None, blocked: Sequence[tuple[np.ndarray, str]] = ()
     ) -> Decision:
         cache = self.cache
         total = cache.node_count if node_mask is None else int(np.count_nonzero(cache.valid & node_mask))

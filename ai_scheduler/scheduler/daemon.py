@@ -14,6 +14,8 @@ import random
 import time
 from typing import Any
 
+import numpy as np
+
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gangs import GangRegistry
@@ -394,14 +396,21 @@ class Scheduler:
         self.gang_scheduler.bound(pod)
         self.reserver.placed(pod.uid)
 
-    def reserved_for_others(self, pod: PodRecord, key: tuple[Any, ...]) -> tuple[Any, str] | None:
-        """Nodes reserved for a pod or gang ahead of this one (unless it may backfill), with the reason."""
-        if not self.config.scheduling.reservation:
-            return None
-        blocked = self.reserver.blocked_rows(pod, key)
-        if blocked is None or self.reserver.current is None:
-            return None
-        return blocked, f"node(s) reserved for {self.reserver.current.holder}"
+    def reserved_for_others(self, pod: PodRecord, key: tuple[Any, ...]) -> list[tuple[Any, str]]:
+        """Nodes this pod keeps off, each with its reason: the node its workload was just preempted from,
+        and nodes reserved for a pod or gang ahead of it (unless it may backfill)."""
+        kept: list[tuple[Any, str]] = []
+        avoided = self.preemptor.avoid(pod) if self.preemptor is not None else ""
+        row = self.cache.row_of(avoided) if avoided else -1
+        if row >= 0:
+            mask = np.zeros(self.cache.rows, dtype=bool)
+            mask[row] = True
+            kept.append((mask, "node(s) its workload was just preempted from"))
+        if self.config.scheduling.reservation and self.reserver.current is not None:
+            blocked = self.reserver.blocked_rows(pod, key)
+            if blocked is not None:
+                kept.append((blocked, f"node(s) reserved for {self.reserver.current.holder}"))
+        return kept
 
     def _job_members(self, pod: PodRecord) -> int:
         gang = self.gangs.gang_of(pod)

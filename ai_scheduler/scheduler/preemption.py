@@ -36,6 +36,12 @@ from ai_scheduler.scheduler.cycle import Framework, resourceless
 from ai_scheduler.scheduler.feedback import Feedback, pod_reference
 
 NOMINATION_SECONDS = 300.0  # a nomination not used by then is dropped, and the room freed for others
+RECENT_VICTIM_SECONDS = 300.0  # a preempted workload's pods keep off the node it was preempted from
+
+
+def workload_of(pod: PodRecord) -> str:
+    """What a victim's replacement shares with it: its owner (a Job, a ReplicaSet), else its own name."""
+    return f"{pod.namespace}/{','.join(sorted(pod.owners)) or pod.name}"
 
 
 @dataclass(slots=True)
@@ -68,6 +74,7 @@ class Preemptor:
         self.log = logger
         self.component = component
         self._nominated_at: dict[str, float] = {}
+        self._recent_victims: dict[str, tuple[str, float]] = {}  # workload -> (node, when)
         self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ choosing
@@ -181,7 +188,11 @@ class Preemptor:
     # ------------------------------------------------------------------ acting
     def execute(self, pod: PodRecord, plan: Plan) -> None:
         self.cache.nominate(pod, plan.node)
-        self._nominated_at[pod.uid] = time.monotonic()
+        now = time.monotonic()
+        self._nominated_at[pod.uid] = now
+        for victim in plan.victims:
+            state = self.cache.pod_state(victim.uid)
+            self._recent_victims[workload_of(victim)] = (state.node if state else plan.node, now)
         self.log.info(
             "preemption",
             preemptor=pod.key,
@@ -228,9 +239,20 @@ class Preemptor:
                     "preemption.delete_failed", victim=victim.key, code=result.status, error=result.message
                 )
 
+    def avoid(self, pod: PodRecord) -> str:
+        """The node this pod's workload was preempted from in the last minutes ('' if none): placing it
+        there again would only invite the same preemption."""
+        recent = self._recent_victims.get(workload_of(pod))
+        if recent is None or time.monotonic() - recent[1] > RECENT_VICTIM_SECONDS:
+            return ""
+        return recent[0]
+
     def expire(self) -> None:
         """Drop nominations that were never used, so their room goes back to everyone."""
         now = time.monotonic()
+        for workload, (_node, since) in list(self._recent_victims.items()):
+            if now - since > RECENT_VICTIM_SECONDS:
+                del self._recent_victims[workload]
         for uid, since in list(self._nominated_at.items()):
             if uid not in self.cache.nominations:
                 del self._nominated_at[uid]
