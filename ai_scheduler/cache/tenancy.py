@@ -58,17 +58,31 @@ class Tenancy:
         self.config = config
         self.usage: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)  # (kind, name) -> amounts
         self._charged: dict[str, tuple[Tenant, dict[str, int]]] = {}
+        # tenant_of runs several times per pod per cycle (queue, priority, quota, log): remember it per
+        # resourceVersion, since only a change of the pod (its labels) or of the config can change it.
+        self._tenants: dict[str, tuple[str, Tenant]] = {}
 
     def reconfigure(self, config: Config, placed: Iterable[PodRecord]) -> None:
         """A new config may move namespaces between users: count everything again."""
         self.config = config
         self.usage.clear()
         self._charged.clear()
+        self._tenants.clear()
         for pod in placed:
             self.charge(pod)
 
     # ------------------------------------------------------------------ identity
     def tenant_of(self, pod: PodRecord) -> Tenant:
+        known = self._tenants.get(pod.uid)
+        if known is not None and known[0] == pod.resource_version and pod.resource_version:
+            return known[1]
+        tenant = self._resolve(pod)
+        if len(self._tenants) > 200_000:  # pods come and go; do not let the memo grow without bound
+            self._tenants.clear()
+        self._tenants[pod.uid] = (pod.resource_version, tenant)
+        return tenant
+
+    def _resolve(self, pod: PodRecord) -> Tenant:
         config = self.config
         namespace = config.namespaces.get(pod.namespace)
         user = namespace.user if namespace else ""
@@ -94,6 +108,7 @@ class Tenancy:
         self._add(tenant, amounts, 1)
 
     def release(self, uid: str) -> None:
+        self._tenants.pop(uid, None)
         charged = self._charged.pop(uid, None)
         if charged is not None:
             self._add(charged[0], charged[1], -1)

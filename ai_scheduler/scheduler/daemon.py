@@ -371,7 +371,8 @@ class Scheduler:
         if refusal:
             self._refuse(qp, pod, refusal)
             return
-        key = self.priorities.sort_key(qp)
+        # The queue key only matters against a reservation: computing it costs a policy evaluation.
+        key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
         decision = framework.schedule(pod, blocked=self.reserved_for_others(pod, key))
         if decision.node is not None:
             self.reserver.placed(pod.uid)
@@ -389,6 +390,7 @@ class Scheduler:
                     self.preemptor.execute(pod, plan)
                 elif self.config.scheduling.reservation:
                     rows, _ = framework.feasible_rows(resourceless(pod))
+                    key = key or self.priorities.sort_key(qp)
                     self.reserver.consider(pod.key, frozenset({pod.uid}), key, pod, pod.requests, 1, rows)
 
     def _bound(self, pod: PodRecord, _node: str) -> None:
