@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ai_scheduler.cache.gpus import gpu_request
+from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, gpu_request
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config
 from ai_scheduler.quantity import format_units
@@ -23,8 +23,9 @@ from ai_scheduler.quantity import format_units
 USER_LABEL = "ai-scheduler.io/user"
 QUEUE_LABEL = "ai-scheduler.io/queue"
 DEFAULT_QUEUE = "default"
-GPU_COUNT = "ai-scheduler.io/gpu-count"
-GPU_MEMORY = "ai-scheduler.io/gpu-memory"
+# Quota names for managed GPUs are the pod annotations that request them.
+GPU_COUNT = GPU_COUNT_ANNOTATION
+GPU_MEMORY = GPU_MEMORY_ANNOTATION
 
 
 @dataclass(frozen=True, slots=True)
