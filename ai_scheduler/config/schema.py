@@ -498,15 +498,20 @@ def _parse_filters(value: object, path: str) -> tuple[str, ...]:
     return tuple(filters)
 
 
-def _parse_scores(value: object, path: str) -> tuple[ScoreSpec, ...]:
-    scores: list[ScoreSpec] = []
-    for i, item in enumerate(_list(value, path)):
-        score = _parse_score(item, f"{path}[{i}]")
-        earlier = [j for j, s in enumerate(scores) if s.name == score.name]
+def _named_list(value: object, path: str, parse: _Parse, noun: str) -> tuple[Any, ...]:
+    """A list of items parsed by `parse`, whose `name`s must be unique."""
+    items: list[Any] = []
+    for i, raw in enumerate(_list(value, path)):
+        item = parse(raw, f"{path}[{i}]")
+        earlier = [j for j, other in enumerate(items) if other.name == item.name]
         if earlier:
-            _fail(f"{path}[{i}].name", f"duplicate score plugin {score.name!r} (also {path}[{earlier[0]}])")
-        scores.append(score)
-    return tuple(scores)
+            _fail(f"{path}[{i}].name", f"duplicate {noun} {item.name!r} (also {path}[{earlier[0]}])")
+        items.append(item)
+    return tuple(items)
+
+
+def _parse_scores(value: object, path: str) -> tuple[ScoreSpec, ...]:
+    return _named_list(value, path, _parse_score, "score plugin")
 
 
 def _parse_profile(value: object, path: str, default_name: str | None) -> Profile:
@@ -704,14 +709,7 @@ def _parse_queue(value: object, path: str) -> QueueSpec:
 
 
 def _parse_queues(value: object, path: str) -> tuple[QueueSpec, ...]:
-    queues: list[QueueSpec] = []
-    for i, item in enumerate(_list(value, path)):
-        queue = _parse_queue(item, f"{path}[{i}]")
-        earlier = [j for j, q in enumerate(queues) if q.name == queue.name]
-        if earlier:
-            _fail(f"{path}[{i}].name", f"duplicate queue {queue.name!r} (also {path}[{earlier[0]}])")
-        queues.append(queue)
-    return tuple(queues)
+    return _named_list(value, path, _parse_queue, "queue")
 
 
 def _parse_groups(value: object, path: str) -> FrozenMap:
