@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,6 +17,13 @@ from ai_scheduler.config import Config, parse_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """Swap a file's content in one step, as a ConfigMap volume does (a plain write can be seen half done)."""
+    staging = path.with_name(path.name + ".new")
+    staging.write_text(text)
+    os.replace(staging, path)
 
 
 async def wait_for(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from conftest import StartScheduler, wait_for
+from conftest import StartScheduler, replace_atomically, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import load_config
@@ -42,7 +42,7 @@ async def test_reload_switches_scoring_and_refuses_a_broken_file(
     tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     path = tmp_path / "config.yaml"
-    path.write_text(SPREAD)
+    replace_atomically(path, SPREAD)
     running = await start_scheduler(load_config(path), config_path=str(path), config_poll_seconds=0.05)
     for i in range(4):
         assert (await api.create_node(make_node(f"n{i}", cpu="16", memory="64Gi"))).ok
@@ -50,11 +50,11 @@ async def test_reload_switches_scoring_and_refuses_a_broken_file(
     spread = await _place(sim, api, "spread", 4)
     assert len(spread) == 4, "least-allocated puts one pod on each empty node"
 
-    path.write_text("profiles:\n  - scores: [{name: NoSuchPlugin, weight: 1}]\n")
+    replace_atomically(path, "profiles:\n  - scores: [{name: NoSuchPlugin, weight: 1}]\n")
     await wait_for(lambda: running.log_lines("config.refused"), what="broken config refused")
     assert "profiles[0].scores[0].name" in running.log_lines("config.refused")[0]["error"]
 
-    path.write_text(BINPACK)
+    replace_atomically(path, BINPACK)
     await wait_for(lambda: running.log_lines("config.reloaded"), what="new config applied")
     packed = await _place(sim, api, "packed", 6)
     assert len(packed) == 1, f"most-allocated packs the new pods onto one node: {packed}"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from conftest import StartScheduler, wait_for
+from conftest import StartScheduler, replace_atomically, wait_for
 from test_e2e_scheduling import create_all, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
@@ -28,7 +28,7 @@ BASE: dict[str, Any] = {
 
 
 def write_config(path: Path, active: str) -> None:
-    path.write_text(yaml.safe_dump({**BASE, "activePolicy": active}))
+    replace_atomically(path, yaml.safe_dump({**BASE, "activePolicy": active}))
 
 
 def job(name: str, cpu: int, priority: int, duration: float = 0.15) -> dict[str, Any]:
