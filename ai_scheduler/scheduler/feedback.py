@@ -70,9 +70,6 @@ class Feedback:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
 
-    def idle(self) -> bool:
-        return self._calls.empty()
-
     def _submit(self, *call: Any) -> None:
         try:
             self._calls.put_nowait(call)

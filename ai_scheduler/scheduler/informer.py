@@ -45,7 +45,6 @@ class Informer:
         self.watch_timeout = watch_timeout
         self.synced = asyncio.Event()
         self.resource_version = ""
-        self.relists = 0
 
     async def run(self) -> None:
         failures = 0
@@ -88,10 +87,8 @@ class Informer:
 
     async def _list(self, reason: str) -> None:
         items, version = await self.client.list(self.resource)
-        if self.synced.is_set():
-            self.relists += 1
-            if self.on_relist:
-                self.on_relist(self.resource, reason)
+        if self.synced.is_set() and self.on_relist:
+            self.on_relist(self.resource, reason)
         self.on_replace(items)
         self.resource_version = version
         self.log.info(
