@@ -1,22 +1,71 @@
-"""Shared fixtures: the simulated cluster over HTTP and the real scheduler daemon against it."""
+"""Shared fixtures: the clusters (simulated and real) and the real scheduler daemon against them.
+
+Every end-to-end test (a `test_e2e_*` module) runs once per backend: `sim`, the embedded
+simulated API server, and `kube`, the real control plane (etcd, kube-apiserver,
+kube-controller-manager, kwok) built by hack/kube/build.sh. `--backend sim` or `--backend kube`
+picks one. A test that needs a fault only one backend can make is marked
+`@pytest.mark.backend("sim", reason=...)`, and is skipped with that reason on the other.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from backends import Cluster, KubeCluster, SimCluster, install_scheduler
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, parse_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer
+from ai_scheduler.sim.controlplane import ControlPlane, ControlPlaneError, build_binaries
+from ai_scheduler.sim.faultproxy import FaultProxy
+
+BACKENDS = ("sim", "kube")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        choices=[*BACKENDS, "all"],
+        default="all",
+        help="which cluster the end-to-end tests run against (default: both)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: an end-to-end test, run against each backend")
+    config.addinivalue_line(
+        "markers", "backend(name, reason): runs on that backend only, for the reason given"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name.startswith("test_e2e_"):
+            item.add_marker(pytest.mark.e2e)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "cluster" not in metafunc.fixturenames:
+        return
+    chosen = metafunc.config.getoption("backend")
+    backends = BACKENDS if chosen == "all" else (chosen,)
+    only = metafunc.definition.get_closest_marker("backend")
+    params = []
+    for name in backends:
+        marks = []
+        if only is not None and only.args[0] != name:
+            marks.append(pytest.mark.skip(reason=f"{only.args[0]} backend only: {only.kwargs['reason']}"))
+        params.append(pytest.param(name, marks=marks, id=name))
+    metafunc.parametrize("cluster", params, indirect=True)
 
 
 def replace_atomically(path: Path, text: str) -> None:
@@ -69,10 +118,48 @@ async def sim() -> AsyncIterator[SimApiServer]:
     await server.stop()
 
 
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, str]]:
+    """The real control plane, started once per session, with deploy/ applied: (plane, scheduler token)."""
+    try:
+        binaries = build_binaries()
+    except ControlPlaneError as exc:
+        pytest.fail(f"the real backend cannot be built: {exc} (or run with --backend sim)", pytrace=False)
+    plane = ControlPlane(tmp_path_factory.mktemp("kube"), binaries)
+    plane.start()
+    try:
+        yield plane, install_scheduler(plane)
+    finally:
+        plane.stop()
+
+
 @pytest.fixture
-async def api(sim: SimApiServer) -> AsyncIterator[KubeClient]:
+async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
+    if request.param == "sim":
+        server = SimApiServer(bookmark_interval=0.2)
+        url = await server.start()
+        sim_proxy = FaultProxy("127.0.0.1", int(url.rsplit(":", 1)[1]), scheme="http")
+        await sim_proxy.start()
+        yield SimCluster(server, sim_proxy)
+        await sim_proxy.stop()
+        await server.stop()
+        return
+    plane, token = request.getfixturevalue("control_plane")
+    proxy = FaultProxy("127.0.0.1", plane.apiserver_port)
+    await proxy.start()
+    real = KubeCluster(plane, proxy, token)
+    await real.mirror.start()
+    try:
+        yield real
+    finally:
+        await proxy.stop()
+        await real.close()
+
+
+@pytest.fixture
+async def api(cluster: Cluster) -> AsyncIterator[KubeClient]:
     """A client of the test's own, to create and change objects as a user would."""
-    client = await KubeClient.connect(host=sim.url)
+    client = await cluster.client()
     yield client
     await client.close()
 
@@ -92,13 +179,13 @@ StartScheduler = Callable[..., Awaitable[RunningScheduler]]
 
 
 @pytest.fixture
-async def start_scheduler(sim: SimApiServer) -> AsyncIterator[StartScheduler]:
+async def start_scheduler(cluster: Cluster) -> AsyncIterator[StartScheduler]:
     running: list[RunningScheduler] = []
 
     async def start(
         config: Config | None = None, *, wait_ready: bool = True, **kwargs: Any
     ) -> RunningScheduler:
-        client = await KubeClient.connect(host=sim.url)
+        client = await cluster.scheduler_client()
         log = io.BytesIO()
         scheduler = Scheduler(config or fast_config(), client, JsonLogger(stream=log), seed=1, **kwargs)
         task = asyncio.create_task(scheduler.run())
@@ -112,4 +199,3 @@ async def start_scheduler(sim: SimApiServer) -> AsyncIterator[StartScheduler]:
     for handle in running:
         if not handle.task.done():
             await handle.stop()
-

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from backends import Cluster
 from conftest import StartScheduler, replace_atomically, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import load_config
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import make_node, make_pod
 
 SPREAD = """
 server: {port: 0, bindAddress: 127.0.0.1}
@@ -25,12 +26,12 @@ profiles:
 )
 
 
-async def _place(sim: SimApiServer, api: KubeClient, prefix: str, count: int) -> Counter[str]:
+async def _place(cluster: Cluster, api: KubeClient, prefix: str, count: int) -> Counter[str]:
     for i in range(count):
         assert (await api.create_pod(make_pod(f"{prefix}-{i}", cpu="1", memory="1Gi"))).ok
 
     def placed() -> Counter[str] | None:
-        pods = [p for p in sim.store.list("pods") if p["metadata"]["name"].startswith(prefix)]
+        pods = [p for p in cluster.store.list("pods") if p["metadata"]["name"].startswith(prefix)]
         if len(pods) == count and all(p["spec"].get("nodeName") for p in pods):
             return Counter(p["spec"]["nodeName"] for p in pods)
         return None
@@ -39,7 +40,7 @@ async def _place(sim: SimApiServer, api: KubeClient, prefix: str, count: int) ->
 
 
 async def test_reload_switches_scoring_and_refuses_a_broken_file(
-    tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    tmp_path: Path, cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     path = tmp_path / "config.yaml"
     replace_atomically(path, SPREAD)
@@ -47,7 +48,7 @@ async def test_reload_switches_scoring_and_refuses_a_broken_file(
     for i in range(4):
         assert (await api.create_node(make_node(f"n{i}", cpu="16", memory="64Gi"))).ok
 
-    spread = await _place(sim, api, "spread", 4)
+    spread = await _place(cluster, api, "spread", 4)
     assert len(spread) == 4, "least-allocated puts one pod on each empty node"
 
     replace_atomically(path, "profiles:\n  - scores: [{name: NoSuchPlugin, weight: 1}]\n")
@@ -56,5 +57,5 @@ async def test_reload_switches_scoring_and_refuses_a_broken_file(
 
     replace_atomically(path, BINPACK)
     await wait_for(lambda: running.log_lines("config.reloaded"), what="new config applied")
-    packed = await _place(sim, api, "packed", 6)
+    packed = await _place(cluster, api, "packed", 6)
     assert len(packed) == 1, f"most-allocated packs the new pods onto one node: {packed}"

@@ -7,12 +7,14 @@ import random
 from collections import Counter
 from typing import Any
 
+import pytest
+from backends import Cluster, SimCluster
 from conftest import StartScheduler, fast_config, wait_for
 from test_e2e_scheduling import assert_not_overcommitted, create_all, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL, POD_GROUP_LABEL
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import make_node, make_pod
 
 GPU = "nvidia.com/gpu"
 
@@ -55,58 +57,62 @@ def gpu_nodes(count: int, prefix: str = "gpu", **kwargs: Any) -> list[dict[str, 
     return [make_node(f"{prefix}-{i}", cpu="32", memory="128Gi", gpus=8, **kwargs) for i in range(count)]
 
 
-def bound_count(sim: SimApiServer, prefix: str) -> int:
+def bound_count(cluster: Cluster, prefix: str) -> int:
     return sum(
         1
-        for p in sim.store.list("pods")
+        for p in cluster.store.list("pods")
         if p["metadata"]["name"].startswith(prefix + "-") and p["spec"].get("nodeName")
     )
 
 
-def podgroup_status(sim: SimApiServer, name: str) -> dict[str, Any]:
-    return (sim.store.get("podgroups", "default", name) or {}).get("status") or {}
+def podgroup_status(cluster: Cluster, name: str) -> dict[str, Any]:
+    return (cluster.store.get("podgroups", "default", name) or {}).get("status") or {}
 
 
-def events(sim: SimApiServer, name: str, reason: str | None = None) -> list[dict[str, Any]]:
+def events(cluster: Cluster, name: str, reason: str | None = None) -> list[dict[str, Any]]:
     return [
         e
-        for e in sim.store.list("events")
+        for e in cluster.store.list("events")
         if e["involvedObject"]["name"] == name and (reason is None or e["reason"] == reason)
     ]
 
 
 async def test_a_gang_binds_nothing_until_it_fits_whole_then_all_at_once(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("train", 4))).ok
     await create_all(api, gpu_nodes(3), [member("train", i) for i in range(4)])
     await wait_for(
-        lambda: all(pod_condition(sim, f"train-{i}").get("reason") == "Unschedulable" for i in range(4)),
+        lambda: all(pod_condition(cluster, f"train-{i}").get("reason") == "Unschedulable" for i in range(4)),
         what="every member told it is unschedulable",
     )
-    message = pod_condition(sim, "train-0")["message"]
+    message = pod_condition(cluster, "train-0")["message"]
     assert message.startswith("gang default/train needs 4 pods placed together and they do not all fit: ")
     assert "Insufficient nvidia.com/gpu" in message
     await asyncio.sleep(0.3)
-    assert bound_count(sim, "train") == 0, "no member of an incomplete gang is bound"
+    assert bound_count(cluster, "train") == 0, "no member of an incomplete gang is bound"
     assert running.log_lines("gang.waiting")[0]["needed"] == 4
     await wait_for(
-        lambda: events(sim, "train", "Unschedulable"), what="the PodGroup's event says why it waits"
+        lambda: events(cluster, "train", "Unschedulable"), what="the PodGroup's event says why it waits"
     )
 
     assert (await api.create_node(gpu_nodes(1, prefix="late")[0])).ok
-    await wait_for(lambda: bound_count(sim, "train") == 4, what="all four bound once a fourth node appears")
-    assert_not_overcommitted(sim)
+    await wait_for(
+        lambda: bound_count(cluster, "train") == 4, what="all four bound once a fourth node appears"
+    )
+    assert_not_overcommitted(cluster)
     admitted = running.log_lines("gang.admitted")
     assert len(admitted) == 1 and admitted[0]["placed"] == 4
-    await wait_for(lambda: podgroup_status(sim, "train").get("phase") == "Running", what="PodGroup Running")
-    status = podgroup_status(sim, "train")
+    await wait_for(
+        lambda: podgroup_status(cluster, "train").get("phase") == "Running", what="PodGroup Running"
+    )
+    status = podgroup_status(cluster, "train")
     assert status["running"] == 4 and status["failed"] == 0 and "scheduleStartTime" in status
 
 
 async def test_b_two_gangs_needing_three_quarters_never_both_partial(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await create_all(api, gpu_nodes(4), [])
     for name in ("alpha", "beta"):
@@ -116,22 +122,22 @@ async def test_b_two_gangs_needing_three_quarters_never_both_partial(
     await start_scheduler()
     observed = []
     for _ in range(60):
-        observed.append((bound_count(sim, "alpha"), bound_count(sim, "beta")))
+        observed.append((bound_count(cluster, "alpha"), bound_count(cluster, "beta")))
         await asyncio.sleep(0.02)
     await wait_for(
-        lambda: sorted((bound_count(sim, "alpha"), bound_count(sim, "beta"))) == [0, 3],
+        lambda: sorted((bound_count(cluster, "alpha"), bound_count(cluster, "beta"))) == [0, 3],
         what="one gang whole, the other not at all",
     )
     await asyncio.sleep(0.3)
-    final = (bound_count(sim, "alpha"), bound_count(sim, "beta"))
+    final = (bound_count(cluster, "alpha"), bound_count(cluster, "beta"))
     assert sorted(final) == [0, 3]
     assert not any(0 < a < 3 and 0 < b < 3 for a, b in observed), observed
     loser = "alpha" if final[0] == 0 else "beta"
-    assert all(pod_condition(sim, f"{loser}-{i}").get("reason") == "Unschedulable" for i in range(3))
+    assert all(pod_condition(cluster, f"{loser}-{i}").get("reason") == "Unschedulable" for i in range(3))
 
 
 async def test_c_many_gangs_and_singles_complete_gangs_only_singles_flow(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     rng = random.Random(3)
     nodes = [make_node(f"n{i}", cpu="32", memory="128Gi", gpus=4, pods=110) for i in range(100)]
@@ -151,23 +157,23 @@ async def test_c_many_gangs_and_singles_complete_gangs_only_singles_flow(
     def singles_bound() -> int:
         return sum(
             1
-            for p in sim.store.list("pods")
+            for p in cluster.store.list("pods")
             if p["metadata"]["name"].startswith("single-") and p["spec"].get("nodeName")
         )
 
     await wait_for(lambda: singles_bound() == 500, timeout=60, what="all single pods placed")
-    waiting_gangs = [name for name in sizes if bound_count(sim, name) == 0]
+    waiting_gangs = [name for name in sizes if bound_count(cluster, name) == 0]
     assert waiting_gangs, "some gangs still wait for GPUs while the singles have all been placed"
     await asyncio.sleep(0.5)
     for name, size in sizes.items():
-        assert bound_count(sim, name) in (0, size), f"gang {name} is partial"
-    assert_not_overcommitted(sim)
-    used = sum(size for name, size in sizes.items() if bound_count(sim, name) == size)
+        assert bound_count(cluster, name) in (0, size), f"gang {name} is partial"
+    assert_not_overcommitted(cluster)
+    used = sum(size for name, size in sizes.items() if bound_count(cluster, name) == size)
     assert used <= 400
 
 
 async def test_d_gang_that_never_completes_times_out_and_smaller_pod_takes_the_room(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("stuck", 4, timeout=1))).ok
@@ -175,42 +181,44 @@ async def test_d_gang_that_never_completes_times_out_and_smaller_pod_takes_the_r
     await wait_for(lambda: running.log_lines("gang.timed_out"), what="the gang timed out")
     timed_out = running.log_lines("gang.timed_out")[0]
     assert timed_out["gang"] == "default/stuck" and timed_out["placed"] == 0 and timed_out["held"] == 0
-    await wait_for(lambda: events(sim, "stuck", "Timeout"), what="a Timeout event on the PodGroup")
-    assert bound_count(sim, "stuck") == 0
+    await wait_for(lambda: events(cluster, "stuck", "Timeout"), what="a Timeout event on the PodGroup")
+    assert bound_count(cluster, "stuck") == 0
     await create_all(api, [], [make_pod("small", gpus=8, cpu="1", memory="1Gi")])
     await wait_for(
-        lambda: sim.store.get("pods", "default", "small")["spec"].get("nodeName"),
+        lambda: cluster.store.get("pods", "default", "small")["spec"].get("nodeName"),
         what="the smaller pod takes the room the gang could not use",
     )
-    assert bound_count(sim, "stuck") == 0
+    assert bound_count(cluster, "stuck") == 0
     await wait_for(lambda: len(running.log_lines("gang.timed_out")) >= 2, what="a second timeout")
     second = running.log_lines("gang.timed_out")[1]
     assert second["backoff_s"] > timed_out["backoff_s"], "the backoff grows with repeated timeouts"
 
 
 async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     # A previous scheduler bound two of four members and died: two nodes are taken by them.
     assert (await api.create_podgroup(podgroup("resumed", 4, timeout=1))).ok
     await create_all(api, gpu_nodes(3), [member("resumed", i) for i in range(4)])
     for i in range(2):
-        uid = sim.store.get("pods", "default", f"resumed-{i}")["metadata"]["uid"]
+        uid = cluster.store.get("pods", "default", f"resumed-{i}")["metadata"]["uid"]
         assert (await api.bind("default", f"resumed-{i}", uid, f"gpu-{i}")).ok
     running = await start_scheduler()
     # Room for one more member only: the gang cannot complete, and its status says so.
     await wait_for(
-        lambda: podgroup_status(sim, "resumed").get("phase") == "Failed", what="partial gang reported"
+        lambda: podgroup_status(cluster, "resumed").get("phase") == "Failed", what="partial gang reported"
     )
-    assert bound_count(sim, "resumed") == 2
-    assert events(sim, "resumed", "Timeout")
-    assert "2 of 4 placed" in events(sim, "resumed", "Timeout")[0]["message"]
-    assert podgroup_status(sim, "resumed")["running"] == 2
+    assert bound_count(cluster, "resumed") == 2
+    assert events(cluster, "resumed", "Timeout")
+    assert "2 of 4 placed" in events(cluster, "resumed", "Timeout")[0]["message"]
+    assert podgroup_status(cluster, "resumed")["running"] == 2
     # Room appears: the restarted scheduler completes the gang and the failure becomes history.
     assert (await api.create_node(gpu_nodes(1, prefix="late")[0])).ok
-    await wait_for(lambda: bound_count(sim, "resumed") == 4, what="gang completed")
-    await wait_for(lambda: podgroup_status(sim, "resumed").get("phase") == "Running", what="PodGroup Running")
-    assert_not_overcommitted(sim)
+    await wait_for(lambda: bound_count(cluster, "resumed") == 4, what="gang completed")
+    await wait_for(
+        lambda: podgroup_status(cluster, "resumed").get("phase") == "Running", what="PodGroup Running"
+    )
+    assert_not_overcommitted(cluster)
     assert any(
         line["gang"] == "default/resumed" and line["already_placed"] == 2
         for line in running.log_lines("gang.admitted")
@@ -218,7 +226,7 @@ async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
 
 
 async def test_label_and_koordinator_gangs_without_a_crd(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler()
     labels = [
@@ -249,25 +257,29 @@ async def test_label_and_koordinator_gangs_without_a_crd(
     ]
     await create_all(api, gpu_nodes(4), labels + koord + legacy + bad)
     # 4 nodes of 8 GPUs: the 3-pod label gang and the 2-pod Koordinator gang cannot both fit.
-    await wait_for(lambda: bound_count(sim, "mpi") + bound_count(sim, "koord") >= 2, what="one gang placed")
+    await wait_for(
+        lambda: bound_count(cluster, "mpi") + bound_count(cluster, "koord") >= 2, what="one gang placed"
+    )
     await asyncio.sleep(0.3)
-    assert (bound_count(sim, "mpi"), bound_count(sim, "koord")) in ((3, 0), (0, 2))
+    assert (bound_count(cluster, "mpi"), bound_count(cluster, "koord")) in ((3, 0), (0, 2))
     # The old scheduler-plugins label names a PodGroup that does not exist: the pods wait and say why.
     await wait_for(
-        lambda: pod_condition(sim, "legacy-0").get("message") == "pod group default/old not found",
+        lambda: pod_condition(cluster, "legacy-0").get("message") == "pod group default/old not found",
         what="missing PodGroup reported",
     )
     await wait_for(
-        lambda: "must be a positive integer, got 'many'" in pod_condition(sim, "bad-0").get("message", ""),
+        lambda: (
+            "must be a positive integer, got 'many'" in pod_condition(cluster, "bad-0").get("message", "")
+        ),
         what="malformed min-available reported",
     )
-    assert bound_count(sim, "legacy") == 0 and bound_count(sim, "bad") == 0
+    assert bound_count(cluster, "legacy") == 0 and bound_count(cluster, "bad") == 0
     assert (await api.create_podgroup(podgroup("old", 2))).ok
-    await wait_for(lambda: bound_count(sim, "legacy") == 2, what="placed once the PodGroup exists")
+    await wait_for(lambda: bound_count(cluster, "legacy") == 2, what="placed once the PodGroup exists")
 
 
 async def test_gang_prefers_one_zone_and_can_require_it(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler()
     zone = "topology.kubernetes.io/zone"
@@ -278,16 +290,16 @@ async def test_gang_prefers_one_zone_and_can_require_it(
     ]
     assert (await api.create_podgroup(podgroup("local", 3))).ok
     await create_all(api, nodes, [member("local", i) for i in range(3)])
-    await wait_for(lambda: bound_count(sim, "local") == 3, what="gang placed")
+    await wait_for(lambda: bound_count(cluster, "local") == 3, what="gang placed")
     zones = {
-        sim.store.get("pods", "default", f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)
+        cluster.store.get("pods", "default", f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)
     }
     assert len(zones) == 1, "least-allocated alone would spread; the gang stays in one zone"
 
     # Two GPUs left free per zone-node after this: a 4-member gang fits only across zones.
     fillers = [make_pod(f"filler-{i}", gpus=6, cpu="1", memory="1Gi") for i in range(3)]
     await create_all(api, [], fillers)
-    await wait_for(lambda: bound_count(sim, "filler") == 3, what="fillers placed")
+    await wait_for(lambda: bound_count(cluster, "filler") == 3, what="fillers placed")
     assert (
         await api.create_podgroup(
             podgroup("strict", 4, annotations={"ai-scheduler.io/same-domain": "required"})
@@ -295,42 +307,47 @@ async def test_gang_prefers_one_zone_and_can_require_it(
     ).ok
     await create_all(api, [], [member("strict", i, gpus=2) for i in range(4)])
     await wait_for(
-        lambda: "requires one placement domain" in pod_condition(sim, "strict-0").get("message", ""),
+        lambda: "requires one placement domain" in pod_condition(cluster, "strict-0").get("message", ""),
         what="required domain reported",
     )
-    assert bound_count(sim, "strict") == 0
+    assert bound_count(cluster, "strict") == 0
 
 
 async def test_elastic_members_after_quorum_are_placed_as_ordinary_pods(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("elastic", 2))).ok
     await create_all(api, gpu_nodes(3), [member("elastic", i) for i in range(2)])
-    await wait_for(lambda: bound_count(sim, "elastic") == 2, what="quorum placed")
+    await wait_for(lambda: bound_count(cluster, "elastic") == 2, what="quorum placed")
     await create_all(api, [], [member("elastic", 2)])
-    await wait_for(lambda: bound_count(sim, "elastic") == 3, what="scale-up member placed")
+    await wait_for(lambda: bound_count(cluster, "elastic") == 3, what="scale-up member placed")
     assert any(d.get("elastic") for d in running.log_lines("decision") if d["pod"] == "default/elastic-2")
 
 
+@pytest.mark.backend(
+    "sim",
+    reason="another binder must win the race for a chosen pod, which only the simulated server can arrange",
+)
 async def test_bind_failures_after_quorum_are_retried_and_a_lost_member_fails_the_group(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler(fast_config())
     assert (await api.create_podgroup(podgroup("flaky", 2))).ok
     await create_all(api, gpu_nodes(3), [])
     # Another binder wins the race for one member: our binding answers 409, the member is on gpu-2.
-    sim.inject_bind_conflict("default", "flaky-1", "gpu-2")
+    assert isinstance(cluster, SimCluster)
+    cluster.sim.inject_bind_conflict("default", "flaky-1", "gpu-2")
     await create_all(api, [], [member("flaky", i) for i in range(2)])
-    await wait_for(lambda: bound_count(sim, "flaky") == 2, what="both members bound")
+    await wait_for(lambda: bound_count(cluster, "flaky") == 2, what="both members bound")
     assert [line["code"] for line in running.log_lines("bind.failed")] == [409]
-    await wait_for(lambda: podgroup_status(sim, "flaky").get("phase") == "Running", what="gang running")
-    assert_not_overcommitted(sim)
+    await wait_for(lambda: podgroup_status(cluster, "flaky").get("phase") == "Running", what="gang running")
+    assert_not_overcommitted(cluster)
     assert running.scheduler.cache.check_consistency() == []
 
 
 async def test_pod_group_status_counts_finished_members(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler()
     assert (await api.create_podgroup(podgroup("short", 2))).ok
@@ -345,26 +362,35 @@ async def test_pod_group_status_counts_finished_members(
     for pod in pods:
         pod["metadata"]["ownerReferences"] = [owner]
     await create_all(api, gpu_nodes(2), pods)
-    await wait_for(lambda: podgroup_status(sim, "short").get("phase") == "Finished", what="PodGroup Finished")
-    status = podgroup_status(sim, "short")
+    await wait_for(
+        lambda: podgroup_status(cluster, "short").get("phase") == "Finished", what="PodGroup Finished"
+    )
+    status = podgroup_status(cluster, "short")
     assert status["succeeded"] == 2 and status["occupiedBy"] == "default/short-job"
-    assert Counter(e["reason"] for e in events(sim, "short"))["Scheduled"] == 1
+    assert Counter(e["reason"] for e in events(cluster, "short"))["Scheduled"] == 1
 
 
+@pytest.mark.backend(
+    "sim",
+    reason="chosen requests must fail with 500: only the simulated server injects that (TLS hides them)",
+)
 async def test_member_that_keeps_failing_to_bind_fails_the_group_until_it_binds(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("shaky", 2))).ok
     await create_all(api, gpu_nodes(2), [])
-    sim.inject_failures("pods/binding", "create", "default", "shaky-1", 3)
+    assert isinstance(cluster, SimCluster)
+    cluster.sim.inject_failures("pods/binding", "create", "default", "shaky-1", 3)
     await create_all(api, [], [member("shaky", i) for i in range(2)])
     await wait_for(lambda: running.log_lines("gang.failed"), what="the group reported failed")
     failed = running.log_lines("gang.failed")[0]
     assert failed["pod"] == "default/shaky-1" and "after 3 attempts" in failed["reason"]
-    await wait_for(lambda: events(sim, "shaky", "Failed"), what="a Failed event on the PodGroup")
+    await wait_for(lambda: events(cluster, "shaky", "Failed"), what="a Failed event on the PodGroup")
     # The member is retried all the same; once it binds, the gang is whole and the failure is history.
-    await wait_for(lambda: bound_count(sim, "shaky") == 2, what="the member bound at last")
-    await wait_for(lambda: podgroup_status(sim, "shaky").get("phase") == "Running", what="PodGroup Running")
+    await wait_for(lambda: bound_count(cluster, "shaky") == 2, what="the member bound at last")
+    await wait_for(
+        lambda: podgroup_status(cluster, "shaky").get("phase") == "Running", what="PodGroup Running"
+    )
     assert [line["code"] for line in running.log_lines("bind.failed")] == [500, 500, 500]
-    assert_not_overcommitted(sim)
+    assert_not_overcommitted(cluster)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from backends import Cluster, SimCluster
 from conftest import RunningScheduler, StartScheduler, wait_for
 from test_e2e_scheduling import create_all, pod_condition
 
@@ -25,7 +26,7 @@ from ai_scheduler.cache.gpus import (
 )
 from ai_scheduler.config import parse_config
 from ai_scheduler.quantity import to_units
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import make_node, make_pod
 
 GI = 2**30
 DEVICE = 80 * GI
@@ -62,7 +63,7 @@ class Agents:
 
 
 @pytest.fixture
-async def gpu_cluster(sim: SimApiServer, api: KubeClient) -> AsyncIterator[Agents]:
+async def gpu_cluster(cluster: Cluster, api: KubeClient) -> AsyncIterator[Agents]:
     names = [f"dgx-{i}" for i in range(4)]
     await create_all(
         api, [make_node(name, cpu="64", memory="512Gi", labels={MANAGED_LABEL: "true"}) for name in names], []
@@ -93,10 +94,10 @@ def whole(name: str, count: int) -> dict[str, Any]:
     return make_pod(name, cpu="1", memory="1Gi", annotations={GPU_COUNT_ANNOTATION: str(count)})
 
 
-def placements(sim: SimApiServer) -> dict[tuple[str, int], list[dict[str, Any]]]:
+def placements(cluster: Cluster) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """(node, device) -> pods holding it, from what the scheduler wrote on the pods."""
     held: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for pod in sim.store.list("pods"):
+    for pod in cluster.store.list("pods"):
         ids = pod["metadata"].get("annotations", {}).get(GPU_IDS_ANNOTATION)
         if ids and pod["spec"].get("nodeName"):
             for i in ids.split(","):
@@ -104,8 +105,8 @@ def placements(sim: SimApiServer) -> dict[tuple[str, int], list[dict[str, Any]]]
     return held
 
 
-def assert_devices_not_overcommitted(sim: SimApiServer) -> None:
-    for (node, index), pods in placements(sim).items():
+def assert_devices_not_overcommitted(cluster: Cluster) -> None:
+    for (node, index), pods in placements(cluster).items():
         wholes = [p for p in pods if GPU_COUNT_ANNOTATION in p["metadata"]["annotations"]]
         shared = sum(
             to_units("memory", p["metadata"]["annotations"][GPU_MEMORY_ANNOTATION])
@@ -116,31 +117,31 @@ def assert_devices_not_overcommitted(sim: SimApiServer) -> None:
         assert shared <= DEVICE, f"{node}/{index} over-committed: {shared / GI} GiB"
 
 
-def bound(sim: SimApiServer, prefix: str) -> list[dict[str, Any]]:
+def bound(cluster: Cluster, prefix: str) -> list[dict[str, Any]]:
     return [
         p
-        for p in sim.store.list("pods")
+        for p in cluster.store.list("pods")
         if p["metadata"]["name"].startswith(prefix) and p["spec"].get("nodeName")
     ]
 
 
 async def test_forty_shared_pods_best_fit_without_overcommit(
-    sim: SimApiServer, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler(gpu_config())
     rng = random.Random(11)
     sizes = [rng.choice(["5Gi", "10Gi", "20Gi", "40Gi", "60Gi"]) for _ in range(40)]
     await create_all(api, [], [share(f"infer-{i}", size) for i, size in enumerate(sizes)])
-    await wait_for(lambda: len(bound(sim, "infer-")) == 40, what="all 40 shared pods bound")
-    assert_devices_not_overcommitted(sim)
-    devices_used = len(placements(sim))
+    await wait_for(lambda: len(bound(cluster, "infer-")) == 40, what="all 40 shared pods bound")
+    assert_devices_not_overcommitted(cluster)
+    devices_used = len(placements(cluster))
     lower_bound = math.ceil(sum(to_units("memory", s) for s in sizes) / DEVICE)
     assert devices_used <= lower_bound + 2, (
         f"best fit packs: {devices_used} devices for a minimum of {lower_bound}"
     )
-    nodes_used = {node for node, _ in placements(sim)}
+    nodes_used = {node for node, _ in placements(cluster)}
     assert len(nodes_used) < 4, "binpack leaves whole nodes free"
-    for pod in bound(sim, "infer-"):
+    for pod in bound(cluster, "infer-"):
         annotations = pod["metadata"]["annotations"]
         uuids = annotations[GPU_UUIDS_ANNOTATION].split(",")
         assert len(uuids) == 1 and uuids[0].startswith("GPU-")
@@ -148,111 +149,121 @@ async def test_forty_shared_pods_best_fit_without_overcommit(
     assert all("gpus" in d and len(d["gpus"]["ids"]) == 1 for d in decisions)
     metrics = running.scheduler.metrics.render().decode()
     shared = sum(to_units("memory", size) for size in sizes)
-    values = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-              for line in metrics.splitlines() if line and not line.startswith("#")}
+    values = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line and not line.startswith("#")
+    }
     assert values['ai_scheduler_gpu_cluster{measure="shared_bytes"}'] == shared
     assert 'ai_scheduler_gpu_devices{node="dgx-0"} 8.0' in metrics
     assert "ai_scheduler_gpu_fragmentation_ratio " in metrics
 
 
 async def test_whole_gpus_stay_in_nvlink_islands_and_shares_never_touch_them(
-    sim: SimApiServer, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler(gpu_config())
     await create_all(api, [], [whole("train-a", 4), whole("train-b", 2)])
-    await wait_for(lambda: len(bound(sim, "train-")) == 2, what="whole-GPU pods bound")
+    await wait_for(lambda: len(bound(cluster, "train-")) == 2, what="whole-GPU pods bound")
     ids = {
         p["metadata"]["name"]: sorted(
             int(i) for i in p["metadata"]["annotations"][GPU_IDS_ANNOTATION].split(",")
         )
-        for p in bound(sim, "train-")
+        for p in bound(cluster, "train-")
     }
     islands = ({0, 1, 2, 3}, {4, 5, 6, 7})
     assert any(set(ids["train-a"]) == island for island in islands)
     assert any(set(ids["train-b"]) <= island for island in islands)
     await create_all(api, [], [share(f"s-{i}", "70Gi") for i in range(3)])
-    await wait_for(lambda: len(bound(sim, "s-")) == 3, what="shares bound")
-    assert_devices_not_overcommitted(sim)
+    await wait_for(lambda: len(bound(cluster, "s-")) == 3, what="shares bound")
+    assert_devices_not_overcommitted(cluster)
 
 
 async def test_stale_report_stops_gpu_pods_until_fresh_again(
-    sim: SimApiServer, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler(gpu_config(stalenessSeconds=1))
     # Binpack sends the first pods to one node, which then attracts the rest while its report is fresh.
     await create_all(api, [], [share("first", "10Gi")])
-    await wait_for(lambda: bound(sim, "first"), what="first share bound")
-    favourite = bound(sim, "first")[0]["spec"]["nodeName"]
+    await wait_for(lambda: bound(cluster, "first"), what="first share bound")
+    favourite = bound(cluster, "first")[0]["spec"]["nodeName"]
     await gpu_cluster.pause(favourite)
     await asyncio.sleep(1.5)
     await create_all(api, [], [share("while-stale", "10Gi")])
-    await wait_for(lambda: bound(sim, "while-stale"), what="pod placed elsewhere")
-    assert bound(sim, "while-stale")[0]["spec"]["nodeName"] != favourite
+    await wait_for(lambda: bound(cluster, "while-stale"), what="pod placed elsewhere")
+    assert bound(cluster, "while-stale")[0]["spec"]["nodeName"] != favourite
     decision = next(d for d in running.log_lines("decision") if d["pod"] == "default/while-stale")
     assert decision["filtered"] == {"node(s) had stale GPU report": 1}
     # Fill the fresh nodes (the 7-GPU pod joins the 10Gi share, whose device keeps 70Gi free): a 75Gi share
     # then fits only on the stale node, so it waits and says why.
     await create_all(api, [], [whole("fill-0", 8), whole("fill-1", 8), whole("fill-2", 7)])
-    await wait_for(lambda: len(bound(sim, "fill-")) == 3, what="the fresh nodes filled")
+    await wait_for(lambda: len(bound(cluster, "fill-")) == 3, what="the fresh nodes filled")
     await create_all(api, [], [share("needs-favourite", "75Gi")])
     await wait_for(
-        lambda: "1 node(s) had stale GPU report" in pod_condition(sim, "needs-favourite").get("message", ""),
+        lambda: (
+            "1 node(s) had stale GPU report" in pod_condition(cluster, "needs-favourite").get("message", "")
+        ),
         what="stale report named in the message",
     )
     gpu_cluster.start(favourite)
-    await wait_for(lambda: bound(sim, "needs-favourite"), what="placed once the report is fresh")
-    assert bound(sim, "needs-favourite")[0]["spec"]["nodeName"] == favourite
-    assert_devices_not_overcommitted(sim)
+    await wait_for(lambda: bound(cluster, "needs-favourite"), what="placed once the report is fresh")
+    assert bound(cluster, "needs-favourite")[0]["spec"]["nodeName"] == favourite
+    assert_devices_not_overcommitted(cluster)
 
 
 async def test_written_gpu_ids_match_the_cache_after_a_restart(
-    sim: SimApiServer, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
 ) -> None:
     first = await start_scheduler(gpu_config())
     await create_all(
         api, [], [whole("w-0", 4), whole("w-1", 2), *(share(f"m-{i}", "30Gi") for i in range(5))]
     )
-    await wait_for(lambda: len(bound(sim, "w-")) + len(bound(sim, "m-")) == 7, what="pods bound")
+    await wait_for(lambda: len(bound(cluster, "w-")) + len(bound(cluster, "m-")) == 7, what="pods bound")
     await first.stop()
     second: RunningScheduler = await start_scheduler(gpu_config())
     table = second.scheduler.cache.gpus
-    for pod in bound(sim, "w-") + bound(sim, "m-"):
+    for pod in bound(cluster, "w-") + bound(cluster, "m-"):
         written = tuple(int(i) for i in pod["metadata"]["annotations"][GPU_IDS_ANNOTATION].split(","))
         assignment = table.assignments[pod["metadata"]["uid"]]
         assert assignment.indices == written
         assert second.scheduler.cache.row_names[assignment.row] == pod["spec"]["nodeName"]
     # The restarted scheduler respects what is taken: more pods never land on held devices.
     await create_all(api, [], [share(f"after-{i}", "40Gi") for i in range(6)])
-    await wait_for(lambda: len(bound(sim, "after-")) == 6, what="more pods bound after the restart")
-    assert_devices_not_overcommitted(sim)
+    await wait_for(lambda: len(bound(cluster, "after-")) == 6, what="more pods bound after the restart")
+    assert_devices_not_overcommitted(cluster)
 
 
+@pytest.mark.backend(
+    "sim",
+    reason="chosen requests must fail with 500: only the simulated server injects that (TLS hides them)",
+)
 async def test_failed_prebind_binds_nothing_and_retries(
-    sim: SimApiServer, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler(gpu_config())
-    sim.inject_failures("pods", "patch", "default", "fragile", 2)
+    assert isinstance(cluster, SimCluster)
+    cluster.sim.inject_failures("pods", "patch", "default", "fragile", 2)
     await create_all(api, [], [share("fragile", "10Gi")])
     await wait_for(lambda: len(running.log_lines("prebind.failed")) == 2, what="two failed PreBinds")
-    await wait_for(lambda: bound(sim, "fragile"), what="bound on the third try")
-    assert sim.stats()["bindings"]["ok"] == 1, (
-        "no binding was sent while the annotations could not be written"
-    )
+    await wait_for(lambda: bound(cluster, "fragile"), what="bound on the third try")
+    assert cluster.bindings()["ok"] == 1, "no binding was sent while the annotations could not be written"
     assert running.scheduler.cache.check_consistency() == []
-    assert len(placements(sim)) == 1
+    assert len(placements(cluster)) == 1
 
 
 async def test_bad_gpu_requests_are_reported_on_the_pod(
-    sim: SimApiServer, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler(gpu_config())
     await create_all(api, [], [share("too-big", "100Gi"), share("garbled", "lots")])
     await wait_for(
-        lambda: "is more than any GPU has (largest 80Gi)" in pod_condition(sim, "too-big").get("message", ""),
+        lambda: (
+            "is more than any GPU has (largest 80Gi)" in pod_condition(cluster, "too-big").get("message", "")
+        ),
         what="too-big reported",
     )
     await wait_for(
-        lambda: "must be a positive quantity" in pod_condition(sim, "garbled").get("message", ""),
+        lambda: "must be a positive quantity" in pod_condition(cluster, "garbled").get("message", ""),
         what="garbled reported",
     )
-    assert not bound(sim, "too-big") and not bound(sim, "garbled")
+    assert not bound(cluster, "too-big") and not bound(cluster, "garbled")

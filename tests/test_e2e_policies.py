@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from backends import Cluster
 from conftest import StartScheduler, replace_atomically, wait_for
 from test_e2e_scheduling import create_all, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import load_config
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import make_node, make_pod
 
 BASE: dict[str, Any] = {
     "server": {"port": 0, "bindAddress": "127.0.0.1"},
@@ -44,7 +45,7 @@ def bind_order(running: Any, names: set[str]) -> list[str]:
 
 
 async def test_a_policies_give_different_orders_and_a_reload_switches_live(
-    tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    tmp_path: Path, cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     path = tmp_path / "config.yaml"
     write_config(path, "small-first")
@@ -70,7 +71,7 @@ async def test_a_policies_give_different_orders_and_a_reload_switches_live(
 
 
 async def test_b_user_and_group_max_are_never_exceeded(
-    tmp_path: Path, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    tmp_path: Path, cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     path = tmp_path / "config.yaml"
     write_config(path, "by-priority")
@@ -87,7 +88,7 @@ async def test_b_user_and_group_max_are_never_exceeded(
     def in_use(prefix: str) -> int:
         return sum(
             1
-            for p in sim.store.list("pods", "team-a" if prefix == "a-" else "team-b")
+            for p in cluster.store.list("pods", "team-a" if prefix == "a-" else "team-b")
             if p["spec"].get("nodeName") and p.get("status", {}).get("phase") != "Succeeded"
         )
 
@@ -97,13 +98,15 @@ async def test_b_user_and_group_max_are_never_exceeded(
         alice, bob = in_use("a-"), in_use("b-")
         peaks["alice"] = max(peaks["alice"], alice)
         peaks["group"] = max(peaks["group"], alice + bob)
-        for p in sim.store.list("pods", "team-a") + sim.store.list("pods", "team-b"):
-            message = pod_condition(sim, p["metadata"]["name"], p["metadata"]["namespace"]).get("message", "")
+        for p in cluster.store.list("pods", "team-a") + cluster.store.list("pods", "team-b"):
+            message = pod_condition(cluster, p["metadata"]["name"], p["metadata"]["namespace"]).get(
+                "message", ""
+            )
             if message.startswith("exceeds quota"):
                 refused.add(message.split(":")[0])
         done = [
             p
-            for p in sim.store.list("pods", "team-a") + sim.store.list("pods", "team-b")
+            for p in cluster.store.list("pods", "team-a") + cluster.store.list("pods", "team-b")
             if p.get("status", {}).get("phase") == "Succeeded"
         ]
         if len(done) == 20:

@@ -6,6 +6,8 @@ import asyncio
 import random
 from typing import Any
 
+import pytest
+from backends import Cluster
 from conftest import StartScheduler, fast_config, wait_for
 from test_e2e_gangs import member, podgroup
 from test_e2e_scheduling import assert_not_overcommitted, create_all, pod_condition
@@ -17,17 +19,17 @@ from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 
 
-def events(sim: SimApiServer, reason: str) -> list[dict[str, Any]]:
-    return [e for e in sim.store.list("events") if e["reason"] == reason]
+def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
+    return [e for e in cluster.store.list("events") if e["reason"] == reason]
 
 
-def node_of(sim: SimApiServer, name: str, namespace: str = "default") -> str | None:
-    pod = sim.store.get("pods", namespace, name)
+def node_of(cluster: Cluster, name: str, namespace: str = "default") -> str | None:
+    pod = cluster.store.get("pods", namespace, name)
     return pod["spec"].get("nodeName") if pod else None
 
 
 async def test_higher_priority_preempts_the_fewest_lowest_priority_pods(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     await create_all(
@@ -39,33 +41,34 @@ async def test_higher_priority_preempts_the_fewest_lowest_priority_pods(
             make_pod("mid-0", cpu="2", priority=50),
         ],
     )
-    await wait_for(lambda: all(node_of(sim, n) for n in ("low-0", "low-1", "mid-0")), what="node full")
+    await wait_for(lambda: all(node_of(cluster, n) for n in ("low-0", "low-1", "mid-0")), what="node full")
     await create_all(api, [], [make_pod("high", cpu="2", priority=100)])
-    await wait_for(lambda: node_of(sim, "high") == "n1", what="the preemptor placed")
+    await wait_for(lambda: node_of(cluster, "high") == "n1", what="the preemptor placed")
     line = running.log_lines("preemption")[0]
     assert line["preemptor"] == "default/high" and line["reason"] == "priority" and line["node"] == "n1"
     assert sorted(v["pod"] for v in line["victims"]) == ["default/low-0", "default/low-1"], "lowest first"
-    assert node_of(sim, "mid-0") == "n1"
-    preempted = events(sim, "Preempted")
+    assert node_of(cluster, "mid-0") == "n1"
+    preempted = events(cluster, "Preempted")
     assert {e["involvedObject"]["name"] for e in preempted} == {"low-0", "low-1"}
     assert preempted[0]["message"] == "Preempted by default/high on node n1"
-    assert_not_overcommitted(sim)
+    assert_not_overcommitted(cluster)
 
 
 async def test_equal_priority_never_preempts(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     await create_all(
         api, [make_node("n1", cpu="2", memory="16Gi")], [make_pod("first", cpu="2", priority=10)]
     )
-    await wait_for(lambda: node_of(sim, "first"), what="first placed")
+    await wait_for(lambda: node_of(cluster, "first"), what="first placed")
     await create_all(api, [], [make_pod("peer", cpu="2", priority=10)])
-    await wait_for(lambda: pod_condition(sim, "peer").get("reason") == "Unschedulable", what="peer waits")
-    assert running.log_lines("preemption") == [] and node_of(sim, "first") == "n1"
+    await wait_for(lambda: pod_condition(cluster, "peer").get("reason") == "Unschedulable", what="peer waits")
+    assert running.log_lines("preemption") == [] and node_of(cluster, "first") == "n1"
 
 
-async def test_victims_get_the_disruption_target_condition(api: KubeClient) -> None:
+@pytest.mark.backend("sim", reason="a deleted pod must stay Terminating to be read; kwok finishes it at once")
+async def test_victims_get_the_disruption_target_condition(cluster: Cluster) -> None:
     # Without kubelets a deleted bound pod stays Terminating, so its conditions can be read.
     sim = SimApiServer(kubelets=False)
     await sim.start()
@@ -95,7 +98,7 @@ async def test_victims_get_the_disruption_target_condition(api: KubeClient) -> N
 
 
 async def test_c_group_below_min_reclaims_borrowed_gpus_and_takes_a_gang_whole(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     config = parse_config(
         {
@@ -118,21 +121,21 @@ async def test_c_group_below_min_reclaims_borrowed_gpus_and_takes_a_gang_whole(
         borrowers.append(pod)
     await create_all(api, [], borrowers)
     await wait_for(
-        lambda: all(node_of(sim, f"borrower-{i}", "team-a") for i in range(4)), what="A borrows all 8"
+        lambda: all(node_of(cluster, f"borrower-{i}", "team-a") for i in range(4)), what="A borrows all 8"
     )
     await create_all(api, [], [make_pod("owed", gpus=4, cpu="1", memory="1Gi")])
-    await wait_for(lambda: node_of(sim, "owed") == "dgx", timeout=10, what="B reclaims its guarantee")
+    await wait_for(lambda: node_of(cluster, "owed") == "dgx", timeout=10, what="B reclaims its guarantee")
     line = running.log_lines("preemption")[0]
     assert line["reason"] == "reclaim"
     assert sorted(v["pod"] for v in line["victims"]) == [f"team-a/borrower-{i}" for i in range(4)], (
         "gang whole"
     )
-    assert not any(sim.store.get("pods", "team-a", f"borrower-{i}") for i in range(4))
-    assert_not_overcommitted(sim)
+    assert not any(cluster.store.get("pods", "team-a", f"borrower-{i}") for i in range(4))
+    assert_not_overcommitted(cluster)
 
 
 async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     rng = random.Random(5)
@@ -151,7 +154,7 @@ async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
     await create_all(api, [], pods)
 
     def settled() -> bool:
-        left = sim.store.list("pods")
+        left = cluster.store.list("pods")
         return all(p.get("status", {}).get("phase") == "Succeeded" for p in left)
 
     await wait_for(settled, timeout=60, what="every pod finished or was preempted")
@@ -165,26 +168,26 @@ async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
             name = victim["pod"].split("/")[1]
             assert priority_of[name] < preemptor, f"cascade: {line}"
             victims.add(name)
-    succeeded = {p["metadata"]["name"] for p in sim.store.list("pods")}
+    succeeded = {p["metadata"]["name"] for p in cluster.store.list("pods")}
     assert succeeded | victims == set(priority_of), "every pod ran or was preempted; none lost"
     assert not succeeded & victims
 
 
 async def test_preemption_policy_never_is_honoured(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     await create_all(api, [make_node("n1", cpu="1", memory="4Gi")], [make_pod("low", cpu="1", priority=0)])
-    await wait_for(lambda: node_of(sim, "low"), what="low placed")
+    await wait_for(lambda: node_of(cluster, "low"), what="low placed")
     polite = make_pod("polite", cpu="1", priority=1000)
     polite["spec"]["preemptionPolicy"] = "Never"
     await create_all(api, [], [polite])
-    await wait_for(lambda: pod_condition(sim, "polite").get("reason") == "Unschedulable", what="it waits")
-    assert running.log_lines("preemption") == [] and node_of(sim, "low") == "n1"
+    await wait_for(lambda: pod_condition(cluster, "polite").get("reason") == "Unschedulable", what="it waits")
+    assert running.log_lines("preemption") == [] and node_of(cluster, "low") == "n1"
 
 
 async def test_a_preempted_workload_is_not_placed_again_where_it_was_preempted(
-    sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
     owner = [
@@ -197,21 +200,21 @@ async def test_a_preempted_workload_is_not_placed_again_where_it_was_preempted(
         [make_node("n1", cpu="2", memory="8Gi"), make_node("n2", cpu="2", memory="8Gi")],
         [make_pod("filler", cpu="2", priority=500, duration=0.6)],
     )
-    await wait_for(lambda: node_of(sim, "filler"), what="filler placed")
+    await wait_for(lambda: node_of(cluster, "filler"), what="filler placed")
     await create_all(api, [], [victim])
-    await wait_for(lambda: node_of(sim, "job-x-1"), what="victim placed")
-    victim_node = node_of(sim, "job-x-1")
+    await wait_for(lambda: node_of(cluster, "job-x-1"), what="victim placed")
+    victim_node = node_of(cluster, "job-x-1")
     await create_all(api, [], [make_pod("urgent", cpu="2", priority=100, duration=0.3)])
-    await wait_for(lambda: node_of(sim, "urgent") == victim_node, what="urgent preempted the victim")
+    await wait_for(lambda: node_of(cluster, "urgent") == victim_node, what="urgent preempted the victim")
     # Both nodes empty out; the Job's replacement pod must not go back where it was just preempted.
     await wait_for(
-        lambda: all(p.get("status", {}).get("phase") == "Succeeded" for p in sim.store.list("pods")),
+        lambda: all(p.get("status", {}).get("phase") == "Succeeded" for p in cluster.store.list("pods")),
         what="urgent and filler finished",
     )
     replacement = make_pod("job-x-2", cpu="2", priority=0)
     replacement["metadata"]["ownerReferences"] = owner
     await create_all(api, [], [replacement])
-    await wait_for(lambda: node_of(sim, "job-x-2"), what="replacement placed")
-    assert node_of(sim, "job-x-2") != victim_node
+    await wait_for(lambda: node_of(cluster, "job-x-2"), what="replacement placed")
+    assert node_of(cluster, "job-x-2") != victim_node
     decision = next(d for d in running.log_lines("decision") if d["pod"] == "default/job-x-2")
     assert decision["filtered"] == {"node(s) its workload was just preempted from": 1}

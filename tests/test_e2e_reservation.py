@@ -6,13 +6,14 @@ import asyncio
 import time
 
 import pytest
+from backends import Cluster
 from conftest import StartScheduler, wait_for
 from test_e2e_gangs import bound_count, member, podgroup
 from test_e2e_scheduling import assert_not_overcommitted, create_all
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import make_node, make_pod
 
 STREAM_SECONDS = 4.0
 
@@ -37,7 +38,7 @@ async def stream(api: KubeClient, until: float) -> int:
 
 @pytest.mark.parametrize("reservation", [True, False])
 async def test_d_a_big_gang_starts_with_reservation_and_starves_without(
-    reservation: bool, sim: SimApiServer, api: KubeClient, start_scheduler: StartScheduler
+    reservation: bool, cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     config = parse_config(
         {
@@ -58,7 +59,7 @@ async def test_d_a_big_gang_starts_with_reservation_and_starves_without(
     await create_all(api, [], [member("big", i, priority=100) for i in range(4)])
     if reservation:
         await wait_for(
-            lambda: bound_count(sim, "big") == 4,
+            lambda: bound_count(cluster, "big") == 4,
             timeout=STREAM_SECONDS,
             what="the gang started while the stream was still running",
         )
@@ -76,6 +77,6 @@ async def test_d_a_big_gang_starts_with_reservation_and_starves_without(
     created = await jobs
     assert created > 50
     if not reservation:
-        assert bound_count(sim, "big") == 0, "without a reservation the stream starves the gang"
+        assert bound_count(cluster, "big") == 0, "without a reservation the stream starves the gang"
         assert running.log_lines("reservation") == []
-    assert_not_overcommitted(sim)
+    assert_not_overcommitted(cluster)

