@@ -11,7 +11,7 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PODS, PodRecord
-from ai_scheduler.scheduler.framework import FilterPlugin, Reasons, StaticResults
+from ai_scheduler.scheduler.framework import ALL_ROWS, FilterPlugin, Reasons, StaticResults
 
 TOO_MANY_PODS = "Too many pods"
 
@@ -24,18 +24,25 @@ class NodeResourcesFit(FilterPlugin):
     name = "NodeResourcesFit"
 
     def run(
-        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+        self,
+        pod: PodRecord,
+        cache: SchedulerCache,
+        candidates: np.ndarray,
+        static: StaticResults,
+        window: slice = ALL_ROWS,
     ) -> Reasons:
-        allocatable = cache.allocatable
-        requested = cache.requested
+        allocatable = cache.allocatable[window]
+        requested = cache.requested[window]
         if cache.nominations:
             # Room held for nominated preemptors counts as taken, except the pod's own.
-            requested = requested + cache.nominated
+            requested = requested + cache.nominated[window]
             own = cache.nominations.get(pod.uid)
             if own is not None:
                 row, amounts = own
-                for name, value in amounts.items():
-                    requested[row, cache.resource_index[name]] -= value
+                local = row - (window.start or 0)
+                if 0 <= local < requested.shape[0]:
+                    for name, value in amounts.items():
+                        requested[local, cache.resource_index[name]] -= value
         pods_col = cache.resource_index[PODS]
         reasons: Reasons = [
             (TOO_MANY_PODS, allocatable[:, pods_col] - requested[:, pods_col] < 1),
@@ -45,7 +52,7 @@ class NodeResourcesFit(FilterPlugin):
                 continue
             col = cache.column(resource)
             if col < 0:
-                reasons.append((insufficient(resource), np.ones(cache.rows, dtype=bool)))
+                reasons.append((insufficient(resource), np.ones(allocatable.shape[0], dtype=bool)))
                 continue
             reasons.append((insufficient(resource), allocatable[:, col] - requested[:, col] < amount))
         return reasons
