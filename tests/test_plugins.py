@@ -19,7 +19,7 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.cycle import Framework, fit_error_message, num_feasible_nodes_to_find, top_scores
-from ai_scheduler.scheduler.framework import ScorePlugin, default_normalize
+from ai_scheduler.scheduler.framework import ScorePlugin, default_normalize, position_in_window
 from ai_scheduler.scheduler.plugins import build_filters
 from ai_scheduler.scheduler.plugins.node_affinity import (
     NodeAffinityFilter,
@@ -869,3 +869,28 @@ def test_top_scores_of_many_equal_values() -> None:
     assert top_scores(values, 4000, np.array([4000])) == [4000, 0, 1]
     values[:] = 7
     assert top_scores(values, 2500, np.flatnonzero(values == 7)) == [2500, 0, 1]
+
+
+@pytest.mark.parametrize(("window", "row", "expected"), [
+    (slice(None), 7, 7),
+    (slice(10, 20), 15, 5),
+    (slice(10, 20), 20, -1),
+    (slice(10, 20), 9, -1),
+    (np.array([998, 999, 0, 1]), 0, 2),  # a window wrapping round the end of the table
+    (np.array([998, 999, 0, 1]), 5, -1),
+])
+def test_position_in_window(window: Any, row: int, expected: int) -> None:
+    assert position_in_window(window, row) == expected
+
+
+def test_room_held_for_a_nominated_pod_in_a_window_that_wraps_round() -> None:
+    cache = cluster(node("a", cpu="2"), node("b", cpu="2"), node("c", cpu="2"))
+    fw = framework(cache)
+    preemptor = pod("preemptor", cpu="2")
+    cache.nominate(preemptor, "a")
+    window = np.array([cache.row_of("c"), cache.row_of("a")])  # c, then round the end to a
+    alive = np.ones(2, dtype=bool)
+    own = dict(NodeResourcesFit().run(preemptor, cache, alive, fw.static, window))
+    other = dict(NodeResourcesFit().run(pod("other", cpu="2"), cache, alive, fw.static, window))
+    assert own["Insufficient cpu"].tolist() == [False, False], "its own held room is free to it"
+    assert other["Insufficient cpu"].tolist() == [False, True], "and taken for anyone else"

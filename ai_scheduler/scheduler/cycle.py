@@ -11,7 +11,7 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import DevicePicker, FilterPlugin, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework import DevicePicker, FilterPlugin, ScorePlugin, StaticResults, Window
 
 TOP_SCORES_LOGGED = 3
 # kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): below this many nodes every node
@@ -22,6 +22,9 @@ MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
 # Smallest window of rows the filters run over at once: each window costs a fixed Python overhead per
 # filter, so tiny windows would cost more than they save.
 MIN_WINDOW_ROWS = 64
+# A window that wraps round the end of the table is looked at in one pass, through its row numbers, up to
+# this many rows; a larger one in two passes over slices, as copying its rows would cost more than a pass.
+MAX_GATHERED_ROWS = 1024
 
 
 def num_feasible_nodes_to_find(percentage: int, total: int) -> int:
@@ -126,7 +129,7 @@ class Framework:
     def _filter_window(
         self,
         pod: PodRecord,
-        window: slice,
+        window: Window,
         node_mask: np.ndarray | None,
         blocked: Sequence[tuple[np.ndarray, str]],
         reasons: dict[str, int],
@@ -162,6 +165,8 @@ class Framework:
                 if not alive.any():
                     break
         rows = np.flatnonzero(alive)
+        if not isinstance(window, slice):
+            return window[rows], looked_at
         if window.start:
             rows += window.start
         return rows, looked_at
@@ -179,7 +184,7 @@ class Framework:
         round, until `num_feasible_nodes_to_find` feasible nodes are found or every node was looked
         at; the next search starts just after the last node kept, so all nodes take their turn.
         Filters are vectorised, so one window costs about the same fixed overhead whatever its size:
-        the first window is as large as the number wanted, and the next ones are sized from the
+        the first window holds about as many nodes as wanted, and the next ones are sized from the
         share of feasible nodes seen so far. Nodes past the last one kept may have been looked at
         (and counted in the reasons) too; they are looked at again by the next search. A pod that
         fits nowhere is always checked against every node, so its reasons are complete.
@@ -193,20 +198,29 @@ class Framework:
         start = self.next_start % limit
         parts: list[np.ndarray] = []
         found = looked_at = scanned = 0
-        position, size = start, wanted
+        # First window: the rows that hold `wanted` nodes on average. That is exactly `wanted` on a table
+        # without holes; with holes, or inside a domain (node_mask), an eighth more, so that one window
+        # usually does despite the nodes not being spread evenly.
+        size = -(-wanted * limit // total)
+        if limit != total:
+            size += size // 8
+        position = start
         while scanned < limit:
             size = min(size, limit - scanned)
             end = position + size
-            if end <= limit:
-                windows = [slice(position, end)]
-            else:  # wrapping round the end of the table
-                windows = [slice(position, limit), slice(0, end - limit)]
-            for window in windows:
-                part, seen = self._filter_window(pod, window, node_mask, blocked, reasons)
-                looked_at += seen
-                if part.size:
-                    parts.append(part)
-                    found += part.size
+            window: Window = slice(position, end)
+            if end > limit:  # wrapping round the end of the table
+                if size <= MAX_GATHERED_ROWS:  # the row numbers, in search order: one pass
+                    window = np.arange(position, end)
+                    window[limit - position :] -= limit
+                else:  # up to the end only; the next window goes on from row 0
+                    window = slice(position, limit)
+                    end, size = limit, limit - position
+            part, seen = self._filter_window(pod, window, node_mask, blocked, reasons)
+            looked_at += seen
+            if part.size:
+                parts.append(part)
+                found += part.size
             scanned += size
             position = end % limit
             if found >= wanted:

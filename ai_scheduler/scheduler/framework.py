@@ -4,11 +4,13 @@ kube-scheduler calls each Filter and Score plugin once per node. We keep the
 same plugin semantics but shape the calls for arrays:
 
 - a FilterPlugin returns, for a window of the node table (a slice of rows,
-  all of them by default), boolean masks of the rows that fail, each with the
+  all of them by default, or an array of row numbers when a window wraps round
+  the end of the table), boolean masks of the rows that fail, each with the
   reason string that the Unschedulable message counts. The cycle looks at one
   window at a time and stops once it has found enough feasible nodes
   (kube-scheduler's percentageOfNodesToScore), so a filter must only read the
-  window's rows: its cost then follows the rows looked at, not the cluster;
+  window's rows (index its columns with it): its cost then follows the rows
+  looked at, not the cluster;
 - a StaticFilterPlugin (or StaticScorePlugin) reads only the pod's spec and the
   node's labels, taints, unschedulable flag and readiness. It is written as a
   plain per-node check; the framework caches its per-node results by the pod's
@@ -32,6 +34,17 @@ MAX_NODE_SCORE = 100
 ALL_ROWS = slice(None)  # the whole node table, as a window
 
 Reasons = list[tuple[str, np.ndarray]]
+# Rows of the node table a filter looks at: a slice, or row numbers (a window wrapping round the end).
+Window = slice | np.ndarray
+
+
+def position_in_window(window: Window, row: int) -> int:
+    """Where `row` sits among the window's rows, or -1 when it is not one of them."""
+    if isinstance(window, slice):
+        start, stop = window.start or 0, window.stop
+        return row - start if start <= row and (stop is None or row < stop) else -1
+    hits = np.flatnonzero(window == row)
+    return int(hits[0]) if hits.size else -1
 
 
 class FilterPlugin:
@@ -49,7 +62,7 @@ class FilterPlugin:
         cache: SchedulerCache,
         candidates: np.ndarray,
         static: StaticResults,
-        window: slice = ALL_ROWS,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
         """Masks of the rows in `window` that fail, with their reasons.
 
@@ -85,7 +98,7 @@ class StaticFilterPlugin(FilterPlugin):
         cache: SchedulerCache,
         candidates: np.ndarray,
         static: StaticResults,
-        window: slice = ALL_ROWS,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
         signature = self.signature(pod)
         if signature is None:
@@ -218,9 +231,7 @@ class StaticResults:
             entry.any_nonzero = bool(codes.any())
         return (codes if entry.any_nonzero else None), entry.reasons
 
-    def raw_scores(
-        self, plugin: StaticScorePlugin, pod: PodRecord, signature: Hashable
-    ) -> np.ndarray | None:
+    def raw_scores(self, plugin: StaticScorePlugin, pod: PodRecord, signature: Hashable) -> np.ndarray | None:
         """Per-row raw scores; None when they are all zero."""
         entry, stale = self._entry("s:", plugin.name, signature, np.int64)
         records = self._cache.row_records

@@ -31,6 +31,7 @@ from ai_scheduler.scheduler.framework import (
     Reasons,
     ScorePlugin,
     StaticResults,
+    Window,
 )
 
 DEVICE_PLUGIN_GPU = "nvidia.com/gpu"
@@ -71,7 +72,7 @@ class GpuFilter(DevicePicker):
         cache: SchedulerCache,
         candidates: np.ndarray,
         static: StaticResults,
-        window: slice = ALL_ROWS,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
         request, _ = gpu_request(pod)
         if request is None:

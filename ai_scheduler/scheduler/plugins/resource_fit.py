@@ -11,7 +11,14 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PODS, PodRecord
-from ai_scheduler.scheduler.framework import ALL_ROWS, FilterPlugin, Reasons, StaticResults
+from ai_scheduler.scheduler.framework import (
+    ALL_ROWS,
+    FilterPlugin,
+    Reasons,
+    StaticResults,
+    Window,
+    position_in_window,
+)
 
 TOO_MANY_PODS = "Too many pods"
 
@@ -29,30 +36,28 @@ class NodeResourcesFit(FilterPlugin):
         cache: SchedulerCache,
         candidates: np.ndarray,
         static: StaticResults,
-        window: slice = ALL_ROWS,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
-        allocatable = cache.allocatable[window]
-        requested = cache.requested[window]
+        # Free room per resource, for the window's rows: one subtraction over the block, then one
+        # comparison per requested resource.
+        free = cache.allocatable[window] - cache.requested[window]
         if cache.nominations:
             # Room held for nominated preemptors counts as taken, except the pod's own.
-            requested = requested + cache.nominated[window]
+            free -= cache.nominated[window]
             own = cache.nominations.get(pod.uid)
             if own is not None:
                 row, amounts = own
-                local = row - (window.start or 0)
-                if 0 <= local < requested.shape[0]:
+                local = position_in_window(window, row)
+                if local >= 0:
                     for name, value in amounts.items():
-                        requested[local, cache.resource_index[name]] -= value
-        pods_col = cache.resource_index[PODS]
-        reasons: Reasons = [
-            (TOO_MANY_PODS, allocatable[:, pods_col] - requested[:, pods_col] < 1),
-        ]
+                        free[local, cache.resource_index[name]] += value
+        reasons: Reasons = [(TOO_MANY_PODS, free[:, cache.resource_index[PODS]] < 1)]
         for resource, amount in pod.requests.items():
             if resource == PODS:
                 continue
             col = cache.column(resource)
             if col < 0:
-                reasons.append((insufficient(resource), np.ones(allocatable.shape[0], dtype=bool)))
+                reasons.append((insufficient(resource), np.ones(free.shape[0], dtype=bool)))
                 continue
-            reasons.append((insufficient(resource), allocatable[:, col] - requested[:, col] < amount))
+            reasons.append((insufficient(resource), free[:, col] < amount))
         return reasons
