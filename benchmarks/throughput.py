@@ -11,7 +11,9 @@ pods there and times whichever scheduler serves NAME (add `--start-scheduler`
 to start ai-scheduler against it too). Objects are labelled and deleted after.
 
 In-process (`--in-process`): the scheduling core alone (queue, filters,
-scores, assume) with no API server, to measure the decision cost per pod.
+scores, assume) with no API server, to measure the decision cost per pod;
+`--percentage-of-nodes-to-score 100` scores every feasible node instead of the
+adaptive share.
 """
 
 from __future__ import annotations
@@ -253,11 +255,13 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
 
     from ai_scheduler.cache.cache import SchedulerCache
     from ai_scheduler.cache.records import NodeRecord, PodRecord
-    from ai_scheduler.config import default_config
+    from ai_scheduler.config import default_config, parse_config
     from ai_scheduler.queue import SchedulingQueue
     from ai_scheduler.scheduler.daemon import build_frameworks
 
     config = default_config()
+    if args.percentage_of_nodes_to_score is not None:
+        config = parse_config({"scheduling": {"percentageOfNodesToScore": args.percentage_of_nodes_to_score}})
     cache = SchedulerCache()
     for i in range(args.nodes):
         cache.set_node(NodeRecord.from_api(kwok_node(f"bench-node-{i}")))
@@ -281,6 +285,7 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
         "mode": "in-process",
         "nodes": args.nodes,
         "pods": args.pods,
+        "percentage_of_nodes_to_score": config.scheduling.percentage_of_nodes_to_score,
         "pods_per_s": round(args.pods / total, 1),
         "decision_ms": {k: round(v, 4) for k, v in percentiles(durations).items()},
         "peak_rss_mib": round(peak_rss_mib(), 1),
@@ -309,6 +314,11 @@ def main() -> None:
         "(default: all before it starts)",
     )
     parser.add_argument("--in-process", action="store_true", help="the scheduling core alone, no API server")
+    parser.add_argument(
+        "--percentage-of-nodes-to-score",
+        type=int,
+        help="with --in-process: scheduling.percentageOfNodesToScore (default: the config's, 0 = adaptive)",
+    )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     args = parser.parse_args()

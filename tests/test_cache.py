@@ -392,6 +392,21 @@ def test_rows_grow_beyond_the_initial_table(clock: FakeClock) -> None:
     consistent(cache)
 
 
+def test_row_limit_bounds_the_rows_in_use(clock: FakeClock) -> None:
+    cache = SchedulerCache(clock=clock, initial_rows=4)
+    assert cache.row_limit == 0
+    for i in range(6):
+        cache.set_node(node(f"n{i}"))
+    assert cache.rows == 8 and cache.row_limit == 6  # the table doubled; rows 6 and 7 are empty
+    assert not cache.valid[cache.row_limit:].any()
+    cache.remove_node("n2")
+    assert cache.row_limit == 6  # a hole inside stays below the limit
+    cache.set_node(node("n6"))
+    assert cache.row_of("n6") == 2 and cache.row_limit == 6  # the hole is filled first
+    cache.set_node(node("n7"))
+    assert cache.row_of("n7") == 6 and cache.row_limit == 7
+
+
 def test_score_columns_track_non_zero_defaults(cache: SchedulerCache) -> None:
     cache.set_pod(pod("empty", node_name="n1", cpu=None, memory=None))
     cache.set_pod(pod("cpu", node_name="n1", cpu="1", memory=None))

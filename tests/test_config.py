@@ -70,7 +70,7 @@ def test_defaults_match_the_spec() -> None:
         max_backoff_seconds=10,
         unschedulable_flush_seconds=300,
         event_repeat_seconds=300,
-        percentage_of_nodes_to_score=100,
+        percentage_of_nodes_to_score=0,
         backfill=True,
         priority_refresh_seconds=5,
     )
@@ -459,8 +459,10 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
      "must be <= scheduling.maxBackoffSeconds (10, the default), got 20"),
     ({"scheduling": {"unschedulableFlushSeconds": 0}}, "scheduling.unschedulableFlushSeconds", "must be > 0"),
     ({"scheduling": {"eventRepeatSeconds": -0.1}}, "scheduling.eventRepeatSeconds", "must be >= 0, got -0.1"),
-    ({"scheduling": {"percentageOfNodesToScore": 0}}, "scheduling.percentageOfNodesToScore",
-     "must be an integer between 1 and 100, got 0"),
+    ({"scheduling": {"percentageOfNodesToScore": 101}}, "scheduling.percentageOfNodesToScore",
+     "must be an integer between 0 and 100, got 101"),
+    ({"scheduling": {"percentageOfNodesToScore": -1}}, "scheduling.percentageOfNodesToScore",
+     "must be an integer between 0 and 100, got -1"),
     ({"scheduling": {"percentageOfNodesToScore": 50.0}}, "scheduling.percentageOfNodesToScore", "got 50.0"),
     # gpu and server
     ({"gpu": {"stalenessSeconds": 0}}, "gpu.stalenessSeconds", "must be > 0, got 0"),

@@ -99,6 +99,7 @@ async def test_200_pods_on_20_nodes_all_bound_without_overcommit(
         "queue",
         "priority",
         "nodes",
+        "evaluated",
         "feasible",
         "filtered",
         "top",

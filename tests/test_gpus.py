@@ -24,6 +24,7 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.log import rfc3339
 from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.plugins.gpu import (
+    NOT_MANAGED,
     GpuAvoidance,
     GpuBinpack,
     GpuFilter,
@@ -317,3 +318,18 @@ def test_spread_profile_takes_the_emptiest_node_and_device() -> None:
         1,
     )
     assert GpuFilter(120).pick(gpu_pod("x", memory="10Gi"), cache, cache.row_of("idle"))[0] == (0,)
+
+
+def test_a_share_finds_the_few_managed_nodes_of_a_large_cluster() -> None:
+    # 1,000 CPU nodes first: the search stops early only once it has enough feasible nodes, so the two
+    # GPU nodes at the end of the table are found, and the filter's window holds their devices.
+    cache = SchedulerCache()
+    for i in range(1000):
+        cache.set_node(plain_node(f"cpu-{i}"))
+    cache.set_node(managed_node("gpu-a", report(used_gib={3: 60})))
+    cache.set_node(managed_node("gpu-b", report()))
+    fw = framework(cache)
+    decision = fw.schedule(gpu_pod("share", memory="20Gi"))
+    assert decision.node == "gpu-a" and decision.gpu_ids == (3,), "best fit: the device with 20 GiB left"
+    assert decision.feasible == 2 and decision.evaluated == 1002
+    assert decision.reasons == {NOT_MANAGED: 1000}

@@ -18,8 +18,8 @@ import pytest
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config
-from ai_scheduler.scheduler.cycle import Framework, fit_error_message
-from ai_scheduler.scheduler.framework import ScorePlugin, default_normalize
+from ai_scheduler.scheduler.cycle import Framework, fit_error_message, num_feasible_nodes_to_find, top_scores
+from ai_scheduler.scheduler.framework import ScorePlugin, default_normalize, position_in_window
 from ai_scheduler.scheduler.plugins import build_filters
 from ai_scheduler.scheduler.plugins.node_affinity import (
     NodeAffinityFilter,
@@ -95,10 +95,32 @@ def cluster(*nodes: NodeRecord, initial_rows: int = 64) -> SchedulerCache:
 
 
 def framework(cache: SchedulerCache, scores: Sequence[ScorePlugin] = (), seed: int = 1,
-              filters: Sequence[Any] | None = None) -> Framework:
+              filters: Sequence[Any] | None = None, percentage: int = 0) -> Framework:
     config = default_config()
     chosen = list(filters) if filters is not None else build_filters(config, config.profiles[0])
-    return Framework("default-scheduler", chosen, scores, cache, rng=random.Random(seed))
+    return Framework("default-scheduler", chosen, scores, cache, rng=random.Random(seed),
+                     percentage_of_nodes_to_score=percentage)
+
+
+def large_cluster(count: int, **kw: Any) -> SchedulerCache:
+    """`count` alike nodes n0, n1, ... in rows 0, 1, ... (the search order)."""
+    cache = cluster(*(node(f"n{i}", **kw) for i in range(count)), initial_rows=count)
+    assert [cache.row_of(f"n{i}") for i in (0, count - 1)] == [0, count - 1]
+    return cache
+
+
+class RowsScored(ScorePlugin):
+    """A score plugin with no opinion that notes which rows each cycle scored."""
+
+    name = "RowsScored"
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.seen: list[list[int]] = []
+
+    def score(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: Any) -> None:
+        self.seen.append(rows.tolist())
+        return None
 
 
 def feasible_names(fw: Framework, p: PodRecord) -> set[str]:
@@ -709,3 +731,166 @@ def test_pods_with_the_same_signature_share_fresh_results() -> None:
     # a different signature is computed on its own
     other = required({"matchExpressions": [req("zone", "In", "b")]})
     assert feasible_names(fw, pod("third", affinity=other)) == set()
+
+
+# --------------------------------------------------------------------------- search that stops early
+@pytest.mark.parametrize(("percentage", "total", "expected"), [
+    (0, 0, 0),
+    (0, 99, 99),  # under 100 nodes: all of them
+    (0, 100, 100),  # 50% of 100 is 50, but at least 100 are searched for
+    (0, 250, 120),  # 50 - 250/125 = 48%
+    (0, 1000, 420),  # 42%
+    (0, 5000, 500),  # 10%
+    (0, 5625, 281),  # 50 - 45 = 5%
+    (0, 6000, 300),  # 50 - 48 = 2%, floored at 5%
+    (0, 20000, 1000),
+    (100, 5000, 5000),  # explicit 100: every node
+    (10, 500, 100),  # 50, raised to 100
+    (30, 5000, 1500),
+    (50, 99, 99),
+])
+def test_number_of_feasible_nodes_to_find_follows_kube_scheduler(percentage: int, total: int,
+                                                                  expected: int) -> None:
+    assert num_feasible_nodes_to_find(percentage, total) == expected
+
+
+def test_a_pod_finds_the_three_nodes_that_fit_among_5000() -> None:
+    fits = {"n17", "n2600", "n4999"}
+    cache = cluster(*(node(f"n{i}", cpu="8" if f"n{i}" in fits else "2") for i in range(5000)),
+                    initial_rows=8192)
+    fw = framework(cache, scores=[LeastAllocated(1, RESOURCES)])
+    fw.next_start = 4000  # the search starts late in the table and wraps round to find n17
+    placed = set()
+    for i in range(3):
+        decision = fw.schedule(pod(f"p{i}", cpu="5"))
+        assert decision.node in fits and decision.feasible == 3 - i
+        assert decision.evaluated == decision.total_nodes == 5000, "not enough found: every node looked at"
+        assert decision.reasons == {"Insufficient cpu": 4997 + i}
+        cache.assume(pod(f"p{i}", cpu="5"), decision.node)
+        placed.add(decision.node)
+    assert placed == fits
+    decision = fw.schedule(pod("p3", cpu="5"))
+    assert decision.node is None
+    assert decision.message == "0/5000 nodes are available: 5000 Insufficient cpu."
+
+
+def test_the_search_stops_at_enough_nodes_and_its_start_rotates_over_all_of_them() -> None:
+    cache = large_cluster(1000)
+    seen = RowsScored()
+    fw = framework(cache, scores=[seen, LeastAllocated(1, RESOURCES)])
+    starts = []
+    for i in range(3):
+        starts.append(fw.next_start)
+        decision = fw.schedule(pod(f"p{i}", cpu="100m"))
+        assert decision.feasible == decision.evaluated == 420 and decision.reasons == {}
+        assert (cache.row_of(decision.node) - starts[-1]) % 1000 < 420, "chosen among the nodes looked at"
+    assert starts == [0, 420, 840] and fw.next_start == 260
+    assert seen.seen[0] == list(range(420))
+    assert seen.seen[2] == [*range(840, 1000), *range(260)]  # wrapped round the end of the table
+    assert set().union(*seen.seen) == set(range(1000)), "every node had its turn"
+
+
+def test_nodes_past_the_last_one_kept_are_searched_again_next_time() -> None:
+    # Only odd rows fit: the first window of 420 rows yields 210, the next one the rest.
+    cache = cluster(*(node(f"n{i}", cpu="4" if i % 2 else "1") for i in range(1000)), initial_rows=1000)
+    seen = RowsScored()
+    fw = framework(cache, scores=[seen])
+    decision = fw.schedule(pod("p", cpu="2"))
+    assert decision.feasible == 420 and seen.seen[0] == list(range(1, 840, 2))
+    assert decision.evaluated == 1000 and decision.reasons == {"Insufficient cpu": 500}
+    assert fw.next_start == 840
+    fw.schedule(pod("q", cpu="2"))
+    assert seen.seen[1][:3] == [841, 843, 845] and len(seen.seen[1]) == 420
+
+
+def test_percentage_100_scores_every_feasible_node() -> None:
+    cache = large_cluster(1000)
+    seen = RowsScored()
+    fw = framework(cache, scores=[seen], percentage=100)
+    decision = fw.schedule(pod("p", cpu="1"))
+    assert decision.feasible == decision.evaluated == 1000
+    assert seen.seen == [list(range(1000))] and fw.next_start == 0
+
+
+def test_a_search_inside_a_domain_counts_the_domain_only() -> None:
+    cache = cluster(*(node(f"n{i}", labels={"zone": "a" if i % 10 == 3 else "b"}) for i in range(2000)),
+                    initial_rows=2048)
+    fw = framework(cache)
+    zone_a = np.array([rec is not None and rec.labels.get("zone") == "a" for rec in cache.row_records])
+    decision = fw.schedule(pod("member", cpu="1"), zone_a)
+    assert decision.total_nodes == 200 and decision.feasible == 100  # 200 nodes: 100 is the floor
+    assert cache.node_record(decision.node).labels["zone"] == "a"
+
+
+def test_a_nominated_pod_tries_its_nominated_node_first() -> None:
+    cache = large_cluster(500)
+    bind(cache, "old", "n321", cpu="3")  # the least attractive node for a spreading score
+    fw = framework(cache, scores=[LeastAllocated(1, RESOURCES)])
+    preemptor = pod("preemptor", cpu="1")
+    cache.nominate(preemptor, "n321")
+    decision = fw.schedule(preemptor)
+    assert decision.node == "n321" and decision.evaluated == decision.feasible == 1
+    # Once its nominated node no longer fits it, the search goes on as usual.
+    bind(cache, "intruder", "n321", cpu="1")
+    decision = fw.schedule(preemptor)
+    assert decision.node not in (None, "n321") and decision.feasible == 230
+
+
+def test_static_results_follow_nodes_that_start_failing_after_all_passed() -> None:
+    cache = cluster(node("a"), node("b"))
+    fw = framework(cache, scores=[TaintTolerationScore(1)])
+    assert feasible_names(fw, pod("p1")) == {"a", "b"}
+    assert sorted(score for _, score in fw.schedule(pod("p1")).top) == [100, 100]
+    cache.set_node(node("b", taints=[("k", "v", "NoSchedule")], rv="2"))
+    assert feasible_names(fw, pod("p2")) == {"a"}
+    cache.set_node(node("b", taints=[("k", "v", "PreferNoSchedule")], rv="3"))
+    assert feasible_names(fw, pod("p3")) == {"a", "b"}
+    assert fw.schedule(pod("p3")).node == "a", "b's PreferNoSchedule taint now scores"
+    cache.set_node(node("b", rv="4"))
+    assert sorted(score for _, score in fw.schedule(pod("p4")).top) == [100, 100]
+
+
+@pytest.mark.parametrize(("scores", "pick", "expected"), [
+    ([5, 9, 9, 7, 9, 3], 4, [4, 1, 2]),  # the chosen one first, then other ties
+    ([5, 9, 7, 7, 3], 1, [1, 2, 3]),  # then the next score down
+    ([5, 9, 7, 2, 3], 1, [1, 2, 0]),
+    ([4, 4], 1, [1, 0]),
+    ([8], 0, [0]),
+])
+def test_top_scores_for_the_log(scores: list[int], pick: int, expected: list[int]) -> None:
+    values = np.array(scores, dtype=np.int64)
+    assert top_scores(values, pick, np.flatnonzero(values == values.max())) == expected
+
+
+def test_top_scores_of_many_equal_values() -> None:
+    values = np.full(5000, 300, dtype=np.int64)
+    values[[10, 20]] = 290
+    values[4000] = 310
+    assert top_scores(values, 4000, np.array([4000])) == [4000, 0, 1]
+    values[:] = 7
+    assert top_scores(values, 2500, np.flatnonzero(values == 7)) == [2500, 0, 1]
+
+
+@pytest.mark.parametrize(("window", "row", "expected"), [
+    (slice(None), 7, 7),
+    (slice(10, 20), 15, 5),
+    (slice(10, 20), 20, -1),
+    (slice(10, 20), 9, -1),
+    (np.array([998, 999, 0, 1]), 0, 2),  # a window wrapping round the end of the table
+    (np.array([998, 999, 0, 1]), 5, -1),
+])
+def test_position_in_window(window: Any, row: int, expected: int) -> None:
+    assert position_in_window(window, row) == expected
+
+
+def test_room_held_for_a_nominated_pod_in_a_window_that_wraps_round() -> None:
+    cache = cluster(node("a", cpu="2"), node("b", cpu="2"), node("c", cpu="2"))
+    fw = framework(cache)
+    preemptor = pod("preemptor", cpu="2")
+    cache.nominate(preemptor, "a")
+    window = np.array([cache.row_of("c"), cache.row_of("a")])  # c, then round the end to a
+    alive = np.ones(2, dtype=bool)
+    own = dict(NodeResourcesFit().run(preemptor, cache, alive, fw.static, window))
+    other = dict(NodeResourcesFit().run(pod("other", cpu="2"), cache, alive, fw.static, window))
+    assert own["Insufficient cpu"].tolist() == [False, False], "its own held room is free to it"
+    assert other["Insufficient cpu"].tolist() == [False, True], "and taken for anyone else"

@@ -89,6 +89,9 @@ class SchedulerCache:
         self.row_records: list[NodeRecord | None] = [None] * initial_rows
         self.row_names: list[str] = [""] * initial_rows
         self._free_rows: list[int] = list(range(initial_rows - 1, -1, -1))
+        # One past the highest row ever given to a node: rows beyond it are empty (the table doubles when
+        # full), so scans over the nodes stop here instead of at the end of the table.
+        self.row_limit = 0
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, PodState] = {}
         self.assumed_count = 0
@@ -153,6 +156,7 @@ class SchedulerCache:
             if not self._free_rows:
                 self._grow()
             state.row = self._free_rows.pop()
+            self.row_limit = max(self.row_limit, state.row + 1)
             self.valid[state.row] = True
             self.row_names[state.row] = record.name
             change.added = True

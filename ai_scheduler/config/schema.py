@@ -149,7 +149,7 @@ class SchedulingSettings:
     max_backoff_seconds: float = 10.0
     unschedulable_flush_seconds: float = 300.0
     event_repeat_seconds: float = 300.0
-    percentage_of_nodes_to_score: int = 100
+    percentage_of_nodes_to_score: int = 0  # 0: adaptive, as kube-scheduler's default
     gang_schedule_timeout_seconds: float = 60.0
     gang_topology_labels: tuple[str, ...] = ("topology.kubernetes.io/zone",)
     backfill: bool = True
@@ -561,7 +561,7 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
         event_repeat_seconds=get("eventRepeatSeconds", d.event_repeat_seconds,
                                  lambda v, p: _number(v, p, minimum=0, inclusive=True)),
         percentage_of_nodes_to_score=get("percentageOfNodesToScore", d.percentage_of_nodes_to_score,
-                                         lambda v, p: _integer(v, p, 1, 100)),
+                                         lambda v, p: _integer(v, p, 0, 100)),
         gang_schedule_timeout_seconds=get("gangScheduleTimeoutSeconds", d.gang_schedule_timeout_seconds,
                                           _positive),
         gang_topology_labels=get("gangTopologyLabels", d.gang_topology_labels, _label_keys),

@@ -11,10 +11,35 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import DevicePicker, FilterPlugin, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework import DevicePicker, FilterPlugin, ScorePlugin, StaticResults, Window
 
 TOP_SCORES_LOGGED = 3
-MIN_NODES_TO_SCORE = 100  # kube-scheduler's minFeasibleNodesToFind
+# kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): below this many nodes every node
+# is looked at; above it, at least this many feasible nodes are searched for.
+MIN_FEASIBLE_NODES_TO_FIND = 100
+# The adaptive share (percentageOfNodesToScore 0) never drops below this percentage of the nodes.
+MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND = 5
+# Smallest window of rows the filters run over at once: each window costs a fixed Python overhead per
+# filter, so tiny windows would cost more than they save.
+MIN_WINDOW_ROWS = 64
+# A window that wraps round the end of the table is looked at in one pass, through its row numbers, up to
+# this many rows; a larger one in two passes over slices, as copying its rows would cost more than a pass.
+MAX_GATHERED_ROWS = 1024
+
+
+def num_feasible_nodes_to_find(percentage: int, total: int) -> int:
+    """How many feasible nodes the search stops at, as kube-scheduler's numFeasibleNodesToFind.
+
+    `percentage` 0 is adaptive: 50% minus one point per 125 nodes, never under 5%, so that the
+    cost per pod grows much slower than the cluster (10% = 500 nodes at 5,000). 100 looks at every
+    node. Whatever the share, at least 100 nodes are searched for, and clusters under 100 nodes
+    are always searched whole.
+    """
+    if total < MIN_FEASIBLE_NODES_TO_FIND or percentage >= 100:
+        return total
+    if percentage <= 0:
+        percentage = max(50 - total // 125, MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    return max(total * percentage // 100, MIN_FEASIBLE_NODES_TO_FIND)
 
 
 @dataclass(slots=True)
@@ -26,6 +51,7 @@ class Decision:
     feasible: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     top: list[tuple[str, int]] = field(default_factory=list)
+    evaluated: int = 0  # nodes the filters looked at (fewer than total once enough feasible ones were found)
     error: str = ""  # the pod itself is invalid (no node could ever fit it as written)
     duration: float = 0.0
     gpu_ids: tuple[int, ...] = ()  # managed GPUs chosen on `node`
@@ -57,7 +83,7 @@ class Framework:
         scores: Sequence[ScorePlugin],
         cache: SchedulerCache,
         *,
-        percentage_of_nodes_to_score: int = 100,
+        percentage_of_nodes_to_score: int = 0,
         rng: random.Random | None = None,
     ) -> None:
         self.scheduler_name = scheduler_name
@@ -67,7 +93,9 @@ class Framework:
         self.static = StaticResults(cache)
         self.percentage = percentage_of_nodes_to_score
         self.rng = rng or random.Random()
-        self._next_start = 0
+        # kube-scheduler's nextStartNodeIndex: the row the next search starts from, so that every node
+        # gets its turn when the search stops early.
+        self.next_start = 0
         # Reserve step for devices: the filter that knows managed GPUs also picks them on the chosen node.
         self.device_picker = next((f for f in self.filters if isinstance(f, DevicePicker)), None)
 
@@ -89,22 +117,43 @@ class Framework:
         node_mask: np.ndarray | None = None,
         blocked: Sequence[tuple[np.ndarray, str]] = (),
     ) -> tuple[np.ndarray, dict[str, int]]:
-        """Rows of nodes that pass every filter, and the per-reason counts of those that do not.
+        """Rows of *all* nodes that pass every filter, and the per-reason counts of those that do not.
 
-        As in kube-scheduler, a node is charged to the first filter it fails;
-        a filter may charge one node several reasons (Insufficient cpu and memory).
+        Preemption, reservations and gangs call this to see the whole cluster; a cycle searches only
+        until it has enough feasible nodes (`_find_feasible`).
+        """
+        reasons: dict[str, int] = {}
+        rows, _ = self._filter_window(pod, slice(0, self.cache.row_limit), node_mask, blocked, reasons)
+        return rows, reasons
+
+    def _filter_window(
+        self,
+        pod: PodRecord,
+        window: Window,
+        node_mask: np.ndarray | None,
+        blocked: Sequence[tuple[np.ndarray, str]],
+        reasons: dict[str, int],
+    ) -> tuple[np.ndarray, int]:
+        """Run the filters over the rows of `window`: the feasible rows, and how many nodes were looked at.
+
+        Failing nodes are added to `reasons`. As in kube-scheduler, a node is charged to the first
+        filter it fails; a filter may charge one node several reasons (Insufficient cpu and memory).
         """
         cache = self.cache
-        alive = cache.valid.copy() if node_mask is None else cache.valid & node_mask
-        reasons: dict[str, int] = {}
+        alive = cache.valid[window]
+        alive = alive & node_mask[window] if node_mask is not None else alive.copy()
+        looked_at = int(np.count_nonzero(alive))
+        if not looked_at:
+            return _NO_ROWS, 0
         for mask, reason in blocked:  # nodes kept for others (reservations) or to avoid (recent preemption)
-            kept_off = alive & mask
-            if kept_off.any():
-                reasons[reason] = int(np.count_nonzero(kept_off))
-                alive &= ~mask
+            kept_off = alive & mask[window]
+            count = int(np.count_nonzero(kept_off))
+            if count:
+                reasons[reason] = reasons.get(reason, 0) + count
+                alive &= ~kept_off
         for plugin in self.filters:
             failed_any = None
-            for reason, mask in plugin.run(pod, cache, alive, self.static):
+            for reason, mask in plugin.run(pod, cache, alive, self.static, window):
                 failing = mask & alive
                 count = int(np.count_nonzero(failing))
                 if not count:
@@ -115,7 +164,91 @@ class Framework:
                 alive &= ~failed_any
                 if not alive.any():
                     break
-        return np.flatnonzero(alive), reasons
+        rows = np.flatnonzero(alive)
+        if not isinstance(window, slice):
+            return window[rows], looked_at
+        if window.start:
+            rows += window.start
+        return rows, looked_at
+
+    def _find_feasible(
+        self,
+        pod: PodRecord,
+        node_mask: np.ndarray | None,
+        blocked: Sequence[tuple[np.ndarray, str]],
+        total: int,
+    ) -> tuple[np.ndarray, dict[str, int], int]:
+        """Feasible rows until enough are found (kube-scheduler's findNodesThatPassFilters).
+
+        The search starts at `next_start` and walks the node table in windows of rows, wrapping
+        round, until `num_feasible_nodes_to_find` feasible nodes are found or every node was looked
+        at; the next search starts just after the last node kept, so all nodes take their turn.
+        Filters are vectorised, so one window costs about the same fixed overhead whatever its size:
+        the first window holds about as many nodes as wanted, and the next ones are sized from the
+        share of feasible nodes seen so far. Nodes past the last one kept may have been looked at
+        (and counted in the reasons) too; they are looked at again by the next search. A pod that
+        fits nowhere is always checked against every node, so its reasons are complete.
+        """
+        reasons: dict[str, int] = {}
+        limit = self.cache.row_limit
+        wanted = num_feasible_nodes_to_find(self.percentage, total)
+        if wanted >= total:
+            rows, looked_at = self._filter_window(pod, slice(0, limit), node_mask, blocked, reasons)
+            return rows, reasons, looked_at
+        start = self.next_start % limit
+        parts: list[np.ndarray] = []
+        found = looked_at = scanned = 0
+        # First window: the rows that hold `wanted` nodes on average. That is exactly `wanted` on a table
+        # without holes; with holes, or inside a domain (node_mask), an eighth more, so that one window
+        # usually does despite the nodes not being spread evenly.
+        size = -(-wanted * limit // total)
+        if limit != total:
+            size += size // 8
+        position = start
+        while scanned < limit:
+            size = min(size, limit - scanned)
+            end = position + size
+            window: Window = slice(position, end)
+            if end > limit:  # wrapping round the end of the table
+                if size <= MAX_GATHERED_ROWS:  # the row numbers, in search order: one pass
+                    window = np.arange(position, end)
+                    window[limit - position :] -= limit
+                else:  # up to the end only; the next window goes on from row 0
+                    window = slice(position, limit)
+                    end, size = limit, limit - position
+            part, seen = self._filter_window(pod, window, node_mask, blocked, reasons)
+            looked_at += seen
+            if part.size:
+                parts.append(part)
+                found += part.size
+            scanned += size
+            position = end % limit
+            if found >= wanted:
+                break
+            # Rows still to scan for the rest, from the yield so far (twice that, so one more window
+            # usually does); with nothing found yet, all the remaining rows at once.
+            size = max(MIN_WINDOW_ROWS, 2 * (wanted - found) * scanned // found) if found else limit
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else _NO_ROWS
+        if rows.shape[0] > wanted:
+            rows = rows[:wanted]
+            position = int(rows[-1]) + 1
+        self.next_start = position % limit
+        return rows, reasons, looked_at
+
+    def _nominated(
+        self, pod: PodRecord, node_mask: np.ndarray | None, blocked: Sequence[tuple[np.ndarray, str]]
+    ) -> np.ndarray:
+        """The node this pod was nominated to by preemption, if it fits there now (else no rows).
+
+        As kube-scheduler's evaluateNominatedNode: the room made for a preemptor is where it should
+        go, and a search that stops early might otherwise never look at that node.
+        """
+        nomination = self.cache.nominations.get(pod.uid)
+        if nomination is None:
+            return _NO_ROWS
+        row = nomination[0]
+        rows, _ = self._filter_window(pod, slice(row, row + 1), node_mask, blocked, {})
+        return rows
 
     def _schedule(
         self, pod: PodRecord, node_mask: np.ndarray | None, blocked: Sequence[tuple[np.ndarray, str]] = ()
@@ -128,50 +261,63 @@ class Framework:
             error = plugin.prefilter(pod, cache)
             if error:
                 return Decision(None, total, error=error)
-        rows, reasons = self.feasible_rows(pod, node_mask, blocked)
+        rows = self._nominated(pod, node_mask, blocked) if cache.nominations else _NO_ROWS
+        if rows.size:
+            reasons: dict[str, int] = {}
+            looked_at = 1
+        else:
+            rows, reasons, looked_at = self._find_feasible(pod, node_mask, blocked, total)
         if rows.size == 0:
-            return Decision(None, total, reasons=reasons)
-        rows = self._sample(rows, total)
+            return Decision(None, total, reasons=reasons, evaluated=looked_at)
         scores = np.zeros(rows.shape[0], dtype=np.int64)
         for plugin in self.scores:
             values = plugin.score(pod, cache, rows, self.static)
             if values is not None:
                 scores += values * plugin.weight
-        best = int(scores.max())
+        best = scores.max()
         ties = np.flatnonzero(scores == best)
         pick = int(ties[self.rng.randrange(ties.shape[0])]) if ties.shape[0] > 1 else int(ties[0])
         names = cache.row_names
-        chosen = names[int(rows[pick])]
-        if rows.shape[0] > TOP_SCORES_LOGGED:
-            top_idx = np.argpartition(-scores, TOP_SCORES_LOGGED)[:TOP_SCORES_LOGGED]
-        else:
-            top_idx = np.arange(rows.shape[0])
-        top_idx = top_idx[np.argsort(-scores[top_idx], kind="stable")]
-        top = [(names[int(rows[i])], int(scores[i])) for i in top_idx]
+        top = [(names[int(rows[i])], int(scores[i])) for i in top_scores(scores, pick, ties)]
         gpu_ids: tuple[int, ...] = ()
         gpu_uuids: tuple[str, ...] = ()
         if self.device_picker is not None:
             gpu_ids, gpu_uuids = self.device_picker.pick(pod, cache, int(rows[pick]))
         return Decision(
-            chosen,
+            names[int(rows[pick])],
             total,
             feasible=int(rows.shape[0]),
             reasons=reasons,
             top=top,
+            evaluated=looked_at,
             gpu_ids=gpu_ids,
             gpu_uuids=gpu_uuids,
         )
 
-    def _sample(self, rows: np.ndarray, total: int) -> np.ndarray:
-        """percentageOfNodesToScore: score a rotating window of the feasible nodes on large clusters."""
-        if self.percentage >= 100:
-            return rows
-        wanted = max(MIN_NODES_TO_SCORE, total * self.percentage // 100)
-        if rows.shape[0] <= wanted:
-            return rows
-        start = self._next_start % rows.shape[0]
-        self._next_start = start + wanted
-        return np.take(rows, np.arange(start, start + wanted), mode="wrap")
+
+def top_scores(scores: np.ndarray, pick: int, ties: np.ndarray, count: int = TOP_SCORES_LOGGED) -> list[int]:
+    """Indices of the `count` best scores for the log, best first, the chosen one (`pick`) leading.
+
+    Scores are mostly equal (many nodes alike), and numpy's argpartition is very slow on such
+    arrays (it was half the cost of a decision at 5,000 nodes): walk down the distinct values with
+    max/compare passes instead, which take a few microseconds whatever the ties. `ties` holds the
+    indices of the best score.
+    """
+    chosen = [pick]
+    for i in ties[:count].tolist():
+        if i != pick and len(chosen) < count:
+            chosen.append(i)
+    level = scores[pick]
+    while len(chosen) < count:
+        lower = scores < level
+        if not lower.any():
+            break
+        level = scores[lower].max()
+        chosen.extend(np.flatnonzero(scores == level)[: count - len(chosen)].tolist())
+    return chosen
+
+
+_NO_ROWS = np.zeros(0, dtype=np.intp)
 
 
 def resourceless(pod: PodRecord) -> PodRecord:

@@ -454,6 +454,7 @@ class Scheduler:
             "result": result,
             "requests": pod.requests,
             "nodes": decision.total_nodes,
+            "evaluated": decision.evaluated,
             "feasible": decision.feasible,
             "filtered": decision.reasons,
             "top": decision.top,

@@ -3,8 +3,14 @@
 kube-scheduler calls each Filter and Score plugin once per node. We keep the
 same plugin semantics but shape the calls for arrays:
 
-- a FilterPlugin returns, for the whole node table, boolean masks of the rows
-  that fail, each with the reason string that the Unschedulable message counts;
+- a FilterPlugin returns, for a window of the node table (a slice of rows,
+  all of them by default, or an array of row numbers when a window wraps round
+  the end of the table), boolean masks of the rows that fail, each with the
+  reason string that the Unschedulable message counts. The cycle looks at one
+  window at a time and stops once it has found enough feasible nodes
+  (kube-scheduler's percentageOfNodesToScore), so a filter must only read the
+  window's rows (index its columns with it): its cost then follows the rows
+  looked at, not the cluster;
 - a StaticFilterPlugin (or StaticScorePlugin) reads only the pod's spec and the
   node's labels, taints, unschedulable flag and readiness. It is written as a
   plain per-node check; the framework caches its per-node results by the pod's
@@ -25,8 +31,20 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 
 MAX_NODE_SCORE = 100
+ALL_ROWS = slice(None)  # the whole node table, as a window
 
 Reasons = list[tuple[str, np.ndarray]]
+# Rows of the node table a filter looks at: a slice, or row numbers (a window wrapping round the end).
+Window = slice | np.ndarray
+
+
+def position_in_window(window: Window, row: int) -> int:
+    """Where `row` sits among the window's rows, or -1 when it is not one of them."""
+    if isinstance(window, slice):
+        start, stop = window.start or 0, window.stop
+        return row - start if start <= row and (stop is None or row < stop) else -1
+    hits = np.flatnonzero(window == row)
+    return int(hits[0]) if hits.size else -1
 
 
 class FilterPlugin:
@@ -39,8 +57,18 @@ class FilterPlugin:
         return ""
 
     def run(
-        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+        self,
+        pod: PodRecord,
+        cache: SchedulerCache,
+        candidates: np.ndarray,
+        static: StaticResults,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
+        """Masks of the rows in `window` that fail, with their reasons.
+
+        `candidates` (bool, one per row of the window) holds the rows still alive; rows outside it
+        may be marked failing or not, the caller only counts the alive ones.
+        """
         raise NotImplementedError
 
 
@@ -65,12 +93,20 @@ class StaticFilterPlugin(FilterPlugin):
         raise NotImplementedError
 
     def run(
-        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+        self,
+        pod: PodRecord,
+        cache: SchedulerCache,
+        candidates: np.ndarray,
+        static: StaticResults,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
         signature = self.signature(pod)
         if signature is None:
             return []
         codes, reasons = static.filter_codes(self, pod, signature)
+        if codes is None:
+            return []
+        codes = codes[window]
         failing = codes[candidates]
         if not failing.any():
             return []
@@ -112,8 +148,10 @@ class StaticScorePlugin(ScorePlugin):
         signature = self.signature(pod)
         if signature is None:
             return None
-        raw = static.raw_scores(self, pod, signature)[rows]
-        return default_normalize(raw, self.reverse)
+        raw = static.raw_scores(self, pod, signature)
+        if raw is None:  # what default_normalize gives for all zeros, without reading them
+            return np.full(rows.shape[0], MAX_NODE_SCORE if self.reverse else 0, dtype=np.int64)
+        return default_normalize(raw[rows], self.reverse)
 
 
 def default_normalize(raw: np.ndarray, reverse: bool) -> np.ndarray:
@@ -126,11 +164,14 @@ def default_normalize(raw: np.ndarray, reverse: bool) -> np.ndarray:
 
 
 class _Entry:
-    __slots__ = ("codes", "reason_codes", "reasons", "version")
+    __slots__ = ("any_nonzero", "codes", "reason_codes", "reasons", "version")
 
     def __init__(self, rows: int, dtype: type) -> None:
         self.version = -1
         self.codes = np.zeros(rows, dtype=dtype)
+        # Most pods fail on no node for most static filters (no taints, no selector): knowing that the
+        # codes are all zero lets a cycle skip reading them at all.
+        self.any_nonzero = False
         self.reasons: list[str] = [""]
         self.reason_codes: dict[str, int] = {}
 
@@ -170,7 +211,8 @@ class StaticResults:
 
     def filter_codes(
         self, plugin: StaticFilterPlugin, pod: PodRecord, signature: Hashable
-    ) -> tuple[np.ndarray, list[str]]:
+    ) -> tuple[np.ndarray | None, list[str]]:
+        """Per-row reason codes (0 = passes) and the reasons they index; None when every node passes."""
         entry, stale = self._entry("f:", plugin.name, signature, np.int32)
         records = self._cache.row_records
         codes = entry.codes
@@ -185,16 +227,21 @@ class StaticResults:
                 code = entry.reason_codes[reason] = len(entry.reasons)
                 entry.reasons.append(reason)
             codes[row] = code
-        return codes, entry.reasons
+        if stale.size:
+            entry.any_nonzero = bool(codes.any())
+        return (codes if entry.any_nonzero else None), entry.reasons
 
-    def raw_scores(self, plugin: StaticScorePlugin, pod: PodRecord, signature: Hashable) -> np.ndarray:
+    def raw_scores(self, plugin: StaticScorePlugin, pod: PodRecord, signature: Hashable) -> np.ndarray | None:
+        """Per-row raw scores; None when they are all zero."""
         entry, stale = self._entry("s:", plugin.name, signature, np.int64)
         records = self._cache.row_records
         values = entry.codes
         for row in stale.tolist():
             node = records[row]
             values[row] = plugin.raw_score(pod, node) if node is not None else 0
-        return values
+        if stale.size:
+            entry.any_nonzero = bool(values.any())
+        return values if entry.any_nonzero else None
 
     def clear(self) -> None:
         self._entries.clear()

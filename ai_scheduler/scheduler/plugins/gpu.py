@@ -24,7 +24,15 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import GPU_MEMORY_ANNOTATION, Device, GpuRequest, gpu_request
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.quantity import format_units
-from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, DevicePicker, Reasons, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework import (
+    ALL_ROWS,
+    MAX_NODE_SCORE,
+    DevicePicker,
+    Reasons,
+    ScorePlugin,
+    StaticResults,
+    Window,
+)
 
 DEVICE_PLUGIN_GPU = "nvidia.com/gpu"
 NOT_MANAGED = "node(s) didn't have GPUs managed by ai-scheduler"
@@ -59,25 +67,31 @@ class GpuFilter(DevicePicker):
         return ""
 
     def run(
-        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+        self,
+        pod: PodRecord,
+        cache: SchedulerCache,
+        candidates: np.ndarray,
+        static: StaticResults,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
         request, _ = gpu_request(pod)
         if request is None:
             return []
         g = cache.gpus
-        stale = self._clock() - g.updated > self.staleness
-        usable = g.managed & g.healthy & ~stale
+        managed, healthy, missing = g.managed[window], g.healthy[window], g.missing[window]
+        stale = self._clock() - g.updated[window] > self.staleness
+        usable = managed & healthy & ~stale
         if request.count:
-            short = usable & (g.whole_free.sum(axis=1) < request.count)
+            short = usable & (g.whole_free[window].sum(axis=1) < request.count)
             shortage = NO_WHOLE
         else:
-            short = usable & (g.share_free.max(axis=1) < request.memory)
+            short = usable & (g.share_free[window].max(axis=1) < request.memory)
             shortage = NO_MEMORY
         return [
-            (NOT_MANAGED, ~g.managed),
-            (NO_REPORT, g.managed & g.missing),
-            (MALFORMED, g.managed & ~g.missing & ~g.healthy),
-            (STALE, g.managed & g.healthy & stale),
+            (NOT_MANAGED, ~managed),
+            (NO_REPORT, managed & missing),
+            (MALFORMED, managed & ~missing & ~healthy),
+            (STALE, managed & healthy & stale),
             (shortage, short),
         ]
 
@@ -221,8 +235,8 @@ class GpuAvoidance(ScorePlugin):
         col = cache.column(DEVICE_PLUGIN_GPU)
         if col >= 0:
             has_gpus |= cache.allocatable[rows, col] > 0
-        if not has_gpus.any():
-            return None
+        if not has_gpus.any() or has_gpus.all():
+            return None  # nothing to choose between: 0 (or 100) everywhere ranks the nodes as no score does
         return np.where(has_gpus, 0, MAX_NODE_SCORE)
 
 

@@ -11,7 +11,14 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PODS, PodRecord
-from ai_scheduler.scheduler.framework import FilterPlugin, Reasons, StaticResults
+from ai_scheduler.scheduler.framework import (
+    ALL_ROWS,
+    FilterPlugin,
+    Reasons,
+    StaticResults,
+    Window,
+    position_in_window,
+)
 
 TOO_MANY_PODS = "Too many pods"
 
@@ -24,28 +31,33 @@ class NodeResourcesFit(FilterPlugin):
     name = "NodeResourcesFit"
 
     def run(
-        self, pod: PodRecord, cache: SchedulerCache, candidates: np.ndarray, static: StaticResults
+        self,
+        pod: PodRecord,
+        cache: SchedulerCache,
+        candidates: np.ndarray,
+        static: StaticResults,
+        window: Window = ALL_ROWS,
     ) -> Reasons:
-        allocatable = cache.allocatable
-        requested = cache.requested
+        # Free room per resource, for the window's rows: one subtraction over the block, then one
+        # comparison per requested resource.
+        free = cache.allocatable[window] - cache.requested[window]
         if cache.nominations:
             # Room held for nominated preemptors counts as taken, except the pod's own.
-            requested = requested + cache.nominated
+            free -= cache.nominated[window]
             own = cache.nominations.get(pod.uid)
             if own is not None:
                 row, amounts = own
-                for name, value in amounts.items():
-                    requested[row, cache.resource_index[name]] -= value
-        pods_col = cache.resource_index[PODS]
-        reasons: Reasons = [
-            (TOO_MANY_PODS, allocatable[:, pods_col] - requested[:, pods_col] < 1),
-        ]
+                local = position_in_window(window, row)
+                if local >= 0:
+                    for name, value in amounts.items():
+                        free[local, cache.resource_index[name]] += value
+        reasons: Reasons = [(TOO_MANY_PODS, free[:, cache.resource_index[PODS]] < 1)]
         for resource, amount in pod.requests.items():
             if resource == PODS:
                 continue
             col = cache.column(resource)
             if col < 0:
-                reasons.append((insufficient(resource), np.ones(cache.rows, dtype=bool)))
+                reasons.append((insufficient(resource), np.ones(free.shape[0], dtype=bool)))
                 continue
-            reasons.append((insufficient(resource), allocatable[:, col] - requested[:, col] < amount))
+            reasons.append((insufficient(resource), free[:, col] < amount))
         return reasons
