@@ -133,10 +133,10 @@ class Framework:
             return Decision(None, total, reasons=reasons)
         rows = self._sample(rows, total)
         scores = np.zeros(rows.shape[0], dtype=np.int64)
-        for plugin in self.scores:
-            values = plugin.score(pod, cache, rows, self.static)
+        for scorer in self.scores:
+            values = scorer.score(pod, cache, rows, self.static)
             if values is not None:
-                scores += values * plugin.weight
+                scores += values * scorer.weight
         best = int(scores.max())
         ties = np.flatnonzero(scores == best)
         pick = int(ties[self.rng.randrange(ties.shape[0])]) if ties.shape[0] > 1 else int(ties[0])

@@ -130,7 +130,7 @@ class _Entry:
 
     def __init__(self, rows: int, dtype: type) -> None:
         self.version = -1
-        self.codes = np.zeros(rows, dtype=dtype)
+        self.codes: np.ndarray = np.zeros(rows, dtype=dtype)
         self.reasons: list[str] = [""]
         self.reason_codes: dict[str, int] = {}
 
@@ -161,7 +161,7 @@ class StaticResults:
             if entry.version == cache.static_version and entry.codes.shape[0] == cache.rows:
                 return entry, stale_none
             if entry.codes.shape[0] < cache.rows:
-                grown = np.zeros(cache.rows, dtype=dtype)
+                grown: np.ndarray = np.zeros(cache.rows, dtype=dtype)
                 grown[: entry.codes.shape[0]] = entry.codes
                 entry.codes = grown
             stale = np.flatnonzero(cache.row_static_version > entry.version)

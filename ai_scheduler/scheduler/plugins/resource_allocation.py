@@ -66,4 +66,5 @@ class MostAllocated(_ResourceAllocation):
 
     @staticmethod
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
-        return np.minimum(requested, allocatable) * MAX_NODE_SCORE // allocatable
+        scores: np.ndarray = np.minimum(requested, allocatable) * MAX_NODE_SCORE // allocatable
+        return scores
