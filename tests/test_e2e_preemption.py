@@ -6,7 +6,7 @@ import asyncio
 import random
 from typing import Any
 
-from conftest import StartScheduler, fast_config, wait_for
+from conftest import StartScheduler, fast_config, stored_pod, wait_for
 from test_e2e_gangs import member, podgroup
 from test_e2e_scheduling import assert_not_overcommitted, create_all, pod_condition
 
@@ -77,14 +77,14 @@ async def test_victims_get_the_disruption_target_condition(api: KubeClient) -> N
         await wait_for(lambda: node_of(sim, "victim"), what="victim placed")
         await create_all(client, [], [make_pod("vip", cpu="1", priority=1000)])
         await wait_for(
-            lambda: sim.store.get("pods", "default", "victim")["metadata"].get("deletionTimestamp"),
+            lambda: stored_pod(sim, "victim")["metadata"].get("deletionTimestamp"),
             what="victim deleted gracefully",
         )
-        victim = sim.store.get("pods", "default", "victim")
+        victim = stored_pod(sim, "victim")
         condition = next(c for c in victim["status"]["conditions"] if c["type"] == "DisruptionTarget")
         assert condition["reason"] == "PreemptionByScheduler" and "default/vip" in condition["message"]
         await wait_for(
-            lambda: sim.store.get("pods", "default", "vip")["status"].get("nominatedNodeName") == "n1",
+            lambda: stored_pod(sim, "vip")["status"].get("nominatedNodeName") == "n1",
             what="the preemptor nominated",
         )
         scheduler.stop()

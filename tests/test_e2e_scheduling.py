@@ -7,7 +7,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import aiohttp
-from conftest import StartScheduler, fast_config, wait_for
+from conftest import StartScheduler, fast_config, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.log import JsonLogger, NullStream
@@ -49,7 +49,7 @@ def bound_pods(sim: SimApiServer, scheduler_name: str = "ai-scheduler") -> list[
 
 
 def pod_condition(sim: SimApiServer, name: str, namespace: str = "default") -> dict[str, Any]:
-    pod = sim.store.get("pods", namespace, name)
+    pod = stored_pod(sim, name, namespace)
     return next((c for c in pod.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"), {})
 
 
@@ -83,7 +83,7 @@ async def test_200_pods_on_20_nodes_all_bound_without_overcommit(
         what="one Scheduled event per pod",
     )
     event = events_for(sim, "pod-7", "Scheduled")[0]
-    node = sim.store.get("pods", "default", "pod-7")["spec"]["nodeName"]
+    node = stored_pod(sim, "pod-7")["spec"]["nodeName"]
     assert event["message"] == f"Successfully assigned default/pod-7 to {node}"
     decisions = running.log_lines("decision")
     assert len({d["uid"] for d in decisions if d["result"] == "scheduled"}) == 200
@@ -136,7 +136,7 @@ async def test_unschedulable_pod_gets_condition_and_event_then_lands_on_new_node
 
     assert (await api.create_node(make_node("large", cpu="32", memory="64Gi"))).ok
     await wait_for(
-        lambda: sim.store.get("pods", "default", "big")["spec"].get("nodeName") == "large",
+        lambda: stored_pod(sim, "big")["spec"].get("nodeName") == "large",
         what="pod placed on the node that fits",
     )
     await wait_for(lambda: events_for(sim, "big", "Scheduled"), what="Scheduled event")
@@ -152,12 +152,11 @@ async def test_failed_scheduling_events_are_not_repeated_on_every_retry(
     for i in range(5):
         assert (await api.patch_node("n1", {"metadata": {"labels": {"round": str(i)}}})).ok
         attempts = i + 2
-        await wait_for(
-            lambda a=attempts: (
-                len([d for d in running.log_lines("decision") if d["pod"] == "default/huge"]) >= a
-            ),
-            what=f"attempt {attempts}",
-        )
+
+        def attempted(a: int = attempts) -> bool:
+            return len([d for d in running.log_lines("decision") if d["pod"] == "default/huge"]) >= a
+
+        await wait_for(attempted, what=f"attempt {attempts}")
     assert len(events_for(sim, "huge", "FailedScheduling")) == 1
     status_patches = sim.stats()["requests"].get("pods/status", {}).get("patch", 0)
     assert status_patches == 1, "the unchanged condition is written once, not on every retry"
@@ -171,7 +170,7 @@ async def test_pods_of_other_schedulers_are_never_bound_but_their_usage_counts(
     foreign_bound = make_pod("foreign-bound", cpu="3", memory="1Gi", scheduler_name="default-scheduler")
     foreign_pending = make_pod("foreign-pending", cpu="100m", memory="1Gi", scheduler_name="other-scheduler")
     await create_all(api, nodes, [foreign_bound, foreign_pending])
-    uid = sim.store.get("pods", "default", "foreign-bound")["metadata"]["uid"]
+    uid = stored_pod(sim, "foreign-bound")["metadata"]["uid"]
     assert (await api.bind("default", "foreign-bound", uid, "a")).ok
     ours = [make_pod(f"ours-{i}", cpu="2", memory="1Gi") for i in range(3)]
     await create_all(api, [], ours)
@@ -191,7 +190,7 @@ async def test_pods_of_other_schedulers_are_never_bound_but_their_usage_counts(
         what="third pod reported unschedulable",
     )
     assert {p["spec"]["nodeName"] for p in bound_pods(sim)} == {"b"}, "node a has only 1 cpu left"
-    assert not sim.store.get("pods", "default", "foreign-pending")["spec"].get("nodeName")
+    assert not stored_pod(sim, "foreign-pending")["spec"].get("nodeName")
     assert_not_overcommitted(sim)
 
 
@@ -245,7 +244,7 @@ async def test_bind_conflict_forgets_assumption_and_keeps_going(
         lambda: running.scheduler.cache.node_usage("n2").get("cpu") == 3000, what="usage moved to n2"
     )
     assert running.scheduler.cache.node_usage("n1").get("cpu", 0) == 0
-    assert sim.store.get("pods", "default", "contested")["spec"]["nodeName"] == "n2"
+    assert stored_pod(sim, "contested")["spec"]["nodeName"] == "n2"
     # Scheduling goes on, and the room the contested pod took on n2 is respected: of two more 3-cpu pods
     # only one fits (on n1), the other is reported unschedulable.
     await create_all(api, [], [make_pod(f"after-{i}", cpu="3", memory="1Gi") for i in range(2)])
@@ -282,7 +281,7 @@ async def test_not_ready_node_is_avoided_until_it_reports_ready(
     assert response.status == 200
     response.release()
     await wait_for(
-        lambda: sim.store.get("pods", "default", "p")["spec"].get("nodeName") == "fresh",
+        lambda: stored_pod(sim, "p")["spec"].get("nodeName") == "fresh",
         what="placed once the node is ready",
     )
 
@@ -300,6 +299,7 @@ async def test_health_ready_and_metrics_over_http(
     await wait_for(
         lambda: pod_condition(sim, "never").get("reason") == "Unschedulable", what="other reported"
     )
+    assert running.scheduler.http is not None
     port = running.scheduler.http.port
     async with aiohttp.ClientSession() as session:
         for path in ("/healthz", "/readyz"):
@@ -328,6 +328,7 @@ async def test_ready_only_after_first_sync() -> None:
     sim = SimApiServer()
     try:
         await wait_for(lambda: scheduler.http is not None and scheduler.http.port, what="http listening")
+        assert scheduler.http is not None
         url = f"http://127.0.0.1:{scheduler.http.port}"
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{url}/healthz") as response:
@@ -341,7 +342,7 @@ async def test_ready_only_after_first_sync() -> None:
             async with session.get(f"{url}/readyz") as response:
                 assert response.status == 200
         await wait_for(
-            lambda: sim.store.get("pods", "default", "p1")["spec"].get("nodeName") == "n1",
+            lambda: stored_pod(sim, "p1")["spec"].get("nodeName") == "n1",
             what="pod bound after the sync",
         )
     finally:
@@ -383,7 +384,7 @@ async def test_malformed_pod_is_reported_on_the_object_and_others_go_on(
     bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
     await create_all(api, [make_node("n1", cpu="4", memory="8Gi")], [bad, make_pod("good")])
     await wait_for(
-        lambda: sim.store.get("pods", "default", "good")["spec"].get("nodeName"), what="the good pod placed"
+        lambda: stored_pod(sim, "good")["spec"].get("nodeName"), what="the good pod placed"
     )
     await wait_for(
         lambda: pod_condition(sim, "bad-quantity").get("reason") == "Unschedulable", what="reported"

@@ -87,6 +87,12 @@ def pod(name: str = "p", *, cpu: str | None = None, memory: str | None = None, g
                                "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}})
 
 
+def record(cache: SchedulerCache, name: str) -> NodeRecord:
+    rec = cache.node_record(name)
+    assert rec is not None, f"no node {name}"
+    return rec
+
+
 def cluster(*nodes: NodeRecord, initial_rows: int = 64) -> SchedulerCache:
     cache = SchedulerCache(initial_rows=initial_rows)
     for rec in nodes:
@@ -386,7 +392,7 @@ def test_preferred_weights_summed_and_normalised_by_the_best_node() -> None:
                                (50, {})))                                            # empty term: no match
     names = ["a-gpu", "a", "b-gpu", "c"]
     plugin = NodeAffinityScore(1)
-    assert [plugin.raw_score(p, fw.cache.node_record(n)) for n in names] == [80, 20, 60, 0]
+    assert [plugin.raw_score(p, record(fw.cache, n)) for n in names] == [80, 20, 60, 0]
     assert scores_of(plugin, fw, p, names) == [100, 25, 75, 0]
     assert scores_of(plugin, fw, p, ["a", "c"]) == [100, 0]
     assert scores_of(plugin, fw, pod(), names) is None  # no preferences: no opinion
