@@ -23,7 +23,7 @@ def _connection_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--log-level",
-        choices=sorted(LEVELS, key=LEVELS.get),
+        choices=sorted(LEVELS, key=LEVELS.__getitem__),
         default="info",
         help="lowest level written to the JSON log on stdout (default: info)",
     )

@@ -181,8 +181,8 @@ def _summary(server: SimApiServer, placed_at: dict[str, float]) -> None:
         print(f"{kind:<11} {tally['total']:>6} {tally['placed']:>7} {tally['succeeded']:>10}")
     other = next((p for p in pods if p["metadata"]["name"] == "other-scheduler"), None)
     if other is not None:
-        node = other["spec"].get("nodeName") or "(none)"
-        print(f"\nPod of another scheduler: other-scheduler -> node {node} "
+        other_node = other["spec"].get("nodeName") or "(none)"
+        print(f"\nPod of another scheduler: other-scheduler -> node {other_node} "
               "(ai-scheduler never binds it, only counts what it uses)")
     big = placed_at.get("big-train")
     if big is not None:
@@ -204,10 +204,11 @@ async def run_demo(*, nodes: int = 6, pods: int = 60, seed: int = 7, log_file: s
     rng = random.Random(seed)
     server = SimApiServer()
     url = await server.start()
-    stream = open(log_file, "ab") if log_file else NullStream()  # noqa: SIM115 - closed below
+    log_stream = open(log_file, "ab") if log_file else None  # noqa: SIM115 - closed below
     print(f"Simulated cluster: API server at {url}; {max(nodes, 2)} nodes; {pods + 3} pods")
     client = await KubeClient.connect(host=url)
-    scheduler = Scheduler(default_config(), client, JsonLogger(stream=stream), serve_http=False, seed=seed)
+    logger = JsonLogger(stream=log_stream or NullStream())
+    scheduler = Scheduler(default_config(), client, logger, serve_http=False, seed=seed)
     task = asyncio.create_task(scheduler.run())
     try:
         for node in _cluster(nodes):
@@ -215,12 +216,9 @@ async def run_demo(*, nodes: int = 6, pods: int = 60, seed: int = 7, log_file: s
         for pod in _workload(pods, rng):
             server.create("pods", pod)
         # The pod of another scheduler: bound by "someone else"; ai-scheduler must only count it.
-        await client.bind(
-            "default",
-            "other-scheduler",
-            server.store.get("pods", "default", "other-scheduler")["metadata"]["uid"],
-            "cpu-1",
-        )
+        other = server.store.get("pods", "default", "other-scheduler")
+        assert other is not None  # one of the workload's pods, created above
+        await client.bind("default", "other-scheduler", other["metadata"]["uid"], "cpu-1")
         progress = _Progress(server)
         started = time.monotonic()
         placed_at: dict[str, float] = {}
@@ -257,5 +255,5 @@ async def run_demo(*, nodes: int = 6, pods: int = 60, seed: int = 7, log_file: s
         await task
         await client.close()
         await server.stop()
-        if log_file:
-            stream.close()
+        if log_stream is not None:
+            log_stream.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -24,10 +24,18 @@ def rfc3339(epoch: float | None = None, *, millis: bool = True) -> str:
     return f"{text}.{int((epoch - whole) * 1000):03d}Z" if millis else f"{text}Z"
 
 
+class ByteSink(Protocol):
+    """Where log lines go: a binary file or stdout's buffer, or a NullStream."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+    def flush(self) -> None: ...
+
+
 class JsonLogger:
     """Writes one JSON object per line; `event` names what happened."""
 
-    def __init__(self, stream: IO[bytes] | None = None, level: str = "info", **context: Any) -> None:
+    def __init__(self, stream: ByteSink | None = None, level: str = "info", **context: Any) -> None:
         self._stream = stream if stream is not None else sys.stdout.buffer
         self._threshold = LEVELS[level]
         self._context = context

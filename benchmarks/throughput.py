@@ -42,7 +42,8 @@ CREATE_CONCURRENCY = 64
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 async def _create_all(client: KubeClient, objects: list[dict[str, Any]], create: Any) -> None:
@@ -276,6 +277,7 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     while (qp := queue.pop_nowait()) is not None:
         t = time.perf_counter()
         decision = framework.schedule(qp.pod)
+        assert decision.node is not None, decision.message
         cache.assume(qp.pod, decision.node)
         queue.done(qp.pod.uid)
         durations.append((time.perf_counter() - t) * 1000)

@@ -14,7 +14,7 @@ import io
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import pytest
@@ -67,6 +67,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params.append(pytest.param(name, marks=marks, id=name))
     metafunc.parametrize("cluster", params, indirect=True)
 
+T = TypeVar("T")
+
 
 def replace_atomically(path: Path, text: str) -> None:
     """Swap a file's content in one step, as a ConfigMap volume does (a plain write can be seen half done)."""
@@ -75,10 +77,17 @@ def replace_atomically(path: Path, text: str) -> None:
     os.replace(staging, path)
 
 
+def stored_pod(cluster: Cluster, name: str, namespace: str = "default") -> dict[str, Any]:
+    """A copy of a pod the test knows to exist in the cluster."""
+    pod = cluster.store.get("pods", namespace, name)
+    assert pod is not None, f"pod {namespace}/{name} not found"
+    return pod
+
+
 async def wait_for(
-    predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02, what: str = "condition"
-) -> Any:
-    """Poll until predicate() is truthy (a deadline, not a timing assertion)."""
+    predicate: Callable[[], T | None], timeout: float = 20.0, interval: float = 0.02, what: str = "condition"
+) -> T:
+    """Poll until predicate() is truthy (a deadline, not a timing assertion); its value."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         value = predicate()

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
+import pynvml
 import pytest
 from conftest import wait_for
 
@@ -75,10 +76,12 @@ class Harness:
         return stored["metadata"].get("annotations") or {}
 
     def report(self) -> list[dict[str, Any]]:
-        return orjson.loads(self.annotations()[GPUS_ANNOTATION])
+        gpus: list[dict[str, Any]] = orjson.loads(self.annotations()[GPUS_ANNOTATION])
+        return gpus
 
     def patches(self) -> int:
-        return self.sim.stats()["requests"].get("nodes", {}).get("patch", 0)
+        count: int = self.sim.stats()["requests"].get("nodes", {}).get("patch", 0)
+        return count
 
     def lines(self, event: str | None = None) -> list[dict[str, Any]]:
         lines = [orjson.loads(line) for line in self.log.getvalue().splitlines()]
@@ -246,8 +249,8 @@ def test_change_thresholds(before: dict[str, Any], after: dict[str, Any], why: s
 async def test_an_unreadable_device_does_not_hide_the_others(harness: Callable[..., Harness]) -> None:
     fake = dgx()
     fake.fail(3, "nvmlDeviceGetMemoryInfo")  # GPU is lost
-    fake.fail(1, "nvmlDeviceGetUtilizationRates", fake.NVML_ERROR_NOT_SUPPORTED)
-    fake.fail(6, "nvmlDeviceGetTopologyCommonAncestor", fake.NVML_ERROR_UNKNOWN)
+    fake.fail(1, "nvmlDeviceGetUtilizationRates", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    fake.fail(6, "nvmlDeviceGetTopologyCommonAncestor", pynvml.NVML_ERROR_UNKNOWN)
     h = harness(fake)
     assert await h.agent.tick()
     report = h.report()
@@ -300,7 +303,7 @@ async def test_driver_lost_while_running(harness: Callable[..., Harness]) -> Non
     fake = dgx()
     h = harness(fake)
     assert await h.agent.tick()
-    fake.fail(None, "nvmlDeviceGetCount", fake.NVML_ERROR_DRIVER_NOT_LOADED)
+    fake.fail(None, "nvmlDeviceGetCount", pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
     h.clock.advance(10)
     assert await h.agent.tick()
     assert h.report() == []

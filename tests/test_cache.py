@@ -27,8 +27,8 @@ class FakeClock:
 
 
 def node(name: str, *, cpu: str = "4", memory: str = "8Gi", pods: str = "110", rv: str = "1",
-         labels: dict[str, str] | None = None, **extra: str) -> NodeRecord:
-    allocatable = {"cpu": cpu, "memory": memory, "pods": pods, **extra}
+         labels: dict[str, str] | None = None, extra: dict[str, str] | None = None) -> NodeRecord:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": pods, **(extra or {})}
     return NodeRecord.from_api({"metadata": {"name": name, "resourceVersion": rv, "labels": labels or {}},
                                 "spec": {},
                                 "status": {"allocatable": allocatable,
@@ -36,8 +36,9 @@ def node(name: str, *, cpu: str = "4", memory: str = "8Gi", pods: str = "110", r
 
 
 def pod(name: str, *, node_name: str = "", cpu: str | None = "1", memory: str | None = "1Gi",
-        phase: str | None = None, deleting: bool = False, rv: str = "1", **extra: str) -> PodRecord:
-    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None} | extra
+        phase: str | None = None, deleting: bool = False, rv: str = "1",
+        extra: dict[str, str] | None = None) -> PodRecord:
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None} | (extra or {})
     meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-{name}", "resourceVersion": rv}
     if deleting:
         meta["deletionTimestamp"] = "2024-01-01T00:00:00Z"
@@ -364,16 +365,16 @@ def test_set_node_reports_what_changed(cache: SchedulerCache) -> None:
 def test_new_extended_resource_column_after_nodes_exist(cache: SchedulerCache) -> None:
     cache.set_pod(pod("a", node_name="n1"))
     assert cache.column(GPU) == -1
-    cache.set_node(node("g", **{GPU: "4"}))
+    cache.set_node(node("g", extra={GPU: "4"}))
     col = cache.column(GPU)
     assert col >= 0
     assert cache.allocatable[cache.row_of("g"), col] == 4
     assert cache.allocatable[cache.row_of("n1"), col] == 0
     assert cache.node_usage("n1") == usage(1000, Gi, 1)  # existing usage survives the widening
-    cache.set_pod(pod("b", node_name="g", cpu="1", **{GPU: "2"}))
+    cache.set_pod(pod("b", node_name="g", cpu="1", extra={GPU: "2"}))
     assert cache.node_usage("g") == {"cpu": 1000, "memory": Gi, "pods": 1, GPU: 2}
     # a pod that asks for a resource no node has yet opens a column too
-    cache.set_pod(pod("c", node_name="n2", **{"example.com/fpga": "1"}))
+    cache.set_pod(pod("c", node_name="n2", extra={"example.com/fpga": "1"}))
     assert cache.node_usage("n2")["example.com/fpga"] == 1
     consistent(cache)
     cache.remove_pod("uid-b")

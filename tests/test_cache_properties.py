@@ -268,7 +268,8 @@ class CacheMachine(RuleBasedStateMachine):
     def pick_pod(self, data: st.DataObject, uids: list[str]) -> str:
         """One of `uids`, favouring pods we placed: their transitions are the interesting ones."""
         ours = [u for u in uids if u in self.m.popped]
-        return data.draw(st.sampled_from(ours if ours and data.draw(st.booleans()) else uids))
+        prefer_ours = bool(ours) and data.draw(st.booleans())
+        return data.draw(st.sampled_from(ours if prefer_ours else uids))
 
     def fits(self, pod: ServerPod, node: ServerNode, used: dict[str, int]) -> bool:
         if not node.ready or node.unschedulable or (pod.zone and node.zone != pod.zone):
@@ -525,9 +526,9 @@ class CacheMachine(RuleBasedStateMachine):
                     for k, v in pod.requests().items():
                         used[k] += v
             for uid, a in self.m.assumed.items():
-                pod = self.m.server_pods.get(uid)
-                if a.node == name and pod is not None and not pod.node_name:
-                    for k, v in pod.requests().items():
+                assumed_pod = self.m.server_pods.get(uid)
+                if a.node == name and assumed_pod is not None and not assumed_pod.node_name:
+                    for k, v in assumed_pod.requests().items():
                         used[k] += v
             alloc = node.alloc.as_units()
             assert all(used[k] <= alloc[k] for k in RESOURCES), (name, used, alloc)

@@ -77,7 +77,7 @@ def test_defaults_match_the_spec() -> None:
     assert config.gpu == GpuSettings(staleness_seconds=120)
     assert config.server == ServerSettings(port=10251, bind_address="0.0.0.0")
     assert config.queues == ()
-    assert config.groups == config.users == config.namespaces == {}
+    assert config.groups == {} and config.users == {} and config.namespaces == {}
     assert config.policies == {"default": PolicySpec("default", {"taskPriority": 1},
                                                      max_wait_seconds=3600,
                                                      fair_share_half_life_seconds=3600)}
@@ -289,7 +289,10 @@ def test_active_policy_defaults_to_the_first_policy() -> None:
 
 def test_built_in_default_policy() -> None:
     """No policies (absent, null or empty) means the built-in "default", which activePolicy may name."""
-    for data in ({}, {"policies": None}, {"policies": {}}, {"policies": {}, "activePolicy": "default"}):
+    cases: list[dict[str, Any]] = [
+        {}, {"policies": None}, {"policies": {}}, {"policies": {}, "activePolicy": "default"}
+    ]
+    for data in cases:
         config = parse_config(data)
         assert config.policies == {"default": DEFAULT_POLICY}
         assert config.policy == PolicySpec("default", {"taskPriority": 1}, 3600, 3600)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
-from conftest import StartScheduler, fast_config, wait_for
+from conftest import StartScheduler, fast_config, stored_pod, wait_for
 from test_e2e_scheduling import assert_not_overcommitted, create_all, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
@@ -185,7 +185,7 @@ async def test_d_gang_that_never_completes_times_out_and_smaller_pod_takes_the_r
     assert bound_count(cluster, "stuck") == 0
     await create_all(api, [], [make_pod("small", gpus=8, cpu="1", memory="1Gi")])
     await wait_for(
-        lambda: cluster.store.get("pods", "default", "small")["spec"].get("nodeName"),
+        lambda: stored_pod(cluster, "small")["spec"].get("nodeName"),
         what="the smaller pod takes the room the gang could not use",
     )
     assert bound_count(cluster, "stuck") == 0
@@ -201,7 +201,7 @@ async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
     assert (await api.create_podgroup(podgroup("resumed", 4, timeout=1))).ok
     await create_all(api, gpu_nodes(3), [member("resumed", i) for i in range(4)])
     for i in range(2):
-        uid = cluster.store.get("pods", "default", f"resumed-{i}")["metadata"]["uid"]
+        uid = stored_pod(cluster, f"resumed-{i}")["metadata"]["uid"]
         assert (await api.bind("default", f"resumed-{i}", uid, f"gpu-{i}")).ok
     running = await start_scheduler()
     # Room for one more member only: the gang cannot complete, and its status says so.
@@ -292,7 +292,7 @@ async def test_gang_prefers_one_zone_and_can_require_it(
     await create_all(api, nodes, [member("local", i) for i in range(3)])
     await wait_for(lambda: bound_count(cluster, "local") == 3, what="gang placed")
     zones = {
-        cluster.store.get("pods", "default", f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)
+        stored_pod(cluster, f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)
     }
     assert len(zones) == 1, "least-allocated alone would spread; the gang stays in one zone"
 

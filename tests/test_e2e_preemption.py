@@ -77,17 +77,23 @@ async def test_victims_get_the_disruption_target_condition(cluster: Cluster) -> 
         scheduler = Scheduler(fast_config(), client, JsonLogger(stream=NullStream()), serve_http=False)
         task = asyncio.create_task(scheduler.run())
         await create_all(client, [make_node("n1", cpu="1", memory="4Gi")], [make_pod("victim", cpu="1")])
-        await wait_for(lambda: node_of(sim, "victim"), what="victim placed")
+        await wait_for(
+            lambda: (sim.store.get("pods", "default", "victim") or {})["spec"].get("nodeName"),
+            what="victim placed",
+        )
         await create_all(client, [], [make_pod("vip", cpu="1", priority=1000)])
         await wait_for(
-            lambda: sim.store.get("pods", "default", "victim")["metadata"].get("deletionTimestamp"),
+            lambda: (sim.store.get("pods", "default", "victim") or {})["metadata"].get("deletionTimestamp"),
             what="victim deleted gracefully",
         )
         victim = sim.store.get("pods", "default", "victim")
+        assert victim is not None
         condition = next(c for c in victim["status"]["conditions"] if c["type"] == "DisruptionTarget")
         assert condition["reason"] == "PreemptionByScheduler" and "default/vip" in condition["message"]
         await wait_for(
-            lambda: sim.store.get("pods", "default", "vip")["status"].get("nominatedNodeName") == "n1",
+            lambda: (
+                (sim.store.get("pods", "default", "vip") or {})["status"].get("nominatedNodeName") == "n1"
+            ),
             what="the preemptor nominated",
         )
         scheduler.stop()

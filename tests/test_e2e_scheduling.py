@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 from backends import Cluster, SimCluster
-from conftest import StartScheduler, fast_config, wait_for
+from conftest import StartScheduler, fast_config, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.log import JsonLogger, NullStream
@@ -51,7 +51,7 @@ def bound_pods(cluster: Cluster, scheduler_name: str = "ai-scheduler") -> list[d
 
 
 def pod_condition(cluster: Cluster, name: str, namespace: str = "default") -> dict[str, Any]:
-    pod = cluster.store.get("pods", namespace, name)
+    pod = stored_pod(cluster, name, namespace)
     return next((c for c in pod.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"), {})
 
 
@@ -87,7 +87,7 @@ async def test_200_pods_on_20_nodes_all_bound_without_overcommit(
         what="one Scheduled event per pod",
     )
     event = events_for(cluster, "pod-7", "Scheduled")[0]
-    node = cluster.store.get("pods", "default", "pod-7")["spec"]["nodeName"]
+    node = stored_pod(cluster, "pod-7")["spec"]["nodeName"]
     assert event["message"] == f"Successfully assigned default/pod-7 to {node}"
     decisions = running.log_lines("decision")
     assert len({d["uid"] for d in decisions if d["result"] == "scheduled"}) == 200
@@ -141,7 +141,7 @@ async def test_unschedulable_pod_gets_condition_and_event_then_lands_on_new_node
 
     assert (await api.create_node(make_node("large", cpu="32", memory="64Gi"))).ok
     await wait_for(
-        lambda: cluster.store.get("pods", "default", "big")["spec"].get("nodeName") == "large",
+        lambda: stored_pod(cluster, "big")["spec"].get("nodeName") == "large",
         what="pod placed on the node that fits",
     )
     await wait_for(lambda: events_for(cluster, "big", "Scheduled"), what="Scheduled event")
@@ -157,12 +157,11 @@ async def test_failed_scheduling_events_are_not_repeated_on_every_retry(
     for i in range(5):
         assert (await api.patch_node("n1", {"metadata": {"labels": {"round": str(i)}}})).ok
         attempts = i + 2
-        await wait_for(
-            lambda a=attempts: (
-                len([d for d in running.log_lines("decision") if d["pod"] == "default/huge"]) >= a
-            ),
-            what=f"attempt {attempts}",
-        )
+
+        def attempted(a: int = attempts) -> bool:
+            return len([d for d in running.log_lines("decision") if d["pod"] == "default/huge"]) >= a
+
+        await wait_for(attempted, what=f"attempt {attempts}")
     assert len(events_for(cluster, "huge", "FailedScheduling")) == 1
     status_patches = cluster.request_counts().get("pods/status", Counter())["patch"]
     assert status_patches == 1, "the unchanged condition is written once, not on every retry"
@@ -176,7 +175,7 @@ async def test_pods_of_other_schedulers_are_never_bound_but_their_usage_counts(
     foreign_bound = make_pod("foreign-bound", cpu="3", memory="1Gi", scheduler_name="default-scheduler")
     foreign_pending = make_pod("foreign-pending", cpu="100m", memory="1Gi", scheduler_name="other-scheduler")
     await create_all(api, nodes, [foreign_bound, foreign_pending])
-    uid = cluster.store.get("pods", "default", "foreign-bound")["metadata"]["uid"]
+    uid = stored_pod(cluster, "foreign-bound")["metadata"]["uid"]
     assert (await api.bind("default", "foreign-bound", uid, "a")).ok
     ours = [make_pod(f"ours-{i}", cpu="2", memory="1Gi") for i in range(3)]
     await create_all(api, [], ours)
@@ -196,7 +195,7 @@ async def test_pods_of_other_schedulers_are_never_bound_but_their_usage_counts(
         what="third pod reported unschedulable",
     )
     assert {p["spec"]["nodeName"] for p in bound_pods(cluster)} == {"b"}, "node a has only 1 cpu left"
-    assert not cluster.store.get("pods", "default", "foreign-pending")["spec"].get("nodeName")
+    assert not stored_pod(cluster, "foreign-pending")["spec"].get("nodeName")
     assert_not_overcommitted(cluster)
 
 
@@ -254,7 +253,7 @@ async def test_bind_conflict_forgets_assumption_and_keeps_going(
         lambda: running.scheduler.cache.node_usage("n2").get("cpu") == 3000, what="usage moved to n2"
     )
     assert running.scheduler.cache.node_usage("n1").get("cpu", 0) == 0
-    assert cluster.store.get("pods", "default", "contested")["spec"]["nodeName"] == "n2"
+    assert stored_pod(cluster, "contested")["spec"]["nodeName"] == "n2"
     # Scheduling goes on, and the room the contested pod took on n2 is respected: of two more 3-cpu pods
     # only one fits (on n1), the other is reported unschedulable.
     await create_all(api, [], [make_pod(f"after-{i}", cpu="3", memory="1Gi") for i in range(2)])
@@ -291,7 +290,7 @@ async def test_not_ready_node_is_avoided_until_it_reports_ready(
     assert response.status == 200
     response.release()
     await wait_for(
-        lambda: cluster.store.get("pods", "default", "p")["spec"].get("nodeName") == "fresh",
+        lambda: stored_pod(cluster, "p")["spec"].get("nodeName") == "fresh",
         what="placed once the node is ready",
     )
 
@@ -309,6 +308,7 @@ async def test_health_ready_and_metrics_over_http(
     await wait_for(
         lambda: pod_condition(cluster, "never").get("reason") == "Unschedulable", what="other reported"
     )
+    assert running.scheduler.http is not None
     port = running.scheduler.http.port
     async with aiohttp.ClientSession() as session:
         for path in ("/healthz", "/readyz"):
@@ -332,6 +332,7 @@ async def test_ready_only_after_first_sync(cluster: Cluster, api: KubeClient) ->
     task = asyncio.create_task(scheduler.run())
     try:
         await wait_for(lambda: scheduler.http is not None and scheduler.http.port, what="http listening")
+        assert scheduler.http is not None
         url = f"http://127.0.0.1:{scheduler.http.port}"
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{url}/healthz") as response:
@@ -346,7 +347,7 @@ async def test_ready_only_after_first_sync(cluster: Cluster, api: KubeClient) ->
             async with session.get(f"{url}/readyz") as response:
                 assert response.status == 200
         await wait_for(
-            lambda: cluster.store.get("pods", "default", "p1")["spec"].get("nodeName") == "n1",
+            lambda: stored_pod(cluster, "p1")["spec"].get("nodeName") == "n1",
             what="pod bound after the sync",
         )
     finally:
@@ -387,7 +388,7 @@ async def test_malformed_pod_is_reported_on_the_object_and_others_go_on(
     bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
     await create_all(api, [make_node("n1", cpu="4", memory="8Gi")], [bad, make_pod("good")])
     await wait_for(
-        lambda: cluster.store.get("pods", "default", "good")["spec"].get("nodeName"),
+        lambda: stored_pod(cluster, "good")["spec"].get("nodeName"),
         what="the good pod placed",
     )
     await wait_for(

@@ -229,6 +229,7 @@ def test_assumed_device_choice_holds_until_the_annotation_confirms_it() -> None:
     first = gpu_pod("a", count=4)
     decision = fw.schedule(first)
     assert decision.gpu_ids == (0, 1, 2, 3)
+    assert decision.node is not None
     cache.assume(first, decision.node, decision.gpu_ids)
     second = fw.schedule(gpu_pod("b", count=4))
     assert second.gpu_ids == (4, 5, 6, 7), "the assumed devices are taken"
@@ -292,6 +293,7 @@ def test_gpu_less_pods_avoid_gpu_nodes_and_device_plugin_gpus_binpack() -> None:
         }
     )
     first = fw.schedule(trainer)
+    assert first.node is not None
     cache.assume(trainer, first.node)
     second_pod = PodRecord.from_api(
         {

@@ -87,6 +87,12 @@ def pod(name: str = "p", *, cpu: str | None = None, memory: str | None = None, g
                                "spec": spec, "status": {"phase": "Running" if node_name else "Pending"}})
 
 
+def record(cache: SchedulerCache, name: str) -> NodeRecord:
+    rec = cache.node_record(name)
+    assert rec is not None, f"no node {name}"
+    return rec
+
+
 def cluster(*nodes: NodeRecord, initial_rows: int = 64) -> SchedulerCache:
     cache = SchedulerCache(initial_rows=initial_rows)
     for rec in nodes:
@@ -408,7 +414,7 @@ def test_preferred_weights_summed_and_normalised_by_the_best_node() -> None:
                                (50, {})))                                            # empty term: no match
     names = ["a-gpu", "a", "b-gpu", "c"]
     plugin = NodeAffinityScore(1)
-    assert [plugin.raw_score(p, fw.cache.node_record(n)) for n in names] == [80, 20, 60, 0]
+    assert [plugin.raw_score(p, record(fw.cache, n)) for n in names] == [80, 20, 60, 0]
     assert scores_of(plugin, fw, p, names) == [100, 25, 75, 0]
     assert scores_of(plugin, fw, p, ["a", "c"]) == [100, 0]
     assert scores_of(plugin, fw, pod(), names) is None  # no preferences: no opinion
@@ -783,6 +789,7 @@ def test_the_search_stops_at_enough_nodes_and_its_start_rotates_over_all_of_them
         starts.append(fw.next_start)
         decision = fw.schedule(pod(f"p{i}", cpu="100m"))
         assert decision.feasible == decision.evaluated == 420 and decision.reasons == {}
+        assert decision.node is not None
         assert (cache.row_of(decision.node) - starts[-1]) % 1000 < 420, "chosen among the nodes looked at"
     assert starts == [0, 420, 840] and fw.next_start == 260
     assert seen.seen[0] == list(range(420))
@@ -819,7 +826,9 @@ def test_a_search_inside_a_domain_counts_the_domain_only() -> None:
     zone_a = np.array([rec is not None and rec.labels.get("zone") == "a" for rec in cache.row_records])
     decision = fw.schedule(pod("member", cpu="1"), zone_a)
     assert decision.total_nodes == 200 and decision.feasible == 100  # 200 nodes: 100 is the floor
-    assert cache.node_record(decision.node).labels["zone"] == "a"
+    assert decision.node is not None
+    record = cache.node_record(decision.node)
+    assert record is not None and record.labels["zone"] == "a"
 
 
 def test_a_nominated_pod_tries_its_nominated_node_first() -> None:

@@ -23,6 +23,10 @@ from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, Custo
 from ai_scheduler.sim import SimApiServer, make_node, make_pod, write_kubeconfig
 from ai_scheduler.sim.store import DEFAULT_TYPES, Registry, ResourceType, Store
 
+# The generated API is driven in raw mode (`_preload_content=False`: dicts in, aiohttp responses out),
+# which kubernetes_asyncio's stubs do not describe (they type model objects in and out).
+RawApi = Any
+
 NOT_READY = "node.kubernetes.io/not-ready"
 UNREACHABLE = "node.kubernetes.io/unreachable"
 
@@ -49,13 +53,13 @@ async def _api(server: SimApiServer) -> ApiClient:
 
 
 @pytest.fixture
-async def v1(sim: SimApiServer) -> AsyncIterator[CoreV1Api]:
+async def v1(sim: SimApiServer) -> AsyncIterator[RawApi]:
     async with await _api(sim) as api:
         yield CoreV1Api(api)
 
 
 @pytest.fixture
-async def bare_v1(bare: SimApiServer) -> AsyncIterator[CoreV1Api]:
+async def bare_v1(bare: SimApiServer) -> AsyncIterator[RawApi]:
     async with await _api(bare) as api:
         yield CoreV1Api(api)
 
@@ -87,16 +91,16 @@ async def read_events(
     return events
 
 
-async def get_pod(v1: CoreV1Api, name: str, namespace: str = "default") -> dict[str, Any] | None:
+async def get_pod(v1: RawApi, name: str, namespace: str = "default") -> dict[str, Any] | None:
     resp = await v1.read_namespaced_pod(name, namespace, _preload_content=False)
     return None if resp.status == 404 else await body(resp)
 
 
-async def bind(v1: CoreV1Api, name: str, node: str, uid: str | None = None) -> aiohttp.ClientResponse:
+async def bind(v1: RawApi, name: str, node: str, uid: str | None = None) -> aiohttp.ClientResponse:
     meta: dict[str, Any] = {"name": name, "namespace": "default"}
     if uid:
         meta["uid"] = uid
-    return await v1.create_namespaced_pod_binding(
+    resp: aiohttp.ClientResponse = await v1.create_namespaced_pod_binding(
         name,
         "default",
         {
@@ -107,12 +111,13 @@ async def bind(v1: CoreV1Api, name: str, node: str, uid: str | None = None) -> a
         },
         _preload_content=False,
     )
+    return resp
 
 
 # ---------------------------------------------------------------- basics
 
 
-async def test_create_get_list_and_errors(v1: CoreV1Api) -> None:
+async def test_create_get_list_and_errors(v1: RawApi) -> None:
     resp = await v1.create_namespaced_pod("default", make_pod("a"), _preload_content=False)
     assert resp.status == 201
     created = await body(resp)
@@ -190,7 +195,7 @@ async def test_create_get_list_and_errors(v1: CoreV1Api) -> None:
             assert resp.status == 415 and (await resp.json())["reason"] == "UnsupportedMediaType"
 
 
-async def test_replace_is_optimistic(v1: CoreV1Api) -> None:
+async def test_replace_is_optimistic(v1: RawApi) -> None:
     pod = await body(await v1.create_namespaced_pod("default", make_pod("a"), _preload_content=False))
     pod["metadata"]["labels"] = {"v": "1"}
     resp = await v1.replace_namespaced_pod("a", "default", pod, _preload_content=False)
@@ -210,7 +215,7 @@ async def test_replace_is_optimistic(v1: CoreV1Api) -> None:
     assert (await get_pod(v1, "a"))["metadata"]["labels"] == {"v": "1"}  # type: ignore[index]
 
 
-async def test_pagination(v1: CoreV1Api) -> None:
+async def test_pagination(v1: RawApi) -> None:
     for i in range(5):
         await v1.create_namespaced_pod("default", make_pod(f"p{i}"))
     names: list[str] = []
@@ -229,7 +234,7 @@ async def test_pagination(v1: CoreV1Api) -> None:
 # ---------------------------------------------------------------- watch
 
 
-async def test_watch_from_version_replays_later_events(v1: CoreV1Api) -> None:
+async def test_watch_from_version_replays_later_events(v1: RawApi) -> None:
     await v1.create_namespaced_pod("default", make_pod("before"))
     listed = await body(await v1.list_namespaced_pod("default", _preload_content=False))
     rv = listed["metadata"]["resourceVersion"]
@@ -264,7 +269,7 @@ async def test_watch_from_version_replays_later_events(v1: CoreV1Api) -> None:
     resp.close()
 
 
-async def test_bookmarks_and_timeout(v1: CoreV1Api) -> None:
+async def test_bookmarks_and_timeout(v1: RawApi) -> None:
     listed = await body(await v1.list_namespaced_pod("default", _preload_content=False))
     resp = await v1.list_namespaced_pod(
         "default",
@@ -289,7 +294,7 @@ async def test_bookmarks_and_timeout(v1: CoreV1Api) -> None:
     assert all(orjson.loads(line)["type"] == "BOOKMARK" for line in rest.splitlines())
 
 
-async def test_compact_makes_old_versions_expire(sim: SimApiServer, v1: CoreV1Api) -> None:
+async def test_compact_makes_old_versions_expire(sim: SimApiServer, v1: RawApi) -> None:
     await v1.create_namespaced_pod("default", make_pod("a"))
     old_rv = (await body(await v1.list_namespaced_pod("default", _preload_content=False)))["metadata"][
         "resourceVersion"
@@ -335,7 +340,7 @@ async def test_history_limit_expires_old_versions() -> None:
         store.watch(pods, None, None, 1, False)
 
 
-async def test_cut_watches(sim: SimApiServer, v1: CoreV1Api) -> None:
+async def test_cut_watches(sim: SimApiServer, v1: RawApi) -> None:
     resp = await v1.list_namespaced_pod("default", watch=True, _preload_content=False)
     await eventually(lambda: _watches(sim, 1))
     async with aiohttp.ClientSession() as session, session.post(f"{sim.url}/sim/v1/cut-watches") as cut:
@@ -348,10 +353,11 @@ async def test_cut_watches(sim: SimApiServer, v1: CoreV1Api) -> None:
 
 
 async def _watches(sim: SimApiServer, count: int) -> bool:
-    return sim.stats()["watches"] == count
+    watches: int = sim.stats()["watches"]
+    return watches == count
 
 
-async def test_garble_watches(sim: SimApiServer, v1: CoreV1Api) -> None:
+async def test_garble_watches(sim: SimApiServer, v1: RawApi) -> None:
     resp = await v1.list_namespaced_pod("default", watch=True, _preload_content=False)
     await eventually(lambda: _watches(sim, 1))
     assert sim.garble_watches() == 1
@@ -365,7 +371,8 @@ async def test_stop_ends_open_watches() -> None:
     server = SimApiServer()
     await server.start()
     async with await _api(server) as api:
-        resp = await CoreV1Api(api).list_node(watch=True, _preload_content=False)
+        raw_v1: RawApi = CoreV1Api(api)
+        resp = await raw_v1.list_node(watch=True, _preload_content=False)
         await eventually(lambda: _watches(server, 1))
         await asyncio.wait_for(server.stop(), 5)
         with pytest.raises((aiohttp.ClientPayloadError, aiohttp.ClientConnectionError)):
@@ -373,7 +380,7 @@ async def test_stop_ends_open_watches() -> None:
                 raise aiohttp.ClientConnectionError("ended")
 
 
-async def test_filtered_watch_sees_objects_enter_and_leave(v1: CoreV1Api) -> None:
+async def test_filtered_watch_sees_objects_enter_and_leave(v1: RawApi) -> None:
     await v1.create_namespaced_pod("default", make_pod("a", labels={"app": "web"}))
     resp = await v1.list_namespaced_pod(
         "default",
@@ -398,7 +405,7 @@ async def test_filtered_watch_sees_objects_enter_and_leave(v1: CoreV1Api) -> Non
 # ---------------------------------------------------------------- selectors
 
 
-async def test_label_and_field_selectors(bare_v1: CoreV1Api) -> None:
+async def test_label_and_field_selectors(bare_v1: RawApi) -> None:
     v1 = bare_v1
     await v1.create_node(make_node("n1"))
     await v1.create_namespaced_pod("default", make_pod("web-1", labels={"app": "web", "tier": "front"}))
@@ -426,7 +433,7 @@ async def test_label_and_field_selectors(bare_v1: CoreV1Api) -> None:
 # ---------------------------------------------------------------- bindings
 
 
-async def test_binding_answers_status_and_conflicts(bare: SimApiServer, bare_v1: CoreV1Api) -> None:
+async def test_binding_answers_status_and_conflicts(bare: SimApiServer, bare_v1: RawApi) -> None:
     v1 = bare_v1
     pod = await body(await v1.create_namespaced_pod("default", make_pod("p"), _preload_content=False))
     resp = await bind(v1, "p", "node-a", uid=pod["metadata"]["uid"])
@@ -470,7 +477,7 @@ async def test_binding_answers_status_and_conflicts(bare: SimApiServer, bare_v1:
     assert bare.stats()["bindings"] == {"ok": 2, "conflicts": 2}
 
 
-async def test_bind_conflict_injection(bare: SimApiServer, bare_v1: CoreV1Api) -> None:
+async def test_bind_conflict_injection(bare: SimApiServer, bare_v1: RawApi) -> None:
     v1 = bare_v1
     await v1.create_namespaced_pod("default", make_pod("p"))
     rv = (await body(await v1.list_namespaced_pod("default", _preload_content=False)))["metadata"][
@@ -495,7 +502,7 @@ async def test_bind_conflict_injection(bare: SimApiServer, bare_v1: CoreV1Api) -
     assert (await bind(v1, "r", "mine")).status == 201
 
 
-async def test_typed_binding_fails_to_decode_like_against_a_real_server(bare_v1: CoreV1Api) -> None:
+async def test_typed_binding_fails_to_decode_like_against_a_real_server(bare_v1: RawApi) -> None:
     await bare_v1.create_namespaced_pod("default", make_pod("p"))
     target = client.V1ObjectReference(kind="Node", name="n1")
     with pytest.raises(ValueError):
@@ -508,7 +515,7 @@ async def test_typed_binding_fails_to_decode_like_against_a_real_server(bare_v1:
 # ---------------------------------------------------------------- status subresource and patches
 
 
-async def test_node_status_only_through_subresource(bare_v1: CoreV1Api) -> None:
+async def test_node_status_only_through_subresource(bare_v1: RawApi) -> None:
     v1 = bare_v1
     await v1.create_node(make_node("n1", cpu="8"))
     resp = await v1.patch_node(
@@ -538,7 +545,7 @@ async def test_node_status_only_through_subresource(bare_v1: CoreV1Api) -> None:
     assert status["status"]["allocatable"]["cpu"] == "16"
 
 
-async def test_pod_status_subresource_and_patches(bare_v1: CoreV1Api) -> None:
+async def test_pod_status_subresource_and_patches(bare_v1: RawApi) -> None:
     v1 = bare_v1
     await v1.create_namespaced_pod("default", make_pod("p"))
     condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}
@@ -608,7 +615,7 @@ async def test_pod_status_subresource_and_patches(bare_v1: CoreV1Api) -> None:
 
 async def test_podgroup_custom_resource(sim: SimApiServer) -> None:
     async with await _api(sim) as api:
-        custom = CustomObjectsApi(api)
+        custom: RawApi = CustomObjectsApi(api)
         group = {
             "apiVersion": "scheduling.x-k8s.io/v1alpha1",
             "kind": "PodGroup",
@@ -656,7 +663,7 @@ async def test_podgroup_custom_resource(sim: SimApiServer) -> None:
         assert (await body(missing))["message"] == 'podgroups.scheduling.x-k8s.io "nope" not found'
 
 
-async def test_events_create_and_aggregate(v1: CoreV1Api) -> None:
+async def test_events_create_and_aggregate(v1: RawApi) -> None:
     event = {
         "metadata": {"name": "p.1", "namespace": "default"},
         "reason": "Scheduled",
@@ -692,7 +699,7 @@ async def test_event_store_is_bounded() -> None:
 # ---------------------------------------------------------------- deletion and kubelets
 
 
-async def test_delete_without_kubelets(bare_v1: CoreV1Api) -> None:
+async def test_delete_without_kubelets(bare_v1: RawApi) -> None:
     v1 = bare_v1
     await v1.create_namespaced_pod("default", make_pod("unbound"))
     resp = await v1.delete_namespaced_pod("unbound", "default", _preload_content=False)
@@ -722,7 +729,7 @@ async def test_delete_without_kubelets(bare_v1: CoreV1Api) -> None:
     assert await get_pod(v1, "body-opts") is None
 
 
-async def test_kubelet_runs_finishes_and_removes_pods(v1: CoreV1Api) -> None:
+async def test_kubelet_runs_finishes_and_removes_pods(v1: RawApi) -> None:
     await v1.create_node(make_node("n1"))
     await v1.create_node(make_node("kwok", labels={"sim.ai-scheduler.io/kubelet": "false"}))
     await v1.create_namespaced_pod("default", make_pod("job", duration="0.3s"))
@@ -758,7 +765,7 @@ async def test_kubelet_runs_finishes_and_removes_pods(v1: CoreV1Api) -> None:
 
 
 async def test_node_taints_from_admission_and_controller(
-    sim: SimApiServer, v1: CoreV1Api, bare_v1: CoreV1Api
+    sim: SimApiServer, v1: RawApi, bare_v1: RawApi
 ) -> None:
     created = await body(await bare_v1.create_node(make_node("n1"), _preload_content=False))
     assert {"key": NOT_READY, "effect": "NoSchedule"} in created["spec"]["taints"]
@@ -790,10 +797,10 @@ async def test_node_taints_from_admission_and_controller(
     await eventually(unreachable)
 
 
-async def test_priority_admission(bare_v1: CoreV1Api, bare: SimApiServer) -> None:
+async def test_priority_admission(bare_v1: RawApi, bare: SimApiServer) -> None:
     v1 = bare_v1
     async with await _api(bare) as api:
-        scheduling = client.SchedulingV1Api(api)
+        scheduling: RawApi = client.SchedulingV1Api(api)
         await scheduling.create_priority_class({"metadata": {"name": "high"}, "value": 1000})
         pod = await body(
             await v1.create_namespaced_pod(

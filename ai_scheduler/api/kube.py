@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +51,13 @@ class ResourceMissing(WatchBroken):
 PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 
 
-def _env_proxy(host: str) -> str | None:
+def _env_proxy(host: str | None) -> str | None:
     """HTTPS_PROXY / HTTP_PROXY / NO_PROXY as aiohttp's trust_env would apply them to the API server."""
     import urllib.request
 
     from yarl import URL
 
-    url = URL(host)
+    url = URL(host or "")
     if not url.host or urllib.request.proxy_bypass(url.host):
         return None
     return urllib.request.getproxies().get(url.scheme)
@@ -80,8 +80,10 @@ class KubeClient:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
+        # Untyped on purpose: kubernetes_asyncio's stubs describe model mode (models in and out, no
+        # `_content_type`); in raw mode we send dicts and get the aiohttp response back.
+        self.core: Any = client.CoreV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
 
     @classmethod
     async def connect(
@@ -94,7 +96,7 @@ class KubeClient:
         elif kubeconfig:
             await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=configuration)
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await config.load_kube_config(client_configuration=configuration)
         configuration.connection_pool_maxsize = pool_size
@@ -111,7 +113,7 @@ class KubeClient:
     async def close(self) -> None:
         await self.api_client.close()
 
-    async def _call(self, coroutine: Any) -> ApiResult:
+    async def _call(self, coroutine: Awaitable[aiohttp.ClientResponse]) -> ApiResult:
         try:
             return await _result(await coroutine)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:

@@ -271,23 +271,23 @@ class SchedulerCache:
         state = self.pods.get(record.uid)
         old_node = state.node if state else ""
         old_record = state.record if state else None
-        assumed = state.assumed if state else False
+        assumed_state = state if state is not None and state.assumed else None
         if record.node_name:
             new_node = "" if record.terminal else record.node_name
-            if assumed:
+            if assumed_state is not None:
                 change.confirmed = record.node_name == old_node
                 change.moved = not change.confirmed
-                self._unassume(state)
-        elif assumed and not record.deleting and not record.terminal:
+                self._unassume(assumed_state)
+        elif assumed_state is not None and not record.deleting and not record.terminal:
             new_node = old_node  # binding still in flight: keep the reservation
         else:
             new_node = ""
-            if assumed:
-                self._unassume(state)
+            if assumed_state is not None:
+                self._unassume(assumed_state)
         if state is None:
             state = self.pods[record.uid] = PodState(record)
-        if old_node and (old_node != new_node or old_record is not record):
-            self._detach(record.uid, old_node, old_record)  # type: ignore[arg-type]
+        if old_record is not None and old_node and (old_node != new_node or old_record is not record):
+            self._detach(record.uid, old_node, old_record)
             change.freed = old_node != new_node
         state.record = record
         state.node = new_node

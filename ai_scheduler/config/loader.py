@@ -23,7 +23,9 @@ from ai_scheduler.config.schema import Config, ConfigError, parse_config
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys, which PyYAML would otherwise resolve silently to the last."""
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        # Typed as PyYAML's stubs have it, but `!!map` on a scalar or a sequence arrives here too:
+        # the base class refuses that with a clear error.
         if isinstance(node, yaml.MappingNode):
             seen: set[Hashable] = set()
             for key_node, _ in node.value:

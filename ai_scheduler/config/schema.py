@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from ai_scheduler.quantity import MILLI_RESOURCES, format_units, parse_quantity, to_units
 
@@ -82,16 +82,19 @@ class ConfigError(ValueError):
         return f"{self.source}: {self.key}: {self.reason}" if self.key else f"{self.source}: {self.reason}"
 
 
-class FrozenMap(Mapping[str, Any]):
+_V_co = TypeVar("_V_co", covariant=True)
+
+
+class FrozenMap(Mapping[str, _V_co]):
     """A read-only, hashable mapping, so that frozen dataclasses holding one stay hashable."""
 
     __slots__ = ("_data", "_hash")
 
-    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
-        self._data: dict[str, Any] = dict(data or {})
+    def __init__(self, data: Mapping[str, _V_co] | None = None) -> None:
+        self._data: dict[str, _V_co] = dict(data or {})
         self._hash: int | None = None
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> _V_co:
         return self._data[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -454,7 +457,7 @@ _TOP_LEVEL_KEYS = (
 )
 
 
-def _parse_resources(value: object, path: str) -> FrozenMap:
+def _parse_resources(value: object, path: str) -> FrozenMap[int]:
     data = _mapping(value, path)
     if not data:
         _fail(path, "must name at least one resource")
@@ -655,7 +658,7 @@ def _amount(resource: str, units: int) -> str:
     return format_units(_unit(resource), units)
 
 
-def _parse_quantities(value: object, path: str) -> FrozenMap:
+def _parse_quantities(value: object, path: str) -> FrozenMap[int]:
     """Resource name -> quantity (a quota, a guarantee or a limit); empty means no resource is named."""
     data = _mapping(value, path)
     result = {}
@@ -712,7 +715,7 @@ def _parse_queues(value: object, path: str) -> tuple[QueueSpec, ...]:
     return _named_list(value, path, _parse_queue, "queue")
 
 
-def _parse_groups(value: object, path: str) -> FrozenMap:
+def _parse_groups(value: object, path: str) -> FrozenMap[GroupSpec]:
     groups = {}
     for name, data, entry in _named_entries(value, path, "group"):
         _check_keys(data, _GROUP_KEYS, entry)
@@ -733,7 +736,7 @@ def _parse_groups(value: object, path: str) -> FrozenMap:
     return FrozenMap(groups)
 
 
-def _parse_users(value: object, path: str) -> FrozenMap:
+def _parse_users(value: object, path: str) -> FrozenMap[UserSpec]:
     users = {}
     for name, data, entry in _named_entries(value, path, "user"):
         _check_keys(data, _USER_KEYS, entry)
@@ -748,7 +751,7 @@ def _parse_users(value: object, path: str) -> FrozenMap:
     return FrozenMap(users)
 
 
-def _parse_namespaces(value: object, path: str) -> FrozenMap:
+def _parse_namespaces(value: object, path: str) -> FrozenMap[NamespaceSpec]:
     namespaces = {}
     for name, data, entry in _named_entries(value, path, "namespace"):
         if len(name) > 63 or not _DNS1123_LABEL.match(name):
@@ -764,7 +767,7 @@ def _parse_namespaces(value: object, path: str) -> FrozenMap:
     return FrozenMap(namespaces)
 
 
-def _parse_weights(value: object, path: str) -> FrozenMap:
+def _parse_weights(value: object, path: str) -> FrozenMap[float]:
     weights = {}
     for factor, weight in _mapping(value, path).items():
         if factor not in POLICY_FACTORS:
@@ -776,7 +779,7 @@ def _parse_weights(value: object, path: str) -> FrozenMap:
     return FrozenMap(weights)
 
 
-def _parse_policies(value: object, path: str) -> FrozenMap:
+def _parse_policies(value: object, path: str) -> Mapping[str, PolicySpec]:
     policies = {}
     for name, data, entry in _named_entries(value, path, "policy"):
         _check_keys(data, _POLICY_KEYS, entry)

@@ -138,9 +138,9 @@ class SchedulingQueue:
         self._queue_name: dict[str, str] = {}
         self._by_queue: dict[tuple[str, str], int] = {}
         # activeQ and backoffQ hold sort keys; the dicts give each uid's key for O(log n) removal.
-        self._active: SortedList = SortedList()  # (*sort_key, seq, uid)
+        self._active: SortedList[tuple[Any, ...]] = SortedList()  # (*sort_key, seq, uid)
         self._active_key: dict[str, tuple[Any, ...]] = {}
-        self._backoff: SortedList = SortedList()  # (deadline, seq, uid)
+        self._backoff: SortedList[tuple[float, int, str]] = SortedList()  # (deadline, seq, uid)
         self._backoff_key: dict[str, tuple[float, int, str]] = {}
         # Insertion order is entry order (entry time = last_failure), so the
         # oldest unschedulable pod is always first: the flush scans only what is due.

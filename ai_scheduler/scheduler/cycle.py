@@ -270,11 +270,11 @@ class Framework:
         if rows.size == 0:
             return Decision(None, total, reasons=reasons, evaluated=looked_at)
         scores = np.zeros(rows.shape[0], dtype=np.int64)
-        for plugin in self.scores:
-            values = plugin.score(pod, cache, rows, self.static)
+        for scorer in self.scores:
+            values = scorer.score(pod, cache, rows, self.static)
             if values is not None:
-                scores += values * plugin.weight
-        best = scores.max()
+                scores += values * scorer.weight
+        best = int(scores.max())
         ties = np.flatnonzero(scores == best)
         pick = int(ties[self.rng.randrange(ties.shape[0])]) if ties.shape[0] > 1 else int(ties[0])
         names = cache.row_names

@@ -112,7 +112,7 @@ class Scheduler:
             component=self.config.scheduler_name,
             repeat_window=settings.event_repeat_seconds,
         )
-        self.binder = Binder(
+        binder = self.binder = Binder(
             self.client,
             self.cache,
             self.queue,
@@ -121,7 +121,7 @@ class Scheduler:
             self.log,
             concurrency=settings.bind_concurrency,
         )
-        self.gang_scheduler = GangScheduler(
+        gang_scheduler = self.gang_scheduler = GangScheduler(
             self.gangs,
             self.cache,
             self.queue,
@@ -145,13 +145,13 @@ class Scheduler:
             self.log,
             component=self.config.scheduler_name,
         )
-        self.binder.on_success = self._bound
-        self.binder.on_failure = lambda pod, result: self.gang_scheduler.bind_failed(pod, result.message)
+        binder.on_success = self._bound
+        binder.on_failure = lambda pod, result: gang_scheduler.bind_failed(pod, result.message)
         self.metrics.watch_state(
             StateCollector(
                 self.queue.counts_by_queue,
                 self._cache_sizes,
-                lambda: self.binder.in_flight,
+                lambda: binder.in_flight,
                 self._gpu_allocation,
             )
         )
@@ -201,7 +201,8 @@ class Scheduler:
         try:
             synced = asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
             stop = asyncio.ensure_future(self.stopped.wait())
-            await asyncio.wait([synced, stop], return_when=asyncio.FIRST_COMPLETED)
+            waiting: list[asyncio.Future[Any]] = [synced, stop]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if not self.stopped.is_set():
                 # Normalisers come from the waiting pods: take them before the first pop.
                 self.priorities.refresh(self.queue.pending())
@@ -277,7 +278,8 @@ class Scheduler:
         if kind == "DELETED":
             change = self.cache.remove_pod(pod.uid)
             self.queue.delete(pod.uid)
-            self.feedback.forget(pod.uid)
+            if self.feedback is not None:
+                self.feedback.forget(pod.uid)
             self.gangs.forget_pod(pod.uid)
             self.reserver.placed(pod.uid)
         else:
@@ -374,6 +376,7 @@ class Scheduler:
         # The queue key only matters against a reservation: computing it costs a policy evaluation.
         key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
         decision = framework.schedule(pod, blocked=self.reserved_for_others(pod, key))
+        assert self.binder is not None and self.feedback is not None
         if decision.node is not None:
             self.reserver.placed(pod.uid)
             self.cache.assume(pod, decision.node, decision.gpu_ids)
@@ -426,6 +429,7 @@ class Scheduler:
     def _refuse(self, qp: QueuedPod, pod: PodRecord, reason: str) -> None:
         """Admission refused: nothing tried, the pod waits until usage drops (a pod leaving moves it)."""
         tenant = self.tenancy.tenant_of(pod)
+        assert self.feedback is not None
         self.queue.requeue(qp, unschedulable=True, reason=reason)
         self.feedback.unschedulable(pod, reason)
         self.log.info(

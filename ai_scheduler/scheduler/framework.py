@@ -168,7 +168,7 @@ class _Entry:
 
     def __init__(self, rows: int, dtype: type) -> None:
         self.version = -1
-        self.codes = np.zeros(rows, dtype=dtype)
+        self.codes: np.ndarray = np.zeros(rows, dtype=dtype)
         # Most pods fail on no node for most static filters (no taints, no selector): knowing that the
         # codes are all zero lets a cycle skip reading them at all.
         self.any_nonzero = False
@@ -202,7 +202,7 @@ class StaticResults:
             if entry.version == cache.static_version and entry.codes.shape[0] == cache.rows:
                 return entry, stale_none
             if entry.codes.shape[0] < cache.rows:
-                grown = np.zeros(cache.rows, dtype=dtype)
+                grown: np.ndarray = np.zeros(cache.rows, dtype=dtype)
                 grown[: entry.codes.shape[0]] = entry.codes
                 entry.codes = grown
             stale = np.flatnonzero(cache.row_static_version > entry.version)

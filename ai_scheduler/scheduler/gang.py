@@ -387,7 +387,8 @@ class GangScheduler:
         for label in self.settings.gang_topology_labels:
             rows_by_value: dict[str, list[int]] = {}
             for row in np.flatnonzero(cache.valid).tolist():
-                value = records[row].labels.get(label) if records[row] is not None else None
+                record = records[row]
+                value = record.labels.get(label) if record is not None else None
                 if value is not None:
                     rows_by_value.setdefault(value, []).append(row)
             if len(rows_by_value) < 1:

@@ -28,8 +28,8 @@ class HealthServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
-        sockets = site._server.sockets if site._server else []  # the real port when 0 was asked for
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        addresses = self._runner.addresses  # the real port when 0 was asked for
+        self.port = addresses[0][1] if addresses else port
         return self.port
 
     async def stop(self) -> None:

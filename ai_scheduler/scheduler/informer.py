@@ -106,7 +106,7 @@ class Informer:
             async for event in self.client.watch(
                 self.resource, self.resource_version, timeout_seconds=timeout
             ):
-                kind = event.get("type")
+                kind: str = event.get("type") or ""
                 obj = event["object"]
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if kind != "BOOKMARK":

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
@@ -190,23 +191,20 @@ class Preemptor:
         self.cache.nominate(pod, plan.node)
         now = time.monotonic()
         self._nominated_at[pod.uid] = now
+        victims: list[dict[str, Any]] = []
         for victim in plan.victims:
             state = self.cache.pod_state(victim.uid)
             self._recent_victims[workload_of(victim)] = (state.node if state else plan.node, now)
+            victims.append(
+                {"pod": victim.key, "priority": victim.priority, "node": state.node if state else ""}
+            )
         self.log.info(
             "preemption",
             preemptor=pod.key,
             priority=pod.priority,
             node=plan.node,
             reason=plan.reason,
-            victims=[
-                {
-                    "pod": v.key,
-                    "priority": v.priority,
-                    "node": self.cache.pod_state(v.uid).node if self.cache.pod_state(v.uid) else "",
-                }
-                for v in plan.victims
-            ],
+            victims=victims,
         )
         task = asyncio.create_task(self._evict(pod, plan))
         self._tasks.add(task)

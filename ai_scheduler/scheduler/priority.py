@@ -206,7 +206,8 @@ class PriorityEngine:
         total_usage = sum(self._usage.queues.get(q.name, 0.0) for q in peers)
         share = spec.weight / total_weight if total_weight else 1.0
         usage = self._usage.queues.get(queue, 0.0) / total_usage if total_usage else 0.0
-        return 2.0 ** (-usage / share)
+        fairness: float = 2.0 ** (-usage / share)  # typeshed: float ** float may be complex
+        return fairness
 
     # ------------------------------------------------------------------ refresh
     def refresh(self, pending: list[QueuedPod]) -> None:

@@ -893,4 +893,4 @@ def _same_quantity(a: Any, b: Any) -> bool:
     try:
         return parse_quantity(a) == parse_quantity(b)
     except (QuantityError, TypeError):
-        return a == b
+        return bool(a == b)

@@ -90,15 +90,14 @@ def strategic_merge_patch(target: Any, patch: Any) -> Any:
 
 def _merge_list(field: str, current: Any, patch: list[Any]) -> list[Any]:
     merge_key = MERGE_KEYS.get(field)
-    if not isinstance(current, list):
-        current = []
+    existing: list[Any] = current if isinstance(current, list) else []
     if field in MERGE_SCALAR_LISTS:
-        return current + [item for item in patch if item not in current]
+        return existing + [item for item in patch if item not in existing]
     if merge_key is None or not all(isinstance(item, dict) for item in patch):
         return [_strip_directives(item) for item in patch]
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         return [_strip_directives(item) for item in patch if item.get("$patch") != "replace"]
-    result = list(current)
+    result = list(existing)
     index = {item.get(merge_key): pos for pos, item in enumerate(result) if isinstance(item, dict)}
     removed: set[int] = set()
     for item in patch:

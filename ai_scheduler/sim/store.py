@@ -19,6 +19,7 @@ per second through one Python process), so:
 from __future__ import annotations
 
 import asyncio
+import builtins
 import re
 import secrets
 import time
@@ -299,7 +300,8 @@ class Entry:
 
     def copy(self) -> dict[str, Any]:
         """A private deep copy to modify; decoding the bytes is faster than copy.deepcopy."""
-        return orjson.loads(self.raw)
+        obj: dict[str, Any] = orjson.loads(self.raw)
+        return obj
 
 
 def event_bytes(kind: str, raw: bytes) -> bytes:
@@ -423,6 +425,7 @@ class Store:
         entry = self.entry(self.registry.resolve(resource), namespace or "", name)
         return None if entry is None else entry.copy()
 
+    # Below this method, `list` in the class body names the method: annotations spell `builtins.list`.
     def list(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Copies of all objects of a kind (optionally one namespace)."""
         return [entry.copy() for entry in self.entries(self.registry.resolve(resource), namespace)]
@@ -523,10 +526,11 @@ class Store:
                 out = kind
                 selector = watcher.selector
                 if selector is not None:
-                    out = _filtered_kind(kind, selector.matches(entry.obj),
-                                         old is not None and selector.matches(old.obj))
-                    if out is None:
+                    filtered = _filtered_kind(kind, selector.matches(entry.obj),
+                                              old is not None and selector.matches(old.obj))
+                    if filtered is None:
                         continue
+                    out = filtered
                 data = encoded.get(out)
                 if data is None:
                     data = encoded[out] = event_bytes(out, entry.raw)
@@ -557,7 +561,7 @@ class Store:
         self._min_rv = self.rv
 
     def watch(self, rt: ResourceType, namespace: str | None, selector: Selector | None,
-              since: int | None, bookmarks: bool) -> tuple[Watcher, list[bytes]]:
+              since: int | None, bookmarks: bool) -> tuple[Watcher, builtins.list[bytes]]:
         """Register a watcher and return it with the events it must send first.
 
         since=None means "current state first" (synthetic ADDED events). Registering and
@@ -577,15 +581,17 @@ class Store:
         if watchers is not None:
             watchers.discard(watcher)
 
-    def watchers(self) -> list[Watcher]:
+    def watchers(self) -> builtins.list[Watcher]:
         return [w for watchers in self._watchers.values() for w in watchers]
 
-    def _snapshot(self, rt: ResourceType, namespace: str | None, selector: Selector | None) -> list[bytes]:
+    def _snapshot(
+        self, rt: ResourceType, namespace: str | None, selector: Selector | None
+    ) -> builtins.list[bytes]:
         return [event_bytes(ADDED, entry.raw) for entry in self.entries(rt, namespace)
                 if selector is None or selector.matches(entry.obj)]
 
     def _replay(self, rt: ResourceType, namespace: str | None, selector: Selector | None,
-                since: int) -> list[bytes]:
+                since: int) -> builtins.list[bytes]:
         items: list[_HistoryItem] = []
         for item in reversed(self._history):
             if item.rv <= since:

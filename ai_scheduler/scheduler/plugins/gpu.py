@@ -218,7 +218,8 @@ class GpuBinpack(ScorePlugin):
         # so that shares do not end up scattered over every node.
         devices = np.maximum((g.total[rows] > 0).sum(axis=1), 1)
         node_used = (devices - g.whole_free[rows].sum(axis=1)) * MAX_NODE_SCORE // devices
-        return (9 * device_fit + node_used) // 10
+        scores: np.ndarray = (9 * device_fit + node_used) // 10
+        return scores
 
 
 class GpuAvoidance(ScorePlugin):

@@ -51,14 +51,16 @@ class _ResourceAllocation(ScorePlugin):
         # fixed cost per call, so one pass over the block is cheaper than one pass per resource.
         allocatable = cache.allocatable.take(rows, axis=0)[:, cols]
         requested = cache.score_requested.take(rows, axis=0)[:, cols] + np.array(amounts, dtype=np.int64)
-        weight = np.array(weights, dtype=np.int64)
+        weight_vector = np.array(weights, dtype=np.int64)
         has = allocatable > 0  # a node without the resource neither scores nor weighs for it
         if has.all():  # the usual case: every node has every scored resource
-            return self._resource_score(requested, allocatable) @ weight // sum(weights)
+            scores: np.ndarray = self._resource_score(requested, allocatable) @ weight_vector // sum(weights)
+            return scores
         per_resource = self._resource_score(requested, np.maximum(allocatable, 1)) * has
-        total = per_resource @ weight
-        weight_sum = has.astype(np.int64) @ weight
-        return np.where(weight_sum > 0, total // np.maximum(weight_sum, 1), 0)
+        total = per_resource @ weight_vector
+        weight_sum = has.astype(np.int64) @ weight_vector
+        result: np.ndarray = np.where(weight_sum > 0, total // np.maximum(weight_sum, 1), 0)
+        return result
 
 
 class LeastAllocated(_ResourceAllocation):
@@ -79,4 +81,5 @@ class MostAllocated(_ResourceAllocation):
 
     @staticmethod
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
-        return np.minimum(requested, allocatable) * MAX_NODE_SCORE // allocatable
+        scores: np.ndarray = np.minimum(requested, allocatable) * MAX_NODE_SCORE // allocatable
+        return scores
