@@ -71,8 +71,8 @@ class LeastAllocated(_ResourceAllocation):
     @staticmethod
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
         # (allocatable - requested) * 100 // allocatable, and 0 where the request is more than the node has
-        free: np.ndarray = np.maximum(allocatable - requested, 0)
-        return free * MAX_NODE_SCORE // allocatable
+        score: np.ndarray = np.maximum(allocatable - requested, 0) * MAX_NODE_SCORE // allocatable
+        return score
 
 
 class MostAllocated(_ResourceAllocation):
