@@ -208,3 +208,7 @@ async def start_scheduler(cluster: Cluster) -> AsyncIterator[StartScheduler]:
     for handle in running:
         if not handle.task.done():
             await handle.stop()
+        # Shown by pytest only when the test fails: what the scheduler found worth a warning.
+        for line in handle.log_lines():
+            if line.get("level") in ("warning", "error"):
+                print(orjson.dumps(line).decode()[:400])

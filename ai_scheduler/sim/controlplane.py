@@ -78,9 +78,39 @@ rules:
   - level: Metadata
 """
 
-# kwok's pod stages, as its "fast" set, except that a pod completes after the duration in the
-# same annotation the simulated kubelets read, and only pods that carry it complete.
+# kwok's stages. Nodes: a heartbeat for Ready nodes only, so that a node a test registers NotReady
+# stays so until the test reports it Ready (kwok renews the Leases of all its nodes regardless).
+# Pods: kwok's "fast" set, except that a pod completes after the duration in the same annotation
+# the simulated kubelets read, and only pods that carry it complete.
 KWOK_STAGES = """apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-heartbeat
+spec:
+  resourceRef: {apiGroup: v1, kind: Node}
+  selector:
+    matchExpressions:
+      - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+        operator: In
+        values: ['True']
+  delay:
+    durationMilliseconds: 600000
+    jitterDurationMilliseconds: 610000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
+      conditions:
+      {{ range NodeConditions }}
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $lastTransitionTime | Quote }}
+        message: {{ .message | Quote }}
+        reason: {{ .reason | Quote }}
+        status: {{ .status | Quote }}
+        type: {{ .type | Quote }}
+      {{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
   name: pod-ready
