@@ -19,7 +19,7 @@ from ai_scheduler.config import default_config
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.quantity import to_units
 from ai_scheduler.scheduler.daemon import Scheduler
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import SimApiServer, make_node, make_pod, priority_classes_for
 
 GPU = "nvidia.com/gpu"
 LATE_NODE_AT = 4.0  # seconds: a large node joins, so the waiting 16-GPU pod gets placed
@@ -213,7 +213,10 @@ async def run_demo(*, nodes: int = 6, pods: int = 60, seed: int = 7, log_file: s
     try:
         for node in _cluster(nodes):
             server.create("nodes", node)
-        for pod in _workload(pods, rng):
+        workload = _workload(pods, rng)
+        for priority_class in priority_classes_for(workload):
+            server.create("priorityclasses", priority_class)
+        for pod in workload:
             server.create("pods", pod)
         # The pod of another scheduler: bound by "someone else"; ai-scheduler must only count it.
         other = server.store.get("pods", "default", "other-scheduler")

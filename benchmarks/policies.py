@@ -25,7 +25,7 @@ from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.scheduler.daemon import Scheduler
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import SimApiServer, make_node, make_pod, priority_classes_for
 
 NODES, GPUS_PER_NODE = 4, 8
 USERS = {  # user -> (group, level, namespace)
@@ -124,6 +124,8 @@ async def run(policy: str, jobs: list[tuple[float, dict[str, Any], str]]) -> dic
                     return
 
         sampler = asyncio.create_task(sample())
+        for priority_class in priority_classes_for([pod for _, pod, _ in jobs]):
+            sim.create("priorityclasses", priority_class)
         for offset, pod, _user in jobs:
             await asyncio.sleep(max(0.0, start + offset - time.monotonic()))
             created[pod["metadata"]["name"]] = time.monotonic()

@@ -24,7 +24,7 @@ from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, parse_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.daemon import Scheduler
-from ai_scheduler.sim import SimApiServer
+from ai_scheduler.sim import SimApiServer, priority_classes_for
 from ai_scheduler.sim.controlplane import ControlPlane, ControlPlaneError, build_binaries
 from ai_scheduler.sim.faultproxy import FaultProxy
 
@@ -75,6 +75,19 @@ def replace_atomically(path: Path, text: str) -> None:
     staging = path.with_name(path.name + ".new")
     staging.write_text(text)
     os.replace(staging, path)
+
+
+async def create_all(api: KubeClient, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+    """Create nodes, then pods, with what a real API server needs first: their namespaces and the
+    PriorityClasses that `make_pod(priority=N)` names (both already there is fine)."""
+    for namespace in {p["metadata"].get("namespace", "default") for p in pods} - {"default"}:
+        assert (await api.create_namespace(namespace)).status in (201, 409)
+    for priority_class in priority_classes_for(pods):
+        assert (await api.create_priority_class(priority_class)).status in (201, 409)
+    for node in nodes:
+        assert (await api.create_node(node)).ok
+    results = await asyncio.gather(*(api.create_pod(pod) for pod in pods))
+    assert all(r.ok for r in results), [r.message for r in results if not r.ok]
 
 
 def stored_pod(cluster: Cluster, name: str, namespace: str = "default") -> dict[str, Any]:

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
-from conftest import StartScheduler, fast_config, stored_pod, wait_for
-from test_e2e_scheduling import assert_not_overcommitted, create_all, pod_condition
+from conftest import StartScheduler, create_all, fast_config, stored_pod, wait_for
+from kubernetes_asyncio import client
+from test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL, POD_GROUP_LABEL
@@ -291,9 +292,7 @@ async def test_gang_prefers_one_zone_and_can_require_it(
     assert (await api.create_podgroup(podgroup("local", 3))).ok
     await create_all(api, nodes, [member("local", i) for i in range(3)])
     await wait_for(lambda: bound_count(cluster, "local") == 3, what="gang placed")
-    zones = {
-        stored_pod(cluster, f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)
-    }
+    zones = {stored_pod(cluster, f"local-{i}")["spec"]["nodeName"].split("-")[0] for i in range(3)}
     assert len(zones) == 1, "least-allocated alone would spread; the gang stays in one zone"
 
     # Two GPUs left free per zone-node after this: a 4-member gang fits only across zones.
@@ -351,13 +350,19 @@ async def test_pod_group_status_counts_finished_members(
 ) -> None:
     await start_scheduler()
     assert (await api.create_podgroup(podgroup("short", 2))).ok
-    owner = {
+    # A Job that really exists: the garbage collector removes pods whose owner does not.
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+    job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "name": "short-job",
-        "uid": "job-uid",
-        "controller": True,
+        "metadata": {"name": "short-job"},
+        "spec": {"template": template},
     }
+    batch: Any = client.BatchV1Api(api.api_client)  # raw mode, as in ai_scheduler.api
+    response = await batch.create_namespaced_job("default", job, _preload_content=False)
+    assert response.status == 201
+    job_uid = (await response.json())["metadata"]["uid"]
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "short-job", "uid": job_uid, "controller": True}
     pods = [member("short", i, duration=0.3) for i in range(2)]
     for pod in pods:
         pod["metadata"]["ownerReferences"] = [owner]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
-from conftest import RunningScheduler, StartScheduler, wait_for
-from test_e2e_scheduling import create_all, pod_condition
+from conftest import RunningScheduler, StartScheduler, create_all, wait_for
+from test_e2e_scheduling import pod_condition
 
 from ai_scheduler.agent import FakeNvml, NodeAgent
 from ai_scheduler.api.kube import KubeClient

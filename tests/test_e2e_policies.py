@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 from backends import Cluster
-from conftest import StartScheduler, replace_atomically, wait_for
-from test_e2e_scheduling import create_all, pod_condition
+from conftest import StartScheduler, create_all, replace_atomically, wait_for
+from test_e2e_scheduling import pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import load_config

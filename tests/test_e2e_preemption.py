@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from backends import Cluster
-from conftest import StartScheduler, fast_config, wait_for
+from conftest import StartScheduler, create_all, fast_config, wait_for
 from test_e2e_gangs import member, podgroup
-from test_e2e_scheduling import assert_not_overcommitted, create_all, pod_condition
+from test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config

@@ -7,9 +7,9 @@ import time
 
 import pytest
 from backends import Cluster
-from conftest import StartScheduler, wait_for
+from conftest import StartScheduler, create_all, wait_for
 from test_e2e_gangs import bound_count, member, podgroup
-from test_e2e_scheduling import assert_not_overcommitted, create_all
+from test_e2e_scheduling import assert_not_overcommitted
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 from backends import Cluster, SimCluster
-from conftest import StartScheduler, fast_config, stored_pod, wait_for
+from conftest import StartScheduler, create_all, fast_config, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.log import JsonLogger, NullStream
@@ -51,7 +51,7 @@ def bound_pods(cluster: Cluster, scheduler_name: str = "ai-scheduler") -> list[d
 
 
 def pod_condition(cluster: Cluster, name: str, namespace: str = "default") -> dict[str, Any]:
-    pod = stored_pod(cluster, name, namespace)
+    pod = cluster.store.get("pods", namespace, name) or {}
     return next((c for c in pod.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"), {})
 
 
@@ -61,13 +61,6 @@ def events_for(cluster: Cluster, name: str, reason: str) -> list[dict[str, Any]]
         for e in cluster.store.list("events")
         if e["involvedObject"]["name"] == name and e["reason"] == reason
     ]
-
-
-async def create_all(api: KubeClient, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
-    for node in nodes:
-        assert (await api.create_node(node)).ok
-    results = await asyncio.gather(*(api.create_pod(pod) for pod in pods))
-    assert all(r.ok for r in results), [r.message for r in results if not r.ok]
 
 
 async def test_200_pods_on_20_nodes_all_bound_without_overcommit(

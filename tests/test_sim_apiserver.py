@@ -816,10 +816,12 @@ async def test_priority_admission(bare_v1: RawApi, bare: SimApiServer) -> None:
         assert pod["spec"]["priority"] == 2000001000
         pod = await body(await v1.create_namespaced_pod("default", make_pod("c"), _preload_content=False))
         assert pod["spec"]["priority"] == 0
-        pod = await body(
-            await v1.create_namespaced_pod("default", make_pod("d", priority=7), _preload_content=False)
-        )
-        assert pod["spec"]["priority"] == 7
+        # As the real Priority admission plugin: an integer priority must match the one computed.
+        priced = make_pod("d")
+        priced["spec"]["priority"] = 7
+        resp = await v1.create_namespaced_pod("default", priced, _preload_content=False)
+        assert resp.status == 403
+        assert "the integer value of priority (7) must not be provided" in (await resp.json())["message"]
         resp = await v1.create_namespaced_pod(
             "default", make_pod("e", priority_class="nope"), _preload_content=False
         )

@@ -84,6 +84,7 @@ class KubeClient:
         # `_content_type`); in raw mode we send dicts and get the aiohttp response back.
         self.core: Any = client.CoreV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
+        self.scheduling: Any = client.SchedulingV1Api(api_client)
 
     @classmethod
     async def connect(
@@ -223,6 +224,13 @@ class KubeClient:
         return await self._call(
             self.core.patch_node(name, patch, _preload_content=False, _content_type=STRATEGIC_MERGE)
         )
+
+    async def create_namespace(self, name: str) -> ApiResult:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        return await self._call(self.core.create_namespace(body, _preload_content=False))
+
+    async def create_priority_class(self, priority_class: dict[str, Any]) -> ApiResult:
+        return await self._call(self.scheduling.create_priority_class(priority_class, _preload_content=False))
 
     async def create_pod(self, pod: dict[str, Any]) -> ApiResult:
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"

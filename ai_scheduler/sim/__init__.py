@@ -13,7 +13,14 @@ from ai_scheduler.sim.kubelet import (
     SimKubelets,
     parse_duration,
 )
-from ai_scheduler.sim.objects import kubeconfig, make_node, make_pod, write_kubeconfig
+from ai_scheduler.sim.objects import (
+    kubeconfig,
+    make_node,
+    make_pod,
+    priority_class,
+    priority_classes_for,
+    write_kubeconfig,
+)
 from ai_scheduler.sim.store import ApiError, Registry, ResourceType, Selector, Store
 
 __all__ = [
@@ -31,5 +38,7 @@ __all__ = [
     "make_node",
     "make_pod",
     "parse_duration",
+    "priority_class",
+    "priority_classes_for",
     "write_kubeconfig",
 ]

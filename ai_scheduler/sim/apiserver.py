@@ -304,24 +304,30 @@ class SimApiServer:
         pod["status"] = {"phase": "Pending", "qosClass": _qos_class(spec)}
 
     def _admit_priority(self, pod: dict[str, Any], spec: dict[str, Any]) -> None:
+        """The Priority admission plugin: the pod's priority comes from its PriorityClass (or the global
+        default, or 0); an integer the pod brings itself must match it, or the pod is refused."""
+        meta = pod.get("metadata") or {}
+        name = meta.get("name") or meta.get("generateName") or ""
         class_name = spec.get("priorityClassName")
         if class_name:
             entry = self.store.entry(self._priority_classes, "", class_name)
             if entry is None:
-                meta = pod.get("metadata") or {}
-                name = meta.get("name") or meta.get("generateName") or ""
                 message = f'pods "{name}" is forbidden: no PriorityClass with name {class_name} was found'
                 raise ApiError(403, "Forbidden", message, {"name": name, "kind": "pods"})
-        elif spec.get("priority") is not None:
-            return  # lenient: a pod may bring its own priority without a class
         else:
             entry = next((e for e in self.store.entries(self._priority_classes)
                           if e.obj.get("globalDefault")), None)
-            if entry is None:
-                spec["priority"] = 0
-                return
-            spec["priorityClassName"] = entry.obj["metadata"]["name"]
-        spec["priority"] = entry.obj.get("value", 0)
+        value = 0 if entry is None else int(entry.obj.get("value", 0))
+        given = spec.get("priority")
+        if given is not None and given != value:
+            message = (f'pods "{name}" is forbidden: the integer value of priority ({given}) must not be '
+                       f"provided in pod spec; priority admission controller computed {value} from the given "
+                       "PriorityClass name")
+            raise ApiError(403, "Forbidden", message, {"name": name, "kind": "pods"})
+        spec["priority"] = value
+        if entry is None:
+            return
+        spec["priorityClassName"] = entry.obj["metadata"]["name"]
         spec.setdefault("preemptionPolicy", entry.obj.get("preemptionPolicy", "PreemptLowerPriority"))
 
     # ------------------------------------------------------------------ HTTP: plain endpoints

@@ -70,6 +70,25 @@ def make_node(name: str, *, cpu: str = "32", memory: str = "128Gi", pods: int = 
     }
 
 
+def priority_class_name(priority: int) -> str:
+    """The PriorityClass that `make_pod(priority=N)` names; `priority_class(N)` builds it."""
+    return f"priority-{priority}"
+
+
+def priority_class(priority: int) -> dict[str, Any]:
+    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": priority_class_name(priority)}, "value": priority}
+
+
+def priority_classes_for(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The PriorityClasses that pods built with `make_pod(priority=N)` name, to create before them."""
+    values = {
+        spec["priority"] for spec in (p["spec"] for p in pods)
+        if "priority" in spec and spec.get("priorityClassName") == priority_class_name(spec["priority"])
+    }
+    return [priority_class(value) for value in sorted(values)]
+
+
 def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m", memory: str | None = "128Mi",
              gpus: int = 0, scheduler_name: str = "ai-scheduler", priority: int | None = None,
              priority_class: str | None = None, labels: dict[str, str] | None = None,
@@ -92,8 +111,10 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
     container: dict[str, Any] = {"name": "main", "image": "busybox", "resources": resources}
     spec: dict[str, Any] = {"schedulerName": scheduler_name, "containers": [container]}
     if priority is not None:
+        # As on a real API server, a priority comes with its PriorityClass (see `priority_class_name`).
         spec["priority"] = priority
-    if priority_class is not None:
+        spec["priorityClassName"] = priority_class or priority_class_name(priority)
+    elif priority_class is not None:
         spec["priorityClassName"] = priority_class
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
