@@ -57,9 +57,9 @@ def workload(count: int, rng: random.Random) -> list[tuple[float, dict[str, Any]
             memory="1Gi",
             duration=duration,
             priority=USERS[user][1] * 10,
+            preemption_policy="Never",  # compare ordering alone: nobody is evicted
             annotations={"ai-scheduler.io/estimated-runtime": f"{duration * 1.5:.2f}s"},
         )
-        pod["spec"]["preemptionPolicy"] = "Never"  # compare ordering alone: nobody is evicted
         jobs.append((i * 0.04, pod, user))
     return jobs
 

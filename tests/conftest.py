@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import orjson
 import pytest
 from backends import Cluster, KubeCluster, SimCluster, install_scheduler
+from kubernetes_asyncio import client
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, parse_config
@@ -86,8 +87,45 @@ async def create_all(api: KubeClient, nodes: list[dict[str, Any]], pods: list[di
         assert (await api.create_priority_class(priority_class)).status in (201, 409)
     for node in nodes:
         assert (await api.create_node(node)).ok
+    if nodes:
+        await _untainted(api, {n["metadata"]["name"] for n in nodes if _ready(n)})
     results = await asyncio.gather(*(api.create_pod(pod) for pod in pods))
     assert all(r.ok for r in results), [r.message for r in results if not r.ok]
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+async def _untainted(api: KubeClient, names: set[str]) -> None:
+    """Wait until the node controller has taken the not-ready taint that admission puts on every new
+    node off these Ready nodes, as a cluster's nodes are before anyone submits work to them."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        nodes, _ = await api.list("nodes")
+        tainted = {
+            n["metadata"]["name"]
+            for n in nodes
+            if any(t["key"] == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints") or [])
+        }
+        if not names & tainted:
+            return
+        assert asyncio.get_running_loop().time() < deadline, f"nodes still not-ready: {names & tainted}"
+        await asyncio.sleep(0.05)
+
+
+async def owner_job(api: KubeClient, name: str, namespace: str = "default") -> dict[str, Any]:
+    """A Job that really exists (the garbage collector removes pods whose owner does not), as the
+    controller ownerReference of the pods a test makes for it. No Job controller runs: it makes no pods."""
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"template": template}}
+    batch: Any = client.BatchV1Api(api.api_client)  # raw mode, as in ai_scheduler.api
+    response = await batch.create_namespaced_job(namespace, job, _preload_content=False)
+    assert response.status == 201, await response.text()
+    uid = (await response.json())["metadata"]["uid"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}
 
 
 def stored_pod(cluster: Cluster, name: str, namespace: str = "default") -> dict[str, Any]:

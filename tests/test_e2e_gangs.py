@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
-from conftest import StartScheduler, create_all, fast_config, stored_pod, wait_for
-from kubernetes_asyncio import client
+from conftest import StartScheduler, create_all, fast_config, owner_job, stored_pod, wait_for
 from test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
@@ -350,19 +349,7 @@ async def test_pod_group_status_counts_finished_members(
 ) -> None:
     await start_scheduler()
     assert (await api.create_podgroup(podgroup("short", 2))).ok
-    # A Job that really exists: the garbage collector removes pods whose owner does not.
-    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox"}]}}
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "short-job"},
-        "spec": {"template": template},
-    }
-    batch: Any = client.BatchV1Api(api.api_client)  # raw mode, as in ai_scheduler.api
-    response = await batch.create_namespaced_job("default", job, _preload_content=False)
-    assert response.status == 201
-    job_uid = (await response.json())["metadata"]["uid"]
-    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "short-job", "uid": job_uid, "controller": True}
+    owner = await owner_job(api, "short-job")
     pods = [member("short", i, duration=0.3) for i in range(2)]
     for pod in pods:
         pod["metadata"]["ownerReferences"] = [owner]

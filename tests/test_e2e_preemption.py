@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster
-from conftest import StartScheduler, create_all, fast_config, wait_for
+from conftest import StartScheduler, create_all, fast_config, owner_job, wait_for
 from test_e2e_gangs import member, podgroup
 from test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
@@ -117,6 +117,7 @@ async def test_c_group_below_min_reclaims_borrowed_gpus_and_takes_a_gang_whole(
     )
     running = await start_scheduler(config)
     await create_all(api, [make_node("dgx", cpu="64", memory="256Gi", gpus=8)], [])
+    assert (await api.create_namespace("team-a")).status in (201, 409)
     group = podgroup("borrower", 4)
     group["metadata"]["namespace"] = "team-a"
     assert (await api.create_podgroup(group)).ok
@@ -185,8 +186,7 @@ async def test_preemption_policy_never_is_honoured(
     running = await start_scheduler()
     await create_all(api, [make_node("n1", cpu="1", memory="4Gi")], [make_pod("low", cpu="1", priority=0)])
     await wait_for(lambda: node_of(cluster, "low"), what="low placed")
-    polite = make_pod("polite", cpu="1", priority=1000)
-    polite["spec"]["preemptionPolicy"] = "Never"
+    polite = make_pod("polite", cpu="1", priority=1000, preemption_policy="Never")
     await create_all(api, [], [polite])
     await wait_for(lambda: pod_condition(cluster, "polite").get("reason") == "Unschedulable", what="it waits")
     assert running.log_lines("preemption") == [] and node_of(cluster, "low") == "n1"
@@ -196,9 +196,7 @@ async def test_a_preempted_workload_is_not_placed_again_where_it_was_preempted(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
-    owner = [
-        {"apiVersion": "batch/v1", "kind": "Job", "name": "job-x", "uid": "job-x-uid", "controller": True}
-    ]
+    owner = [await owner_job(api, "job-x")]
     victim = make_pod("job-x-1", cpu="2", priority=0)
     victim["metadata"]["ownerReferences"] = owner
     await create_all(

@@ -213,9 +213,12 @@ async def test_watch_cut_garbled_and_expired_loses_nothing_and_binds_once(
             assert (await api.create_node(make_node("late", cpu="32", memory="64Gi", pods=50))).ok
         await asyncio.sleep(0.05)
     await wait_for(lambda: len(bound_pods(cluster)) == 300, what="all 300 pods bound")
-    bindings = cluster.bindings()
-    assert bindings["ok"] == 300
-    assert bindings["conflict"] == 0, "no pod was bound twice"
+    assert cluster.pods_bound_twice() == []
+    # A binding whose answer a cut connection lost is tried again and answered 409 (already bound): the
+    # scheduler forgets its assumption and counts the pod where the watch shows it. The simulated
+    # server's faults lose no answer, so there no binding may be refused at all.
+    if isinstance(cluster, SimCluster):
+        assert cluster.bindings() == Counter({"ok": 300, "conflict": 0})
     relists = running.log_lines("informer.relist")
     assert {line["reason"] for line in relists} >= {"broken", "expired"}
     assert_not_overcommitted(cluster)
@@ -373,6 +376,7 @@ async def test_restart_keeps_bound_pods_counted(
     assert second.scheduler.cache.check_consistency() == []
 
 
+@pytest.mark.backend("sim", reason="a real API server refuses the malformed quantity when the pod is created")
 async def test_malformed_pod_is_reported_on_the_object_and_others_go_on(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:

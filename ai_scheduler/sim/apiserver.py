@@ -324,11 +324,16 @@ class SimApiServer:
                        f"provided in pod spec; priority admission controller computed {value} from the given "
                        "PriorityClass name")
             raise ApiError(403, "Forbidden", message, {"name": name, "kind": "pods"})
+        policy = (entry.obj if entry else {}).get("preemptionPolicy", "PreemptLowerPriority")
+        if spec.get("preemptionPolicy") not in (None, policy):
+            message = (f'pods "{name}" is forbidden: the string value of PreemptionPolicy '
+                       f"({spec['preemptionPolicy']}) must not be provided in pod spec; priority admission "
+                       f"controller computed {policy} from the given PriorityClass name")
+            raise ApiError(403, "Forbidden", message, {"name": name, "kind": "pods"})
         spec["priority"] = value
-        if entry is None:
-            return
-        spec["priorityClassName"] = entry.obj["metadata"]["name"]
-        spec.setdefault("preemptionPolicy", entry.obj.get("preemptionPolicy", "PreemptLowerPriority"))
+        spec["preemptionPolicy"] = policy
+        if entry is not None:
+            spec["priorityClassName"] = entry.obj["metadata"]["name"]
 
     # ------------------------------------------------------------------ HTTP: plain endpoints
 

@@ -471,7 +471,7 @@ class ControlPlane:
             "--service-cluster-ip-range", "10.96.0.0/16",
             "--endpoint-reconciler-type", "none",
             "--audit-policy-file", str(w / "audit-policy.yaml"), "--audit-log-path", str(self.audit_log),
-            "--audit-log-mode", "batch", "--audit-log-batch-max-wait", "1s",
+            "--audit-log-mode", "blocking",  # every request is in the log before it is answered
             "--allow-privileged",
             "--profiling=false",
         ]
@@ -485,6 +485,7 @@ class ControlPlane:
             "--root-ca-file", str(w / "ca.crt"),
             "--leader-elect=false", "--secure-port", "0",
             "--node-monitor-grace-period", f"{self.node_monitor_grace_seconds}s",
+            "--node-monitor-period", "1s",  # the not-ready taint comes off a Ready node within a second
         ]
 
     def _kwok_args(self) -> list[str]:

@@ -70,28 +70,37 @@ def make_node(name: str, *, cpu: str = "32", memory: str = "128Gi", pods: int = 
     }
 
 
-def priority_class_name(priority: int) -> str:
-    """The PriorityClass that `make_pod(priority=N)` names; `priority_class(N)` builds it."""
-    return f"priority-{priority}"
+def priority_class_name(priority: int, preemption_policy: str | None = None) -> str:
+    """The PriorityClass that `make_pod(priority=N, preemption_policy=...)` names."""
+    return f"priority-{priority}" + ("-never" if preemption_policy == "Never" else "")
 
 
-def priority_class(priority: int) -> dict[str, Any]:
-    return {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": priority_class_name(priority)}, "value": priority}
+def priority_class(priority: int, preemption_policy: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": priority_class_name(priority, preemption_policy)},
+                            "value": priority}
+    if preemption_policy:
+        body["preemptionPolicy"] = preemption_policy
+    return body
 
 
 def priority_classes_for(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The PriorityClasses that pods built with `make_pod(priority=N)` name, to create before them."""
-    values = {
-        spec["priority"] for spec in (p["spec"] for p in pods)
-        if "priority" in spec and spec.get("priorityClassName") == priority_class_name(spec["priority"])
-    }
-    return [priority_class(value) for value in sorted(values)]
+    wanted: dict[str, dict[str, Any]] = {}
+    for pod in pods:
+        spec = pod["spec"]
+        if "priority" not in spec:
+            continue
+        made = priority_class(spec["priority"], spec.get("preemptionPolicy"))
+        if spec.get("priorityClassName") == made["metadata"]["name"]:
+            wanted[made["metadata"]["name"]] = made
+    return [wanted[name] for name in sorted(wanted)]
 
 
 def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m", memory: str | None = "128Mi",
              gpus: int = 0, scheduler_name: str = "ai-scheduler", priority: int | None = None,
-             priority_class: str | None = None, labels: dict[str, str] | None = None,
+             priority_class: str | None = None, preemption_policy: str | None = None,
+             labels: dict[str, str] | None = None,
              annotations: dict[str, str] | None = None, duration: float | str | None = None,
              node_selector: dict[str, str] | None = None, tolerations: list[dict[str, Any]] | None = None,
              affinity: dict[str, Any] | None = None, node_name: str | None = None,
@@ -113,9 +122,11 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
     if priority is not None:
         # As on a real API server, a priority comes with its PriorityClass (see `priority_class_name`).
         spec["priority"] = priority
-        spec["priorityClassName"] = priority_class or priority_class_name(priority)
+        spec["priorityClassName"] = priority_class or priority_class_name(priority, preemption_policy)
     elif priority_class is not None:
         spec["priorityClassName"] = priority_class
+    if preemption_policy is not None:
+        spec["preemptionPolicy"] = preemption_policy
     if node_selector:
         spec["nodeSelector"] = dict(node_selector)
     if tolerations:
