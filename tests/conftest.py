@@ -259,7 +259,9 @@ async def start_scheduler(cluster: Cluster) -> AsyncIterator[StartScheduler]:
     for handle in running:
         if not handle.task.done():
             await handle.stop()
-        # Shown by pytest only when the test fails: what the scheduler found worth a warning.
-        for line in handle.log_lines():
-            if line.get("level") in ("warning", "error"):
-                print(orjson.dumps(line).decode()[:400])
+        # Shown by pytest only when the test fails: the first things the scheduler found worth a warning.
+        warnings = [line for line in handle.log_lines() if line.get("level") in ("warning", "error")]
+        for line in warnings[:20]:
+            print(orjson.dumps(line).decode()[:400])
+        if len(warnings) > 20:
+            print(f"... and {len(warnings) - 20} more warnings")

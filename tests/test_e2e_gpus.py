@@ -182,13 +182,14 @@ async def test_whole_gpus_stay_in_nvlink_islands_and_shares_never_touch_them(
 async def test_stale_report_stops_gpu_pods_until_fresh_again(
     cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
 ) -> None:
-    running = await start_scheduler(gpu_config(stalenessSeconds=1))
+    # A bound well above the agents' 0.3 s heartbeat, so that a busy API server makes no fresh report stale.
+    running = await start_scheduler(gpu_config(stalenessSeconds=3))
     # Binpack sends the first pods to one node, which then attracts the rest while its report is fresh.
     await create_all(api, [], [share("first", "10Gi")])
     await wait_for(lambda: bound(cluster, "first"), what="first share bound")
     favourite = bound(cluster, "first")[0]["spec"]["nodeName"]
     await gpu_cluster.pause(favourite)
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(3.5)
     await create_all(api, [], [share("while-stale", "10Gi")])
     await wait_for(lambda: bound(cluster, "while-stale"), what="pod placed elsewhere")
     assert bound(cluster, "while-stale")[0]["spec"]["nodeName"] != favourite
