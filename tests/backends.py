@@ -29,6 +29,7 @@ from ai_scheduler.sim.faultproxy import FaultProxy
 
 SCHEDULER_USER = "system:serviceaccount:kube-system:ai-scheduler"
 AGENT_USER = "system:serviceaccount:kube-system:ai-scheduler-agent"
+AGENT_POD_LABEL = "app.kubernetes.io/component"
 
 
 class Store(Protocol):
@@ -50,6 +51,11 @@ class Cluster(Protocol):
 
     async def scheduler_client(self) -> KubeClient:
         """The client the daemon under test uses: the scheduler's own ServiceAccount on the real backend."""
+        ...
+
+    async def agent_client(self, node: str) -> KubeClient:
+        """The client a node's GPU agent uses: on the real backend, the token of the agent's own
+        ServiceAccount that a pod of the agent DaemonSet on that node would mount."""
         ...
 
     async def synced(self) -> None:
@@ -90,6 +96,9 @@ class SimCluster:
 
     async def scheduler_client(self) -> KubeClient:
         return await KubeClient.connect(host=self.proxy.url)
+
+    async def agent_client(self, node: str) -> KubeClient:
+        return await KubeClient.connect(host=self.sim.url)
 
     async def synced(self) -> None:
         return None
@@ -240,6 +249,31 @@ class KubeCluster:
         self.plane.write_kubeconfig(path, self._scheduler_token, server=self.proxy.url)
         return await KubeClient.connect(str(path))
 
+    async def agent_client(self, node: str) -> KubeClient:
+        token = await asyncio.to_thread(self._agent_token, node)
+        path = self.plane.workdir / f"agent-{node}.kubeconfig"
+        self.plane.write_kubeconfig(path, token)
+        return await KubeClient.connect(str(path))
+
+    def _agent_token(self, node: str) -> str:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"ai-scheduler-agent-{node}",
+                "namespace": "kube-system",
+                "labels": {AGENT_POD_LABEL: "agent"},
+            },
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": "ai-scheduler-agent",
+                "containers": [{"name": "agent", "image": "ai-scheduler"}],
+            },
+        }
+        status, body = self.plane.request("POST", "/api/v1/namespaces/kube-system/pods", pod)
+        assert status == 201, body
+        return self.plane.service_account_token("kube-system", "ai-scheduler-agent", pod=body)
+
     async def synced(self) -> None:
         status, body = await asyncio.to_thread(self.plane.request, "GET", "/api/v1/namespaces/default")
         assert status == 200, body
@@ -333,6 +367,10 @@ def reset_cluster(plane: ControlPlane) -> None:
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
         plane.request("DELETE", f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/events")
+    plane.request(
+        "DELETE",
+        f"/api/v1/namespaces/kube-system/pods?gracePeriodSeconds=0&labelSelector={AGENT_POD_LABEL}%3Dagent",
+    )
     plane.request("DELETE", "/api/v1/nodes")
     _, body = plane.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
     for item in body.get("items", []):

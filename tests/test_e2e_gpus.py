@@ -36,8 +36,9 @@ class Agents:
     """One NodeAgent per managed node, each on its own fake DGX; a paused agent is replaced by a new one,
     as a restarted agent pod would be."""
 
-    def __init__(self, client: KubeClient, nodes: list[str]) -> None:
-        self.client = client
+    def __init__(self, clients: dict[str, KubeClient]) -> None:
+        self.clients = clients
+        nodes = list(clients)
         self.nvml = {
             node: FakeNvml.dgx(count=8, memory_mib=81920, seed=node, islands=[[0, 1, 2, 3], [4, 5, 6, 7]])
             for node in nodes
@@ -46,7 +47,9 @@ class Agents:
         self.tasks: dict[str, asyncio.Task[None]] = {}
 
     def _agent(self, node: str) -> NodeAgent:
-        return NodeAgent(self.client, node, nvml=self.nvml[node], interval=0.1, heartbeat=0.3, threaded=False)
+        return NodeAgent(
+            self.clients[node], node, nvml=self.nvml[node], interval=0.1, heartbeat=0.3, threaded=False
+        )
 
     def start(self, node: str) -> None:
         if node not in self.agents:
@@ -60,6 +63,8 @@ class Agents:
     async def stop_all(self) -> None:
         for node in list(self.tasks):
             await self.pause(node)
+        for client in self.clients.values():
+            await client.close()
 
 
 @pytest.fixture
@@ -68,7 +73,7 @@ async def gpu_cluster(cluster: Cluster, api: KubeClient) -> AsyncIterator[Agents
     await create_all(
         api, [make_node(name, cpu="64", memory="512Gi", labels={MANAGED_LABEL: "true"}) for name in names], []
     )
-    agents = Agents(api, names)
+    agents = Agents({name: await cluster.agent_client(name) for name in names})
     for name in names:
         await agents.agents[name].tick()  # the first report, before the scheduler starts
         agents.start(name)
@@ -268,3 +273,23 @@ async def test_bad_gpu_requests_are_reported_on_the_pod(
         what="garbled reported",
     )
     assert not bound(cluster, "too-big") and not bound(cluster, "garbled")
+
+
+@pytest.mark.backend("kube", reason="admission policies and RBAC exist only on a real API server")
+async def test_the_agent_may_write_only_its_own_nodes_gpu_report(
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents
+) -> None:
+    """deploy/agent-policy.yaml, enforced by the API server: the agent's token names its node, and it may
+    change the two GPU annotations of that node and nothing else."""
+    own = gpu_cluster.clients["dgx-0"]
+    report = {"metadata": {"annotations": {"ai-scheduler.io/gpus-updated": "2026-01-01T00:00:00Z"}}}
+    assert (await own.patch_node("dgx-0", report)).ok
+    other = await own.patch_node("dgx-1", report)
+    assert other.status == 403 and "only the node its own pod runs on" in other.message
+    label = await own.patch_node("dgx-0", {"metadata": {"labels": {MANAGED_LABEL: "false"}}})
+    assert label.status == 403 and "may not change node labels" in label.message
+    taint = await own.patch_node("dgx-0", {"spec": {"unschedulable": True}})
+    assert taint.status == 403 and "spec" in taint.message
+    assert (await own.delete_node("dgx-0")).status == 403, "RBAC grants the agent get and patch only"
+    node = cluster.store.get("nodes", None, "dgx-0")
+    assert node is not None and node["metadata"]["labels"][MANAGED_LABEL] == "true"

@@ -404,12 +404,17 @@ class ControlPlane:
         status, _ = self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
         return status == 200
 
-    def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
-        """A token for a ServiceAccount through the TokenRequest API, as a projected volume gets one."""
+    def service_account_token(self, namespace: str, name: str, seconds: int = 86400,
+                              pod: dict[str, Any] | None = None) -> str:
+        """A token for a ServiceAccount through the TokenRequest API, as a projected volume gets one; bound
+        to `pod` (a stored Pod) it names the pod's node, as a kubelet-mounted token does."""
+        spec: dict[str, Any] = {"expirationSeconds": seconds}
+        if pod is not None:
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
+                                      "uid": pod["metadata"]["uid"]}
         status, body = self.request(
             "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-             "spec": {"expirationSeconds": seconds}})
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
         if status != 201:
             raise ControlPlaneError(f"TokenRequest for {namespace}/{name}: HTTP {status} {body}")
         return str(body["status"]["token"])
