@@ -1,0 +1,94 @@
+"""The shipped ClusterRole against what the scheduler really calls, on a real API server.
+
+The scheduler runs with a token of its own ServiceAccount (deploy/), through one workload that takes every
+path that writes: binding, Scheduled and FailedScheduling events (created, then aggregated by a patch),
+the PodScheduled condition, a gang's PodGroup status, the GPU annotations written before binding, and a
+preemption (the victim's DisruptionTarget condition, its deletion, the preemptor's nomination). The API
+server's audit log then lists every verb the scheduler used: each must be granted and none refused, and
+each granted verb must have been used, so that the role stays the least the scheduler needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from backends import Cluster, KubeCluster
+from conftest import StartScheduler, create_all, wait_for
+from test_e2e_gangs import bound_count, member, podgroup, podgroup_status
+from test_e2e_gpus import Agents, gpu_cluster, share
+from test_e2e_preemption import node_of
+from test_e2e_scheduling import events_for
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.config import parse_config
+from ai_scheduler.sim import make_pod
+
+__all__ = ["gpu_cluster"]  # the fixture, shared with the GPU tests
+RBAC = Path(__file__).resolve().parents[1] / "deploy" / "rbac.yaml"
+
+
+def granted() -> set[tuple[str, str, str]]:
+    """(API group, resource[/subresource], verb) that the shipped ClusterRole grants."""
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d and d["kind"] == "ClusterRole")
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def used(entries: list[dict[str, Any]]) -> Iterator[tuple[tuple[str, str, str], int]]:
+    for entry in entries:
+        ref = entry.get("objectRef") or {}
+        resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+        yield (
+            (ref.get("apiGroup", ""), resource, entry["verb"]),
+            (entry.get("responseStatus") or {}).get("code", 0),
+        )
+
+
+@pytest.mark.backend("kube", reason="RBAC exists only on a real API server")
+async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+) -> None:
+    assert isinstance(cluster, KubeCluster)
+    settings = {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2, "eventRepeatSeconds": 0.5}
+    running = await start_scheduler(
+        parse_config({"server": {"port": 0, "bindAddress": "127.0.0.1"}, "scheduling": settings})
+    )
+    # A gang on the managed GPU nodes, and a GPU share: PodGroup status, the GPU annotations, bindings.
+    assert (await api.create_podgroup(podgroup("pair", 2))).ok
+    await create_all(api, [], [member("pair", i, gpus=0) for i in range(2)] + [share("slice", "10Gi")])
+    await wait_for(lambda: bound_count(cluster, "pair") == 2, what="the gang bound")
+    await wait_for(lambda: podgroup_status(cluster, "pair").get("phase"), what="the PodGroup's status")
+    # A pod that fits nowhere, retried after node changes: condition, event, and the event's aggregation.
+    await create_all(api, [], [make_pod("huge", cpu="1000")])
+    await wait_for(lambda: events_for(cluster, "huge", "FailedScheduling"), what="FailedScheduling")
+    for round_ in range(4):
+        await asyncio.sleep(0.6)
+        assert (await api.patch_node("dgx-0", {"metadata": {"labels": {"round": str(round_)}}})).ok
+    await wait_for(
+        lambda: any((e.get("count") or 1) > 1 for e in events_for(cluster, "huge", "FailedScheduling")),
+        what="the repeated event aggregated",
+    )
+    # A preemption: a low-priority pod holds a node that a high-priority one needs.
+    on_dgx3 = {"kubernetes.io/hostname": "dgx-3"}
+    await create_all(api, [], [make_pod("low", cpu="60", priority=0, node_selector=on_dgx3)])
+    await wait_for(lambda: node_of(cluster, "low"), what="low bound")
+    await create_all(api, [], [make_pod("vip", cpu="60", priority=1000, node_selector=on_dgx3)])
+    await wait_for(lambda: running.log_lines("preemption"), what="a preemption")
+    await wait_for(lambda: node_of(cluster, "vip"), what="the preemptor bound")
+
+    calls = list(used(cluster.audit_events()))
+    assert sorted({call for call, code in calls if code == 403}) == [], "refused: the ClusterRole lacks these"
+    assert {call for call, _ in calls} - granted() == set(), "used but not granted"
+    assert granted() - {call for call, _ in calls} == set(), (
+        "granted, never used: drop it"
+    )
