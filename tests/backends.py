@@ -70,6 +70,10 @@ class Cluster(Protocol):
         """Make the scheduler's watches resume from a compacted resourceVersion, so that they get 410 Gone."""
         ...
 
+    async def outage(self, seconds: float) -> None:
+        """Stop the API server for `seconds`, then start it again with everything it stored."""
+        ...
+
     def request_counts(self, user: str = SCHEDULER_USER) -> dict[str, Counter[str]]:
         """Requests by resource ("pods/binding") and verb, made by the scheduler (or `user`)."""
         ...
@@ -111,6 +115,12 @@ class SimCluster:
         # that is now too old.
         self.sim.compact()
         self.sim.end_watches()
+
+    async def outage(self, seconds: float) -> None:
+        port = int(self.sim.url.rsplit(":", 1)[1])
+        await self.sim.stop()
+        await asyncio.sleep(seconds)
+        await self.sim.start(port=port)
 
     def request_counts(self, user: str = SCHEDULER_USER) -> dict[str, Counter[str]]:
         return {resource: Counter(verbs) for resource, verbs in self.sim.stats()["requests"].items()}
@@ -303,6 +313,11 @@ class KubeCluster:
         self.proxy.cut()
         await asyncio.to_thread(self._restart_with_compaction)
         self.proxy.forward()
+
+    async def outage(self, seconds: float) -> None:
+        await asyncio.to_thread(self.plane.stop_apiserver)
+        await asyncio.sleep(seconds)
+        await asyncio.to_thread(self.plane.start_apiserver)
 
     def _restart_with_compaction(self) -> None:
         self.plane.stop_apiserver()
