@@ -18,6 +18,7 @@ import contextlib
 import json
 import ssl
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
@@ -158,9 +159,13 @@ class Mirror:
         self._versions: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._session: aiohttp.ClientSession | None = None
+        self.read_through: Callable[[str, str | None, str], dict[str, Any] | None] | None = None
 
     def get(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         obj = self._objects[resource].get((namespace or "", name))
+        if obj is None and self.read_through is not None:
+            # Just created and not yet seen on the watch: ask the server, as a read after a write would.
+            obj = self.read_through(resource, namespace, name)
         return None if obj is None else json.loads(json.dumps(obj))
 
     def list(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -248,11 +253,18 @@ class KubeCluster:
         self.proxy = proxy
         self._scheduler_token = scheduler_token
         self.mirror = Mirror(plane.url, plane.admin_token, plane.ssl_context())
+        self.mirror.read_through = self._read
         self.store: Store = self.mirror
         self._audit_offset = plane.audit_log.stat().st_size if plane.audit_log.exists() else 0
 
     async def client(self) -> KubeClient:
         return await KubeClient.connect(str(self.plane.admin_kubeconfig))
+
+    def _read(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        base = RESOURCES[resource].rsplit("/", 1)[0]
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        status, body = self.plane.request("GET", f"{base}{scope}/{resource}/{name}")
+        return body if status == 200 else None
 
     async def scheduler_client(self) -> KubeClient:
         path = self.plane.workdir / "scheduler.kubeconfig"
