@@ -10,6 +10,16 @@ Any cluster: `--kubeconfig FILE --scheduler-name NAME` creates the nodes and
 pods there and times whichever scheduler serves NAME (add `--start-scheduler`
 to start ai-scheduler against it too). Objects are labelled and deleted after.
 
+Real control plane (`--backend kube`): etcd, kube-apiserver, kube-controller-manager and kwok on
+loopback (`ai_scheduler.sim.controlplane`, binaries from hack/kube/build.sh), N kwok nodes, then for
+each scheduler in turn (kube-scheduler with client QPS 5000 / burst 10000, optionally kube-scheduler
+with its defaults via `--kube-defaults`, then ai-scheduler with deploy/'s RBAC and the default config)
+M pods of its own created while no scheduler runs, the scheduler started, and the time until the
+last binding is seen; the pods are deleted before the next one. `--rate R` creates the pods at R
+per second once the scheduler has bound a probe pod instead. Prints both and the ratio.
+
+    python benchmarks/throughput.py --backend kube --nodes 1000 --pods 10000
+
 In-process (`--in-process`): the scheduling core alone (queue, filters,
 scores, assume) with no API server, to measure the decision cost per pod;
 `--percentage-of-nodes-to-score 100` scores every feasible node instead of the
@@ -27,14 +37,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import BENCH_LABEL, bench_pod, kwok_node, peak_rss_mib, percentiles
 
 from ai_scheduler.api.kube import KubeClient, WatchBroken, WatchExpired
+
+if TYPE_CHECKING:
+    from ai_scheduler.sim.controlplane import ControlPlane
 
 CREATE_CONCURRENCY = 64
 
@@ -137,9 +151,10 @@ async def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float =
 class BindWatcher:
     """Notes the moment each benchmark pod is first seen bound, through a watch like any client's."""
 
-    def __init__(self, client: KubeClient, expected: set[str]) -> None:
+    def __init__(self, client: KubeClient, expected: set[str], selector: str = f"{BENCH_LABEL}=true") -> None:
         self.client = client
         self.expected = expected
+        self.selector = selector
         self.bound_at: dict[str, float] = {}
         self.done = asyncio.Event()
 
@@ -151,7 +166,7 @@ class BindWatcher:
                 self.done.set()
 
     async def run(self) -> None:
-        selector = f"{BENCH_LABEL}=true"
+        selector = self.selector
         while not self.done.is_set():
             try:
                 items, version = await self.client.list("pods", label_selector=selector)
@@ -251,6 +266,310 @@ async def full_path(args: argparse.Namespace) -> dict[str, Any]:
             sim_proc.wait(10)
 
 
+# ---------------------------------------------------------------------------------------------- real
+# `--backend kube`: a real control plane (etcd, kube-apiserver, kube-controller-manager, kwok) on
+# loopback, and kube-scheduler and ai-scheduler timed on it one after the other.
+
+RUN_LABEL = "ai-scheduler.io/benchmark-run"
+KUBE_TUNED = "kube-scheduler-tuned"
+KUBE_DEFAULTS = "kube-scheduler-defaults"
+AI_SCHEDULER = "ai-scheduler"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
+def _versions(binaries: Path) -> dict[str, str]:
+    import platform
+
+    import numpy
+
+    from ai_scheduler.sim.controlplane import kube_version
+
+    kube_scheduler = subprocess.run(
+        [str(binaries / "kube-scheduler"), "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "kubernetes": kube_version(),
+        "kube_scheduler_binary": kube_scheduler,
+        "binaries": binaries.name,
+    }
+
+
+def _kube_scheduler_command(binaries: Path, workdir: Path, kubeconfig: Path, tuned: bool) -> list[str]:
+    """kube-scheduler as it ships (kubeconfig, no leader election) or with the client's QPS raised.
+
+    `--secure-port=0` in both: no health/metrics server, so that nothing needs a port or a certificate.
+    """
+    binary = str(binaries / "kube-scheduler")
+    if not tuned:
+        return [binary, "--kubeconfig", str(kubeconfig), "--leader-elect=false", "--secure-port=0"]
+    config = workdir / "kube-scheduler-tuned.yaml"
+    config.write_text(
+        "apiVersion: kubescheduler.config.k8s.io/v1\n"
+        "kind: KubeSchedulerConfiguration\n"
+        "clientConnection:\n"
+        f"  kubeconfig: {kubeconfig}\n"
+        "  qps: 5000\n"
+        "  burst: 10000\n"
+        "leaderElection:\n"
+        "  leaderElect: false\n"
+        "profiles:\n"
+        "  - schedulerName: default-scheduler\n"
+    )
+    return [binary, "--config", str(config), "--secure-port=0"]
+
+
+def _ai_scheduler_command(workdir: Path, kubeconfig: Path) -> list[str]:
+    """`ai-scheduler run` with the shipped default config, its server on a free loopback port."""
+    import yaml
+
+    import ai_scheduler.config
+
+    default = Path(ai_scheduler.config.__file__).resolve().parent / "default.yaml"
+    config = yaml.safe_load(default.read_text())
+    config["server"] = {"port": _free_port(), "bindAddress": "127.0.0.1"}
+    path = workdir / "ai-scheduler.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return [
+        sys.executable, "-m", "ai_scheduler", "run", "--config", str(path), "--kubeconfig", str(kubeconfig)
+    ]
+
+
+def _install_ai_scheduler(plane: ControlPlane) -> str:
+    """`kubectl apply -f deploy/` as an administrator would (as tests/backends.py does).
+
+    Returns a token of the scheduler's ServiceAccount."""
+    from ai_scheduler.sim.controlplane import REPO
+
+    deploy = REPO / "deploy"
+    plane.kubectl("apply", "-f", str(deploy / "crds"))
+    plane.kubectl("wait", "--for=condition=Established", "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s")
+    plane.kubectl("apply", "-f", str(deploy))
+    return plane.service_account_token("kube-system", "ai-scheduler")
+
+
+async def _until(
+    condition: Callable[[], bool], what: str, timeout: float, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the scheduler exited with {proc.returncode} while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def _wait_nodes_schedulable(client: KubeClient, count: int, timeout: float = 300) -> float:
+    """Until all nodes are listed without the not-ready taint (the node controller removes it)."""
+    started = time.monotonic()
+    while True:
+        items, _ = await client.list("nodes", label_selector=f"{BENCH_LABEL}=true")
+        tainted = sum(
+            1 for n in items if any(t.get("key") == NOT_READY_TAINT for t in n["spec"].get("taints") or [])
+        )
+        if len(items) == count and not tainted:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise RuntimeError(f"{tainted} of {len(items)} nodes still carry {NOT_READY_TAINT}")
+        await asyncio.sleep(0.5)
+
+
+async def _namespace_ready(client: KubeClient, plane: ControlPlane, namespace: str) -> None:
+    """A namespace whose default ServiceAccount exists (pod admission requires it)."""
+    result = await client.create_namespace(namespace)
+    if not result.ok and result.status != 409:
+        raise RuntimeError(f"create namespace {namespace}: {result.message}")
+
+    def has_account() -> bool:
+        status, _ = plane.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+        return bool(status == 200)
+
+    deadline = time.monotonic() + 60
+    while not await asyncio.to_thread(has_account):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no default ServiceAccount in {namespace}")
+        await asyncio.sleep(0.1)
+
+
+async def _delete_pods(client: KubeClient, pods: list[dict[str, Any]], selector: str) -> None:
+    async def delete(pod: dict[str, Any]) -> Any:
+        meta = pod["metadata"]
+        return await client.delete_pod(meta["namespace"], meta["name"], grace_period_seconds=0)
+
+    await _create_all(client, pods, delete)
+    deadline = time.monotonic() + 120
+    while (await client.list("pods", label_selector=selector, limit=1))[0]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pods {selector} not gone after 120 s")
+        await asyncio.sleep(0.5)
+
+
+async def _kube_run(
+    client: KubeClient, plane: ControlPlane, args: argparse.Namespace, run: str, scheduler_name: str,
+    command: list[str], workdir: Path,
+) -> dict[str, Any]:
+    """Pods for one scheduler in a namespace of their own, then that scheduler started and timed."""
+    namespace = f"bench-{run}"
+    await _namespace_ready(client, plane, namespace)
+    selector = f"{RUN_LABEL}={run}"
+    pods = [bench_pod(f"{run}-{i}", scheduler_name, namespace=namespace) for i in range(args.pods)]
+    for pod in pods:
+        pod["metadata"]["labels"][RUN_LABEL] = run
+    # Paced: one probe pod first; once the scheduler has bound it, it is running and synced.
+    probe = bench_pod(f"{run}-probe", scheduler_name, namespace=namespace)
+    probe["metadata"]["labels"][RUN_LABEL] = run
+    created = time.monotonic()
+    if args.rate:
+        await _create_all(client, [probe], client.create_pod)
+    else:
+        await _create_all(client, pods, client.create_pod)
+    setup_s = time.monotonic() - created
+    names = {p["metadata"]["name"] for p in pods}
+    probe_name = probe["metadata"]["name"]
+    watcher = BindWatcher(client, names | {probe_name} if args.rate else names, selector)
+    watch_task = asyncio.create_task(watcher.run())
+    log = (workdir / f"{run}.log").open("wb")  # the child process owns it
+    t0 = time.monotonic()
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    log.close()
+    sent_at: dict[str, float] = {}
+    try:
+        if args.rate:
+            await _until(lambda: probe_name in watcher.bound_at, "the probe pod's binding", 120, proc)
+            ready = watcher.bound_at[probe_name]
+            cpu_at_ready = _cpu_seconds(proc.pid)
+            await _create_at_rate(client, pods, args.rate, sent_at)
+        await _until(watcher.done.is_set, f"all {args.pods} pods bound", args.timeout, proc)
+        cpu_s = _cpu_seconds(proc.pid)
+        rss = peak_rss_mib(proc.pid)
+    finally:
+        watch_task.cancel()
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    bound = {name: at for name, at in watcher.bound_at.items() if name != probe_name}
+    last = max(bound.values())
+    result: dict[str, Any] = {
+        "scheduler": run,
+        "scheduler_name": scheduler_name,
+        "command": command,
+        "pods_setup_s": round(setup_s, 2),
+    }
+    if args.rate:
+        first = min(sent_at.values())
+        latencies = [(at - sent_at[name]) * 1000 for name, at in bound.items()]
+        result |= {
+            "start_to_probe_bound_s": round(ready - t0, 3),
+            "pods_per_s_offered": args.rate,
+            "pods_per_s_bound": round(args.pods / (last - first), 1),
+            "latency_ms_create_to_bound": {k: round(v, 1) for k, v in percentiles(latencies).items()},
+            "cpu_s_per_1000_pods": round((cpu_s - cpu_at_ready) * 1000 / args.pods, 3),
+            "cpu_s_total": round(cpu_s, 2),
+        }
+    else:
+        first_bind = min(bound.values())
+        latencies = [(at - t0) * 1000 for at in bound.values()]
+        result |= {
+            "start_to_first_bind_s": round(first_bind - t0, 3),
+            "pods_per_s_from_start": round(args.pods / (last - t0), 1),
+            "pods_per_s_from_first_bind": round((args.pods - 1) / max(last - first_bind, 1e-9), 1),
+            "latency_ms_from_start": {k: round(v, 1) for k, v in percentiles(latencies).items()},
+            "cpu_s_per_1000_pods": round(cpu_s * 1000 / args.pods, 3),
+            "cpu_s_total": round(cpu_s, 2),
+        }
+    result["peak_rss_mib"] = round(rss, 1)
+    await _delete_pods(client, [*pods, probe] if args.rate else pods, selector)
+    return result
+
+
+async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
+    import shutil
+
+    from ai_scheduler.sim.controlplane import ControlPlane, build_binaries
+
+    binaries = build_binaries()
+    workdir = Path(tempfile.mkdtemp(prefix="ai-scheduler-bench-kube-"))
+    # No audit log: kube-scheduler (as the admin) would not be audited, ai-scheduler (its own account) would.
+    # Controller manager at QPS 1000: at its default 20, untainting 5,000 new nodes takes minutes.
+    plane = ControlPlane(workdir / "plane", binaries, audit=False, controller_qps=1000)
+    started = time.monotonic()
+    await asyncio.to_thread(plane.start)
+    plane_s = time.monotonic() - started
+    client = await KubeClient.connect(str(plane.admin_kubeconfig), pool_size=CREATE_CONCURRENCY + 8)
+    ok = False
+    try:
+        token = await asyncio.to_thread(_install_ai_scheduler, plane)
+        ai_kubeconfig = plane.write_kubeconfig(workdir / "ai-scheduler.kubeconfig", token)
+        started = time.monotonic()
+        nodes = [kwok_node(f"bench-node-{i}") for i in range(args.nodes)]
+        await _create_all(client, nodes, client.create_node)
+        nodes_s = time.monotonic() - started
+        untainted_s = await _wait_nodes_schedulable(client, args.nodes)
+        runs: list[tuple[str, str, list[str]]] = [
+            (KUBE_TUNED, "default-scheduler",
+             _kube_scheduler_command(binaries, workdir, plane.admin_kubeconfig, tuned=True)),
+        ]
+        if args.kube_defaults:
+            runs.append((KUBE_DEFAULTS, "default-scheduler",
+                         _kube_scheduler_command(binaries, workdir, plane.admin_kubeconfig, tuned=False)))
+        runs.append((AI_SCHEDULER, "ai-scheduler", _ai_scheduler_command(workdir, ai_kubeconfig)))
+        results = {}
+        for run, scheduler_name, command in runs:
+            if not args.json:
+                print(f"# {run}: {args.pods} pods on {args.nodes} nodes ...", file=sys.stderr, flush=True)
+            results[run] = await _kube_run(client, plane, args, run, scheduler_name, command, workdir)
+        key = "pods_per_s_bound" if args.rate else "pods_per_s_from_start"
+        ratio = results[AI_SCHEDULER][key] / results[KUBE_TUNED][key]
+        ok = True
+        return {
+            "mode": "kube" + (" (paced)" if args.rate else ""),
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "api_server": "kube-apiserver + etcd + kube-controller-manager + kwok on loopback (no audit log)",
+            "versions": _versions(binaries),
+            "control_plane_start_s": round(plane_s, 1),
+            "nodes_create_s": round(nodes_s, 1),
+            "nodes_untainted_after_s": round(untainted_s, 1),
+            "runs": results,
+            f"ratio_ai_over_tuned_kube_{key}": round(ratio, 2),
+        }
+    finally:
+        await client.close()
+        await asyncio.to_thread(plane.stop)
+        if ok and not args.keep_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"work folder (logs): {workdir}", file=sys.stderr)
+
+
+def _kube_summary(result: dict[str, Any]) -> str:
+    paced = "(paced)" in result["mode"]
+    lines = [
+        f"{result['nodes']} nodes, {result['pods']} pods; " + ", ".join(
+            f"{k} {v}" for k, v in result["versions"].items() if k != "binaries"
+        ),
+    ]
+    if paced:
+        lines.append(f"{'scheduler':<26}{'ready s':>9}{'bound/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
+                     f"{'CPU s/1k':>10}{'RSS MiB':>9}")
+        for run, r in result["runs"].items():
+            lat = r["latency_ms_create_to_bound"]
+            lines.append(f"{run:<26}{r['start_to_probe_bound_s']:>9}{r['pods_per_s_bound']:>9}"
+                         f"{lat['p50']:>9}{lat['p99']:>9}{r['cpu_s_per_1000_pods']:>10}{r['peak_rss_mib']:>9}")
+    else:
+        lines.append(f"{'scheduler':<26}{'pods/s':>9}{'1st bind s':>11}{'CPU s/1k':>10}{'RSS MiB':>9}")
+        for run, r in result["runs"].items():
+            lines.append(f"{run:<26}{r['pods_per_s_from_start']:>9}{r['start_to_first_bind_s']:>11}"
+                         f"{r['cpu_s_per_1000_pods']:>10}{r['peak_rss_mib']:>9}")
+    lines += [f"{k}: {v}" for k, v in result.items() if k.startswith("ratio_")]
+    return "\n".join(lines)
+
+
 def in_process(args: argparse.Namespace) -> dict[str, Any]:
     import random
 
@@ -317,6 +636,20 @@ def main() -> None:
     )
     parser.add_argument("--in-process", action="store_true", help="the scheduling core alone, no API server")
     parser.add_argument(
+        "--backend",
+        choices=["sim", "kube"],
+        default="sim",
+        help="kube: a real control plane on loopback; times tuned kube-scheduler, then ai-scheduler",
+    )
+    parser.add_argument(
+        "--kube-defaults",
+        action="store_true",
+        help="with --backend kube: also time kube-scheduler with its defaults (client QPS 50: slow)",
+    )
+    parser.add_argument(
+        "--keep-workdir", action="store_true", help="with --backend kube: keep the logs and etcd data"
+    )
+    parser.add_argument(
         "--percentage-of-nodes-to-score",
         type=int,
         help="with --in-process: scheduling.percentageOfNodesToScore (default: the config's, 0 = adaptive)",
@@ -324,7 +657,15 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     args = parser.parse_args()
-    if args.in_process:
+    if args.backend == "kube":
+        if args.in_process or args.kubeconfig:
+            parser.error("--backend kube starts its own cluster: no --in-process or --kubeconfig")
+        import uvloop
+
+        result = uvloop.run(kube_backend(args))
+        if not args.json:
+            print(_kube_summary(result), end="\n\n")
+    elif args.in_process:
         result = in_process(args)
     else:
         import uvloop
