@@ -330,12 +330,14 @@ class KubeCluster:
         await asyncio.to_thread(self.plane.stop_apiserver)
         await asyncio.sleep(seconds)
         await asyncio.to_thread(self.plane.start_apiserver)
+        await asyncio.to_thread(self.plane.restart_clients)
 
     def _restart_with_compaction(self) -> None:
         self.plane.stop_apiserver()
         self.plane.advance_etcd(2)
         self.plane.compact_etcd()
         self.plane.start_apiserver()
+        self.plane.restart_clients()
 
     def audit_events(self, user: str = SCHEDULER_USER) -> list[dict[str, Any]]:
         """The audit log's entries for `user` since this test began."""

@@ -137,7 +137,10 @@ async def test_c_group_below_min_reclaims_borrowed_gpus_and_takes_a_gang_whole(
     assert sorted(v["pod"] for v in line["victims"]) == [f"team-a/borrower-{i}" for i in range(4)], (
         "gang whole"
     )
-    assert not any(cluster.store.get("pods", "team-a", f"borrower-{i}") for i in range(4))
+    await wait_for(
+        lambda: not any(cluster.store.get("pods", "team-a", f"borrower-{i}") for i in range(4)),
+        what="the victims gone (deleted gracefully)",
+    )
     assert_not_overcommitted(cluster)
 
 

@@ -339,6 +339,16 @@ class ControlPlane:
     def stop_apiserver(self) -> None:
         self._terminate("kube-apiserver")
 
+    def restart_clients(self) -> None:
+        """Restart kube-controller-manager and kwok. After the API server was down, their informers
+        retry on a backoff of up to 30 s, during which new nodes keep their not-ready taint; tests
+        that take the API server down restart them so that the cluster around the scheduler under
+        test is whole again at once."""
+        self._terminate("kube-controller-manager")
+        self._terminate("kwok")
+        self._spawn("kube-controller-manager", self._controller_manager_args())
+        self._spawn("kwok", self._kwok_args())
+
     def stop(self) -> None:
         for name in reversed(list(self.processes)):
             self._terminate(name)
