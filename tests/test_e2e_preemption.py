@@ -156,7 +156,7 @@ async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
             cpu="1",
             memory="256Mi",
             priority=rng.choice([0, 10, 20, 30]),
-            duration=rng.uniform(0.05, 0.3),
+            duration=rng.uniform(0.3, 1.0),  # longer than the API server takes to create them all
         )
         for i in range(500)
     ]
