@@ -1,7 +1,11 @@
 """Gang scheduling throughput: G PodGroups of S pods each on N kwok-style nodes, full path over HTTP.
 
     python benchmarks/gang.py --nodes 5000 --gangs 1000 --size 8
+    python benchmarks/gang.py --backend kube --nodes 5000 --gangs 1000 --size 8
 
+`--backend kube` runs it on a real control plane (throughput.py's `real_cluster`: etcd,
+kube-apiserver, kube-controller-manager and kwok on loopback, deploy/ applied, ai-scheduler
+under its own ServiceAccount); the default is the embedded simulated API server.
 Reports gangs/s (from the scheduler being ready to the last member bound) and
 the mean time per gang attempt, read from the scheduler's own
 `ai_scheduler_gang_attempt_duration_seconds` histogram.
@@ -11,10 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +37,7 @@ from throughput import (
     _start_scheduler,
     _start_sim,
     _wait_ready,
+    real_cluster,
 )
 
 from ai_scheduler.api.kube import KubeClient
@@ -70,60 +77,76 @@ async def _gang_attempts(port: int) -> tuple[float, float]:
     return count, total
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def _cluster(
+    args: argparse.Namespace, nodes: list[dict[str, Any]]
+) -> AsyncIterator[tuple[KubeClient, str, Path, dict[str, Any]]]:
+    """(admin client, the scheduler's kubeconfig, a work folder, facts about the setup) with the nodes."""
+    if args.backend == "kube":
+        async with real_cluster(nodes) as real:
+            yield real.client, str(real.ai_kubeconfig), real.workdir, real.setup
+        return
     workdir = Path(tempfile.mkdtemp(prefix="ai-scheduler-gang-bench-"))
     sim_proc, kubeconfig = _start_sim(workdir)
     client = await KubeClient.connect(str(kubeconfig), pool_size=72)
-    scheduler_proc = None
     try:
-        nodes = []
-        for i in range(args.nodes):
-            node = kwok_node(f"bench-node-{i}")
-            if args.zones:
-                node["metadata"]["labels"][ZONE] = f"zone-{i % args.zones}"
-            nodes.append(node)
-        gangs = [f"gang-{g}" for g in range(args.gangs)]
-        pods = [_member(g, i, args.scheduler_name) for g in gangs for i in range(args.size)]
         await _create_all(client, nodes, client.create_node)
-        await _create_all(client, [_podgroup(g, args.size) for g in gangs], client.create_podgroup)
-        await _create_all(client, pods, client.create_pod)
-        watcher = BindWatcher(client, {p["metadata"]["name"] for p in pods})
-        watch_task = asyncio.create_task(watcher.run())
-        port = _free_port()
-        t0 = time.monotonic()
-        scheduler_proc = _start_scheduler(workdir, str(kubeconfig), args.scheduler_name, port, 64)
-        ready = await _wait_ready(port, scheduler_proc)
-        await asyncio.wait_for(watcher.done.wait(), args.timeout)
-        last = max(watcher.bound_at.values())
-        watch_task.cancel()
-        count, total = await _gang_attempts(port)
-        by_gang: dict[str, int] = {}
-        for name in watcher.bound_at:
-            gang = name.rsplit("-", 1)[0]
-            by_gang[gang] = by_gang.get(gang, 0) + 1
-        complete = sum(1 for g in gangs if by_gang.get(g) == args.size)
-        return {
-            "mode": "gang full-path",
-            "nodes": args.nodes,
-            "zones": args.zones,
-            "gangs": args.gangs,
-            "size": args.size,
-            "gangs_complete": complete,
-            "gangs_per_s_from_ready": round(args.gangs / (last - ready), 1),
-            "pods_per_s_from_ready": round(len(pods) / (last - ready), 1),
-            "start_to_ready_s": round(ready - t0, 2),
-            "gang_attempts": int(count),
-            "mean_ms_per_gang_attempt": round(total / count * 1000, 3) if count else None,
-            "scheduler_peak_rss_mib": round(peak_rss_mib(scheduler_proc.pid), 1),
-            "scheduler_cpu_ms_per_gang": round(_cpu_seconds(scheduler_proc.pid) * 1000 / args.gangs, 2),
-        }
+        yield client, str(kubeconfig), workdir, {"api_server": "the embedded simulated API server"}
     finally:
-        if scheduler_proc is not None:
-            scheduler_proc.terminate()
-            scheduler_proc.wait(10)
         await client.close()
         sim_proc.terminate()
         sim_proc.wait(10)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    nodes = []
+    for i in range(args.nodes):
+        node = kwok_node(f"bench-node-{i}")
+        if args.zones:
+            node["metadata"]["labels"][ZONE] = f"zone-{i % args.zones}"
+        nodes.append(node)
+    async with _cluster(args, nodes) as (client, kubeconfig, workdir, setup):
+        scheduler_proc = None
+        try:
+            gangs = [f"gang-{g}" for g in range(args.gangs)]
+            pods = [_member(g, i, args.scheduler_name) for g in gangs for i in range(args.size)]
+            await _create_all(client, [_podgroup(g, args.size) for g in gangs], client.create_podgroup)
+            await _create_all(client, pods, client.create_pod)
+            watcher = BindWatcher(client, {p["metadata"]["name"] for p in pods})
+            watch_task = asyncio.create_task(watcher.run())
+            port = _free_port()
+            t0 = time.monotonic()
+            scheduler_proc = _start_scheduler(workdir, kubeconfig, args.scheduler_name, port, 64)
+            ready = await _wait_ready(port, scheduler_proc)
+            await asyncio.wait_for(watcher.done.wait(), args.timeout)
+            last = max(watcher.bound_at.values())
+            watch_task.cancel()
+            count, total = await _gang_attempts(port)
+            by_gang: dict[str, int] = {}
+            for name in watcher.bound_at:
+                gang = name.rsplit("-", 1)[0]
+                by_gang[gang] = by_gang.get(gang, 0) + 1
+            complete = sum(1 for g in gangs if by_gang.get(g) == args.size)
+            return {
+                "mode": f"gang full-path ({args.backend})",
+                **setup,
+                "nodes": args.nodes,
+                "zones": args.zones,
+                "gangs": args.gangs,
+                "size": args.size,
+                "gangs_complete": complete,
+                "gangs_per_s_from_ready": round(args.gangs / (last - ready), 1),
+                "pods_per_s_from_ready": round(len(pods) / (last - ready), 1),
+                "start_to_ready_s": round(ready - t0, 2),
+                "gang_attempts": int(count),
+                "mean_ms_per_gang_attempt": round(total / count * 1000, 3) if count else None,
+                "scheduler_peak_rss_mib": round(peak_rss_mib(scheduler_proc.pid), 1),
+                "scheduler_cpu_ms_per_gang": round(_cpu_seconds(scheduler_proc.pid) * 1000 / args.gangs, 2),
+            }
+        finally:
+            if scheduler_proc is not None:
+                scheduler_proc.terminate()
+                scheduler_proc.wait(10)
 
 
 def main() -> None:
@@ -136,6 +159,9 @@ def main() -> None:
     parser.add_argument("--zones", type=int, default=10, help="zone labels on the nodes (0: none)")
     parser.add_argument("--scheduler-name", default="ai-scheduler")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--backend", choices=["sim", "kube"], default="sim", help="kube: a real control plane on loopback"
+    )
     args = parser.parse_args()
     import uvloop
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -37,7 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -393,6 +395,16 @@ async def _namespace_ready(client: KubeClient, plane: ControlPlane, namespace: s
         await asyncio.sleep(0.1)
 
 
+def _decision_cycles_ms(log: Path) -> list[float]:
+    cycles = []
+    with log.open("rb") as lines:
+        for line in lines:
+            if b'"event":"decision"' in line:
+                with contextlib.suppress(ValueError, KeyError):
+                    cycles.append(float(json.loads(line)["cycle_ms"]))
+    return cycles
+
+
 async def _delete_pods(client: KubeClient, pods: list[dict[str, Any]], selector: str) -> None:
     async def delete(pod: dict[str, Any]) -> Any:
         meta = pod["metadata"]
@@ -483,11 +495,27 @@ async def _kube_run(
             "cpu_s_total": round(cpu_s, 2),
         }
     result["peak_rss_mib"] = round(rss, 1)
+    cycles = _decision_cycles_ms(workdir / f"{run}.log")
+    if cycles:  # ai-scheduler's own figure for each decision (`cycle_ms` in its log), on this control plane
+        result["decision_ms"] = {k: round(v, 3) for k, v in percentiles(cycles).items()}
     await _delete_pods(client, [*pods, probe] if args.rate else pods, selector)
     return result
 
 
-async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class RealCluster:
+    """A real control plane with N kwok nodes, deploy/ applied, and a kubeconfig for ai-scheduler."""
+
+    plane: ControlPlane
+    client: KubeClient
+    binaries: Path
+    workdir: Path
+    ai_kubeconfig: Path
+    setup: dict[str, Any]
+
+
+@contextlib.asynccontextmanager
+async def real_cluster(nodes: list[dict[str, Any]], keep_workdir: bool = False) -> AsyncIterator[RealCluster]:
     import shutil
 
     from ai_scheduler.sim.controlplane import ControlPlane, build_binaries
@@ -496,7 +524,10 @@ async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="ai-scheduler-bench-kube-"))
     # No audit log: kube-scheduler (as the admin) would not be audited, ai-scheduler (its own account) would.
     # Controller manager at QPS 1000: at its default 20, untainting 5,000 new nodes takes minutes.
-    plane = ControlPlane(workdir / "plane", binaries, audit=False, controller_qps=1000)
+    # Node leases of 5 minutes (renewed about every 75 s), grace 15 minutes: kwok keeps 5,000 nodes Ready
+    # without most of the machine's CPU going to lease writes.
+    plane = ControlPlane(workdir / "plane", binaries, audit=False, controller_qps=1000,
+                         node_lease_seconds=300, node_monitor_grace_seconds=900)
     started = time.monotonic()
     await asyncio.to_thread(plane.start)
     plane_s = time.monotonic() - started
@@ -506,66 +537,109 @@ async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
         token = await asyncio.to_thread(_install_ai_scheduler, plane)
         ai_kubeconfig = plane.write_kubeconfig(workdir / "ai-scheduler.kubeconfig", token)
         started = time.monotonic()
-        nodes = [kwok_node(f"bench-node-{i}") for i in range(args.nodes)]
         await _create_all(client, nodes, client.create_node)
         nodes_s = time.monotonic() - started
-        untainted_s = await _wait_nodes_schedulable(client, args.nodes)
-        runs: list[tuple[str, str, list[str]]] = [
-            (KUBE_TUNED, "default-scheduler",
-             _kube_scheduler_command(binaries, workdir, plane.admin_kubeconfig, tuned=True)),
-        ]
-        if args.kube_defaults:
-            runs.append((KUBE_DEFAULTS, "default-scheduler",
-                         _kube_scheduler_command(binaries, workdir, plane.admin_kubeconfig, tuned=False)))
-        runs.append((AI_SCHEDULER, "ai-scheduler", _ai_scheduler_command(workdir, ai_kubeconfig)))
-        results = {}
-        for run, scheduler_name, command in runs:
-            if not args.json:
-                print(f"# {run}: {args.pods} pods on {args.nodes} nodes ...", file=sys.stderr, flush=True)
-            results[run] = await _kube_run(client, plane, args, run, scheduler_name, command, workdir)
-        key = "pods_per_s_bound" if args.rate else "pods_per_s_from_start"
-        ratio = results[AI_SCHEDULER][key] / results[KUBE_TUNED][key]
-        ok = True
-        return {
-            "mode": "kube" + (" (paced)" if args.rate else ""),
-            "nodes": args.nodes,
-            "pods": args.pods,
+        untainted_s = await _wait_nodes_schedulable(client, len(nodes))
+        setup = {
             "api_server": "kube-apiserver + etcd + kube-controller-manager + kwok on loopback (no audit log)",
             "versions": _versions(binaries),
             "control_plane_start_s": round(plane_s, 1),
             "nodes_create_s": round(nodes_s, 1),
             "nodes_untainted_after_s": round(untainted_s, 1),
-            "runs": results,
-            f"ratio_ai_over_tuned_kube_{key}": round(ratio, 2),
         }
+        yield RealCluster(plane, client, binaries, workdir, ai_kubeconfig, setup)
+        ok = True
     finally:
         await client.close()
         await asyncio.to_thread(plane.stop)
-        if ok and not args.keep_workdir:
+        if ok and not keep_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"work folder (logs): {workdir}", file=sys.stderr)
 
 
+# The figures reported as medians over the repeats, by mode.
+MEDIAN_KEYS = {
+    False: ("pods_per_s_from_start", "start_to_first_bind_s", "pods_per_s_from_first_bind",
+            "cpu_s_per_1000_pods", "peak_rss_mib"),
+    True: ("pods_per_s_bound", "start_to_probe_bound_s", "p50_ms", "p99_ms", "cpu_s_per_1000_pods",
+           "peak_rss_mib"),
+}
+
+
+def _median_of(runs: list[dict[str, Any]], paced: bool) -> dict[str, float]:
+    import statistics
+
+    def value(run: dict[str, Any], key: str) -> float:
+        if key in ("p50_ms", "p99_ms"):
+            return float(run["latency_ms_create_to_bound"][key[:3]])
+        return float(run[key])
+
+    medians = {key: round(statistics.median(value(r, key) for r in runs), 3) for key in MEDIAN_KEYS[paced]}
+    if all("decision_ms" in r for r in runs):
+        for key in ("p50", "p99"):
+            medians[f"decision_{key}_ms"] = round(statistics.median(r["decision_ms"][key] for r in runs), 3)
+    return medians
+
+
+async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
+    nodes = [kwok_node(f"bench-node-{i}") for i in range(args.nodes)]
+    async with real_cluster(nodes, args.keep_workdir) as real:
+        def kube(tuned: bool) -> tuple[str, list[str]]:
+            command = _kube_scheduler_command(real.binaries, real.workdir, real.plane.admin_kubeconfig, tuned)
+            return "default-scheduler", command
+
+        candidates = {
+            KUBE_TUNED: kube(True),
+            KUBE_DEFAULTS: kube(False),
+            AI_SCHEDULER: ("ai-scheduler", _ai_scheduler_command(real.workdir, real.ai_kubeconfig)),
+        }
+        chosen = args.only or [KUBE_TUNED, *([KUBE_DEFAULTS] if args.kube_defaults else []), AI_SCHEDULER]
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
+        # Interleaved (A, B, A, B, ...), so that a slow spell of the shared machine hits both schedulers.
+        for repeat in range(args.repeat):
+            for name in chosen:
+                if not args.json:
+                    print(f"# {name} ({repeat + 1}/{args.repeat}): {args.pods} pods, {args.nodes} nodes",
+                          file=sys.stderr, flush=True)
+                scheduler_name, command = candidates[name]
+                result = await _kube_run(real.client, real.plane, args, name, scheduler_name, command,
+                                         real.workdir)
+                runs[name].append(result)
+                if not args.json:
+                    print(json.dumps({k: v for k, v in result.items() if k != "command"}), file=sys.stderr)
+        paced = bool(args.rate)
+        report: dict[str, Any] = {
+            "mode": "kube" + (" (paced)" if paced else ""),
+            "nodes": args.nodes,
+            "pods": args.pods,
+            "repeats": args.repeat,
+            **real.setup,
+            "median": {name: _median_of(results, paced) for name, results in runs.items()},
+            "runs": runs,
+        }
+        key = "pods_per_s_bound" if paced else "pods_per_s_from_start"
+        if KUBE_TUNED in runs and AI_SCHEDULER in runs:
+            ratio = report["median"][AI_SCHEDULER][key] / report["median"][KUBE_TUNED][key]
+            report[f"ratio_ai_over_tuned_kube_median_{key}"] = round(ratio, 2)
+        return report
+
+
 def _kube_summary(result: dict[str, Any]) -> str:
     paced = "(paced)" in result["mode"]
     lines = [
-        f"{result['nodes']} nodes, {result['pods']} pods; " + ", ".join(
+        f"{result['nodes']} nodes, {result['pods']} pods, medians of {result['repeats']}; " + ", ".join(
             f"{k} {v}" for k, v in result["versions"].items() if k != "binaries"
         ),
     ]
-    if paced:
-        lines.append(f"{'scheduler':<26}{'ready s':>9}{'bound/s':>9}{'p50 ms':>9}{'p99 ms':>9}"
-                     f"{'CPU s/1k':>10}{'RSS MiB':>9}")
-        for run, r in result["runs"].items():
-            lat = r["latency_ms_create_to_bound"]
-            lines.append(f"{run:<26}{r['start_to_probe_bound_s']:>9}{r['pods_per_s_bound']:>9}"
-                         f"{lat['p50']:>9}{lat['p99']:>9}{r['cpu_s_per_1000_pods']:>10}{r['peak_rss_mib']:>9}")
-    else:
-        lines.append(f"{'scheduler':<26}{'pods/s':>9}{'1st bind s':>11}{'CPU s/1k':>10}{'RSS MiB':>9}")
-        for run, r in result["runs"].items():
-            lines.append(f"{run:<26}{r['pods_per_s_from_start']:>9}{r['start_to_first_bind_s']:>11}"
-                         f"{r['cpu_s_per_1000_pods']:>10}{r['peak_rss_mib']:>9}")
+    keys = MEDIAN_KEYS[paced]
+    lines.append(f"{'scheduler':<26}" + "".join(f"{k:>{max(len(k), 8) + 2}}" for k in keys))
+    for run, median in result["median"].items():
+        lines.append(f"{run:<26}" + "".join(f"{median[k]:>{max(len(k), 8) + 2}}" for k in keys))
+    for run, median in result["median"].items():
+        if "decision_p50_ms" in median:
+            lines.append(f"{run} decision (its log's cycle_ms): p50 {median['decision_p50_ms']} ms, "
+                         f"p99 {median['decision_p99_ms']} ms")
     lines += [f"{k}: {v}" for k, v in result.items() if k.startswith("ratio_")]
     return "\n".join(lines)
 
@@ -645,6 +719,16 @@ def main() -> None:
         "--kube-defaults",
         action="store_true",
         help="with --backend kube: also time kube-scheduler with its defaults (client QPS 50: slow)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=[KUBE_TUNED, KUBE_DEFAULTS, AI_SCHEDULER],
+        help="with --backend kube: time only these schedulers (repeatable; default: tuned kube-scheduler "
+        "and ai-scheduler)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="with --backend kube: runs per scheduler, interleaved; medians"
     )
     parser.add_argument(
         "--keep-workdir", action="store_true", help="with --backend kube: keep the logs and etcd data"

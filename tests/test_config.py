@@ -36,6 +36,7 @@ from ai_scheduler.config import (
     load_config,
     parse_config,
 )
+from ai_scheduler.config.loader import MAX_NESTING
 
 
 def refusal(data: object) -> ConfigError:
@@ -738,6 +739,42 @@ def test_non_utf8_file(tmp_path: Path) -> None:
         load_config(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "column"),
+    [
+        ("profiles: " + "[" * 2000 + "]" * 2000 + "\n", 11 + MAX_NESTING - 1),  # issue 12: RecursionError
+        ("[" * 5000, MAX_NESTING + 1),  # and unclosed: the watcher died of it
+        ("profiles:\n" + "".join("  " * i + "- \n" for i in range(1, 200)), None),  # block style
+    ],
+    ids=["flow-2000", "unclosed-5000", "block-200"],
+)
+def test_deep_nesting_is_refused_not_a_recursion_error(tmp_path: Path, text: str, column: int | None) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.key == ""
+    assert info.value.reason.startswith("invalid YAML at line")
+    assert info.value.reason.endswith(f"collections nested more than {MAX_NESTING} levels deep")
+    if column is not None:
+        assert f"line 1, column {column}:" in info.value.reason
+
+
+def test_nesting_up_to_the_bound_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("x: " + "[" * (MAX_NESTING - 1) + "]" * (MAX_NESTING - 1) + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.reason.startswith("unknown key 'x'")  # read as YAML, refused by the schema
+
+
+def test_an_alias_that_contains_itself_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("profiles: &a [*a]\n")
+    with pytest.raises(ConfigError, match="profiles\\[0\\]: must be a mapping"):
+        load_config(path)
+
+
 # --- reload ------------------------------------------------------------------------------------------
 
 
@@ -868,6 +905,80 @@ async def test_watcher_follows_a_configmap_style_symlink_swap(tmp_path: Path) ->
     await recorder.wait_for(lambda: bool(recorder.changes))
     await stop(task)
     assert [c.scheduler_name for c in recorder.changes] == ["second"]
+
+
+async def test_watcher_refuses_5000_brackets_and_keeps_watching(tmp_path: Path) -> None:
+    """Issue 12: a file of 5,000 `[` stopped the watcher for good, and nothing was logged."""
+    path = tmp_path / "config.yaml"
+    path.write_text("schedulerName: first\n")
+    recorder = Recorder()
+    task = await watching(path, recorder)
+    swap(path, "[" * 5000)
+    await recorder.wait_for(lambda: bool(recorder.errors))
+    swap(path, "schedulerName: second\n")
+    await recorder.wait_for(lambda: bool(recorder.changes))
+    assert not task.done()
+    await stop(task)
+    nested = f"collections nested more than {MAX_NESTING} levels deep"
+    where = f"line 1, column {MAX_NESTING + 1}"
+    assert [e.reason for e in recorder.errors] == [f"invalid YAML at {where}: {nested}"]
+    assert [c.scheduler_name for c in recorder.changes] == ["second"]
+
+
+async def test_watcher_survives_whatever_a_poll_raises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anything unexpected while reading, decoding or applying is reported, and polling goes on."""
+    path = tmp_path / "config.yaml"
+    path.write_text("schedulerName: first\n")
+    recorder = Recorder()
+    applied: list[str] = []
+
+    def apply(config: Config) -> None:
+        if config.scheduler_name == "explosive":
+            raise KeyError("boom")
+        applied.append(config.scheduler_name)
+        recorder.on_change(config)
+
+    watcher = ConfigWatcher(path, apply, recorder.on_error, interval=0.01)
+    task = asyncio.create_task(watcher.run())
+    swap(path, "schedulerName: explosive\n")
+    await recorder.wait_for(lambda: len(recorder.errors) == 1)
+    assert recorder.errors[0].reason == "could not be applied: KeyError: 'boom'"
+
+    def broken_parse(data: object, source: str = "") -> Config:
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr("ai_scheduler.config.loader.parse_config", broken_parse)
+    swap(path, "schedulerName: second\n")
+    await recorder.wait_for(lambda: len(recorder.errors) == 2)
+    assert recorder.errors[1].reason == "unexpected MemoryError: out of memory"
+    monkeypatch.undo()
+    swap(path, "schedulerName: third\n")
+    await recorder.wait_for(lambda: bool(applied))
+    await stop(task)
+    assert applied == ["third"]
+
+
+async def test_watcher_reload_reports_the_file_even_unchanged(tmp_path: Path) -> None:
+    """SIGHUP: read the file now, and apply it whether it changed or not; an invalid one is refused again."""
+    path = tmp_path / "config.yaml"
+    path.write_text("schedulerName: first\n")
+    recorder = Recorder()
+    watcher = ConfigWatcher(path, recorder.on_change, recorder.on_error, interval=3600)
+    task = asyncio.create_task(watcher.run())
+    await asyncio.sleep(0.05)  # the first look, at start: nothing changed
+    assert recorder.changes == [] and recorder.errors == []
+    watcher.reload()
+    await recorder.wait_for(lambda: bool(recorder.changes))  # at once, not after the hour's interval
+    assert [c.scheduler_name for c in recorder.changes] == ["first"]
+    swap(path, "schedulerName: Not_Valid\n")
+    watcher.reload()
+    await recorder.wait_for(lambda: len(recorder.errors) == 1)
+    watcher.reload()
+    await recorder.wait_for(lambda: len(recorder.errors) == 2)
+    await stop(task)
+    assert [e.key for e in recorder.errors] == ["schedulerName", "schedulerName"]
 
 
 def test_watcher_refuses_a_non_positive_interval(tmp_path: Path) -> None:

@@ -264,7 +264,8 @@ async def test_label_and_koordinator_gangs_without_a_crd(
     assert (bound_count(cluster, "mpi"), bound_count(cluster, "koord")) in ((3, 0), (0, 2))
     # The old scheduler-plugins label names a PodGroup that does not exist: the pods wait and say why.
     await wait_for(
-        lambda: pod_condition(cluster, "legacy-0").get("message") == "pod group default/old not found",
+        lambda: pod_condition(cluster, "legacy-0").get("message")
+        == "label pod-group.scheduling.sigs.k8s.io: pod group default/old not found",
         what="missing PodGroup reported",
     )
     await wait_for(
@@ -323,21 +324,30 @@ async def test_elastic_members_after_quorum_are_placed_as_ordinary_pods(
     assert any(d.get("elastic") for d in running.log_lines("decision") if d["pod"] == "default/elastic-2")
 
 
-@pytest.mark.backend(
-    "sim",
-    reason="another binder must win the race for a chosen pod, which only the simulated server can arrange",
-)
 async def test_bind_failures_after_quorum_are_retried_and_a_lost_member_fails_the_group(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler(fast_config())
     assert (await api.create_podgroup(podgroup("flaky", 2))).ok
     await create_all(api, gpu_nodes(3), [])
-    # Another binder wins the race for one member: our binding answers 409, the member is on gpu-2.
-    assert isinstance(cluster, SimCluster)
-    cluster.sim.inject_bind_conflict("default", "flaky-1", "gpu-2")
-    await create_all(api, [], [member("flaky", i) for i in range(2)])
+    # Another binder wins the race for one member: the test binds it to the node the gang left free while
+    # the scheduler's bindings wait in the proxy, so the scheduler's own binding of it answers 409.
+    cluster.proxy.hold_requests()
+    try:
+        await create_all(api, [], [member("flaky", i) for i in range(2)])
+
+        def chosen() -> set[str]:
+            decisions = running.log_lines("decision")
+            return {d["node"] for d in decisions if d["pod"].startswith("default/flaky-") and d["node"]}
+
+        await wait_for(lambda: len(chosen()) == 2, what="both members placed")
+        (free,) = {"gpu-0", "gpu-1", "gpu-2"} - chosen()
+        uid = stored_pod(cluster, "flaky-1")["metadata"]["uid"]
+        assert (await api.bind("default", "flaky-1", uid, free)).status == 201
+    finally:
+        cluster.proxy.forward()
     await wait_for(lambda: bound_count(cluster, "flaky") == 2, what="both members bound")
+    assert stored_pod(cluster, "flaky-1")["spec"]["nodeName"] == free
     assert [line["code"] for line in running.log_lines("bind.failed")] == [409]
     await wait_for(lambda: podgroup_status(cluster, "flaky").get("phase") == "Running", what="gang running")
     assert_not_overcommitted(cluster)

@@ -261,29 +261,38 @@ async def test_a_watch_from_a_compacted_version_is_answered_410(cluster: Cluster
             pass
 
 
-@pytest.mark.backend(
-    "sim",
-    reason="another binder must win the race for a chosen pod, which only the simulated server can arrange",
-)
 async def test_bind_conflict_forgets_assumption_and_keeps_going(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
+    """The test binds the pod itself while the scheduler's own binding is on its way (held by the proxy)."""
     running = await start_scheduler()
     await create_all(
         api, [make_node("n1", cpu="4", memory="8Gi"), make_node("n2", cpu="4", memory="8Gi")], []
     )
-    assert isinstance(cluster, SimCluster)
-    cluster.sim.inject_bind_conflict("default", "contested", "n2")
-    await create_all(api, [], [make_pod("contested", cpu="3", memory="1Gi")])
+    cluster.proxy.hold_requests()  # the scheduler still sees events; its requests wait in the proxy
+    try:
+        await create_all(api, [], [make_pod("contested", cpu="3", memory="1Gi")])
+        await wait_for(
+            lambda: any(d["pod"] == "default/contested" for d in running.log_lines("decision")),
+            what="the scheduler's decision",
+        )
+        chosen = next(d["node"] for d in running.log_lines("decision") if d["pod"] == "default/contested")
+        other = "n2" if chosen == "n1" else "n1"
+        uid = stored_pod(cluster, "contested")["metadata"]["uid"]
+        assert (await api.bind("default", "contested", uid, other)).status == 201
+    finally:
+        cluster.proxy.forward()
     await wait_for(lambda: running.log_lines("bind.failed"), what="the 409 reported")
     failure = running.log_lines("bind.failed")[0]
     assert failure["code"] == 409 and failure["pod"] == "default/contested"
-    # The competing binder won: the pod is on n2, and our cache counts it there, not where we assumed it.
+    # The test's binding won: the pod is on the other node, and our cache counts it there, not where we
+    # assumed it.
     await wait_for(
-        lambda: running.scheduler.cache.node_usage("n2").get("cpu") == 3000, what="usage moved to n2"
+        lambda: running.scheduler.cache.node_usage(other).get("cpu") == 3000, what="usage moved"
     )
-    assert running.scheduler.cache.node_usage("n1").get("cpu", 0) == 0
-    assert stored_pod(cluster, "contested")["spec"]["nodeName"] == "n2"
+    assert running.scheduler.cache.node_usage(chosen).get("cpu", 0) == 0
+    assert stored_pod(cluster, "contested")["spec"]["nodeName"] == other
+    assert cluster.pods_bound_twice() == []
     # Scheduling goes on, and the room the contested pod took on n2 is respected: of two more 3-cpu pods
     # only one fits (on n1), the other is reported unschedulable.
     await create_all(api, [], [make_pod(f"after-{i}", cpu="3", memory="1Gi") for i in range(2)])
@@ -297,7 +306,7 @@ async def test_bind_conflict_forgets_assumption_and_keeps_going(
     )
     assert {
         p["spec"]["nodeName"] for p in bound_pods(cluster) if p["metadata"]["name"].startswith("after")
-    } == {"n1"}
+    } == {chosen}
     assert_not_overcommitted(cluster)
     assert running.scheduler.cache.check_consistency() == []
     metrics = running.scheduler.metrics.render().decode()

@@ -109,7 +109,7 @@ def test_podgroup_spec_parses_and_reports_bad_fields() -> None:
 def test_registry_tracks_members_and_a_missing_podgroup() -> None:
     registry = GangRegistry()
     gang = registry.observe_pod(pod("a", labels={POD_GROUP_LABEL: "g"}))
-    assert gang is not None and gang.problem == "pod group ml/g not found"
+    assert gang is not None and gang.problem == f"label {POD_GROUP_LABEL}: pod group ml/g not found"
     registry.set_podgroup(
         {"metadata": {"namespace": "ml", "name": "g", "uid": "pg"}, "spec": {"minMember": 2}}
     )

@@ -197,6 +197,9 @@ def test_cache_charges_and_releases_usage_as_pods_count_and_stop() -> None:
         ("bad", None),
         ("", None),
         (None, None),
+        ("2562047h", 2562047 * 3600),  # just within Go's time.Duration
+        ("2562048h", None),  # beyond it: refused, as Go's ParseDuration refuses it
+        ("9" * 400 + "h", None),  # would be an infinite float, and the factors NaN
     ],
 )
 def test_durations(text: str | None, seconds: float | None) -> None:

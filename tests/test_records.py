@@ -21,7 +21,7 @@ from ai_scheduler.cache.records import (
     Toleration,
     pod_requests,
 )
-from ai_scheduler.quantity import QuantityError, format_units, parse_quantity, to_units
+from ai_scheduler.quantity import MAX_UNITS, QuantityError, format_units, parse_quantity, to_units
 
 Ki, Mi, Gi = 2**10, 2**20, 2**30
 
@@ -64,7 +64,7 @@ def test_cpu_quantities_in_millicores(text: str | int | float, millicores: int) 
         ("1G", 10**9),
         ("1T", 10**12),
         ("2E3", 2000),        # "E" followed by digits is an exponent, not exa
-        ("1E", 10**18),       # a bare "E" is the exa suffix
+        ("8P", 8 * 10**15),   # a bare "P" is the peta suffix
         ("128974848", 128974848),
         ("129e6", 129_000_000),
         ("0.5", 1),           # fractions of a byte round up (Value() rounds up)
@@ -85,6 +85,41 @@ def test_invalid_quantities_raise(text: str) -> None:
         parse_quantity(text)
     with pytest.raises(ValueError):  # QuantityError is a ValueError
         to_units("cpu", text)
+
+
+def test_exa_suffix_is_exact_but_beyond_max_units() -> None:
+    assert parse_quantity("1E") == 10**18  # a bare "E" is the exa suffix
+    assert to_units("memory", "1E") == MAX_UNITS
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["12345678901234567890", "1e400", "1e1000000", "9" * 5000, "99999999999999999999Ei", 10**5000],
+    ids=["20-digits", "1e400", "1e1000000", "5000-digits", "huge-Ei", "int-5001-digits"],
+)
+def test_huge_quantities_saturate_at_max_units(text: str | int) -> None:
+    """The API server accepts quantities of any size; the cache's int64 columns must not overflow."""
+    assert to_units("memory", text) == MAX_UNITS
+    assert to_units("cpu", text) == MAX_UNITS
+    negative = f"-{text}" if isinstance(text, str) else -text
+    assert to_units("memory", negative) == -MAX_UNITS
+    assert 1023 * MAX_UNITS <= 2**63 - 1  # a node's sum of 1,023 amounts at the bound fits int64
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1e" + "9" * 19, "1e" + "9" * 5000, [1], {"a": 1}, None, float("nan")],
+    ids=["exponent-19-digits", "exponent-5000-digits", "list", "mapping", "null", "nan"],
+)
+def test_malformed_quantities_raise_only_quantity_error(text: Any) -> None:
+    with pytest.raises(QuantityError):
+        to_units("memory", text)
+
+
+def test_quantity_error_cuts_a_long_value() -> None:
+    with pytest.raises(QuantityError) as raised:
+        parse_quantity("x" * 5000)
+    assert len(str(raised.value)) < 250 and "..." in str(raised.value)
 
 
 def test_booleans_are_not_quantities() -> None:
@@ -216,6 +251,32 @@ def test_invalid_quantity_becomes_spec_error_not_an_exception() -> None:
     assert "lots" in rec.spec_error
     assert rec.requests == {}
     assert rec.pending  # still a pod waiting for a node, reported rather than lost
+
+
+def test_a_pods_own_pods_request_is_not_a_request() -> None:
+    """kube-scheduler reads it into AllowedPodNumber and looks at it nowhere: the pod takes one slot."""
+    spec = {"containers": [ctr({"cpu": "1", "pods": "12345678901234567890"})], "overhead": {"pods": "3"}}
+    rec = PodRecord.from_api(pod_json(spec))
+    assert rec.spec_error == ""
+    assert rec.requests == {"cpu": 1000}
+    assert "pods" not in rec.score_requests()
+
+
+@pytest.mark.parametrize("quantity", ["1e1000000", "9" * 5000, "12345678901234567890"])
+def test_huge_quantities_never_raise_out_of_a_record(quantity: str) -> None:
+    rec = PodRecord.from_api(pod_json({"containers": [ctr({"memory": quantity, "cpu": quantity})]}))
+    assert rec.spec_error == "" and rec.requests == {"memory": MAX_UNITS, "cpu": MAX_UNITS}
+    node = NodeRecord.from_api(node_json(allocatable={"memory": quantity, "pods": "110"}))
+    assert node.spec_error == "" and node.allocatable == {"memory": MAX_UNITS, "pods": 110}
+
+
+def test_an_invalid_value_is_quoted_cut_short() -> None:
+    rec = PodRecord.from_api(pod_json({"containers": [ctr({"cpu": "x" * 5000})]}))
+    assert rec.spec_error.startswith("invalid resource quantity: invalid quantity 'xxx")
+    assert len(rec.spec_error) < 300 and "..." in rec.spec_error
+    rec = PodRecord.from_api(pod_json({"containers": [ctr({"cpu": "1"})], "priority": "y" * 5000}))
+    assert rec.spec_error.startswith("invalid spec.priority 'yyy")
+    assert len(rec.spec_error) < 300 and "..." in rec.spec_error
 
 
 def test_valid_pod_has_no_spec_error() -> None:

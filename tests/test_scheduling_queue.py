@@ -67,6 +67,19 @@ def test_reentry_is_ordered_by_new_arrival() -> None:
     assert drain(q) == ["b", "a"]  # a re-entered after b arrived
 
 
+def test_requeue_says_whether_it_put_the_pod_back() -> None:
+    """The scheduling loop's recovery tells a pod why only when it really goes back for a retry."""
+    q = SchedulingQueue(clock=FakeClock())
+    q.add(make_pod("a"))
+    qp = pop_named(q, "a")
+    assert q.requeue(qp, unschedulable=False, reason="error") is True
+    assert q.requeue(qp, unschedulable=False, reason="error") is False  # no longer in flight
+    q.add(make_pod("b"))
+    gone = pop_named(q, "b")
+    q.delete(gone.pod.uid)
+    assert q.requeue(gone, unschedulable=False, reason="error") is False  # deleted while in flight
+
+
 def test_pop_marks_attempt_and_in_flight() -> None:
     clock = FakeClock()
     q = SchedulingQueue(clock=clock)

@@ -4,15 +4,40 @@ Every call passes `_preload_content=False`, so the generated model classes are
 never built (FACTS.md: ~50x cheaper) and a binding's `Status` answer does not
 trip the typed decoder. Raw mode does not raise on HTTP errors, so every call
 returns an `ApiResult` with the status code; transport errors become status 0.
+
+A dead peer (a half-open connection: no FIN, no RST) must never hang the
+scheduler, so nothing waits without a bound:
+- a request whose connection cannot be made, or whose answer does not move, for
+  `request_timeout` seconds (config `scheduling.apiRequestTimeoutSeconds`) is
+  abandoned and reported as status 0, and its caller's retry path takes over
+  (waiting for a free pooled connection does not count: that is our own
+  congestion, not the API server's silence); a watch must open (headers) within
+  `request_timeout` in all, else `WatchBroken`;
+- an open watch that brings neither an event nor a bookmark for its
+  `idle_timeout` (config `scheduling.watchIdleSeconds`, above the real API
+  server's one-minute bookmark period) is taken for dead: `WatchIdle`;
+- `reachability` records when the API server last answered a request and since
+  when requests go unanswered (status 0, 502, 503, 504), for health and for
+  `probe()`; watch traffic does not count, as a server that streams events but
+  answers no request cannot bind anything;
+- `abandon_requests()`, called when the API server answers again after an
+  outage, gives what is still in flight (sent over connections that may be dead)
+  `ABANDON_GRACE_SECONDS` more to be answered, ends open watches (they resume
+  from their resourceVersion), and `retry_pause()` lets callers retry at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import builtins
+import contextlib
 import functools
+import gc
 import os
-from collections.abc import AsyncIterator, Awaitable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -48,7 +73,63 @@ class ResourceMissing(WatchBroken):
     """404 on a list: the resource type is not served (e.g. the PodGroup CRD is not installed)."""
 
 
+class WatchIdle(WatchBroken):
+    """An open watch brought neither an event nor a bookmark for its idle timeout: its connection is taken
+    for dead (a half-open connection never ends by itself); the caller must list again."""
+
+
+# A request is abandoned when it is not answered within this many seconds (config: apiRequestTimeoutSeconds).
+DEFAULT_REQUEST_TIMEOUT = 10.0
+# When the API server answers again after an outage, what is still in flight has this long left to be
+# answered: enough for a request on a live connection; one on a dead connection need not wait out its timeout.
+ABANDON_GRACE_SECONDS = 1.0
+# Answers that mean "the API server cannot be reached" as much as no answer at all.
+UNREACHABLE = frozenset({0, 502, 503, 504})
+
+
+@dataclass(slots=True)
+class Reachability:
+    """What the client knows of the API server from its requests (not its watches): when one was last
+    answered, and since when they go unanswered (None while the latest one was answered)."""
+
+    last_answer: float = 0.0  # time.monotonic()
+    failing_since: float | None = None
+    last_error: str = ""
+    failures: int = 0  # requests unanswered since the last answer
+
+    def record(self, status: int, message: str, now: float) -> None:
+        if status in UNREACHABLE:
+            if self.failing_since is None:
+                self.failing_since = now
+            self.last_error = message
+            self.failures += 1
+        else:
+            self.last_answer = now
+            self.failing_since = None
+            self.failures = 0
+
+
 PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+
+# Lists come in pages of this many objects, each converted before the next is read, so that a list of
+# 50,000 pods never exists as one parsed document (about 10 KiB of Python objects per pod as parsed).
+LIST_PAGE_SIZE = 1000
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic collection while a large document is parsed: its dicts are all reachable, and with the
+    collector on, parsing a page of pods takes about four times as long."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _env_proxy(host: str | None) -> str | None:
@@ -69,7 +150,8 @@ async def _result(response: aiohttp.ClientResponse) -> ApiResult:
     finally:
         response.release()
     try:
-        body = orjson.loads(raw) if raw else {}
+        with gc_paused():
+            body = orjson.loads(raw) if raw else {}
     except orjson.JSONDecodeError:
         body = {"message": raw[:500].decode("utf-8", "replace")}
     return ApiResult(response.status, body if isinstance(body, dict) else {"value": body})
@@ -85,6 +167,25 @@ class KubeClient:
         self.core: Any = client.CoreV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.scheduling: Any = client.SchedulingV1Api(api_client)
+        self.request_timeout = DEFAULT_REQUEST_TIMEOUT
+        self.reachability = Reachability(last_answer=time.monotonic())
+        self.epoch = 0  # abandon_requests() calls so far
+        self._deadlines: set[asyncio.Timeout] = set()  # of the requests (and watch openings) in flight
+        self._watches: set[aiohttp.ClientResponse] = set()  # open watch streams
+        self._back = asyncio.Event()  # set (and replaced) by abandon_requests()
+        # Every request without a timeout of its own (all but watches) gets `request_timeout` for connecting
+        # and for each read: the API server's silence counts, not a wait for a free pooled connection.
+        rest: Any = api_client.rest_client
+        send = rest.request
+
+        async def request(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+            if _request_timeout is None:
+                _request_timeout = aiohttp.ClientTimeout(
+                    sock_connect=self.request_timeout, sock_read=self.request_timeout
+                )
+            return await send(*args, _request_timeout=_request_timeout, **kwargs)
+
+        rest.request = request
 
     @classmethod
     async def connect(
@@ -115,10 +216,86 @@ class KubeClient:
         await self.api_client.close()
 
     async def _call(self, coroutine: Awaitable[aiohttp.ClientResponse]) -> ApiResult:
+        """The answer, or status 0 when the transport failed, the API server was silent for `request_timeout`
+        (connecting, or between two reads), or abandon_requests() gave up on it."""
+        epoch = self.epoch
+        deadline = asyncio.timeout(None)  # none of its own: abandon_requests() may set one
         try:
-            return await _result(await coroutine)
+            async with deadline:
+                self._deadlines.add(deadline)
+                try:
+                    result = await _result(await coroutine)
+                finally:
+                    self._deadlines.discard(deadline)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return ApiResult(0, {"message": f"{type(exc).__name__}: {exc}"})
+            result = ApiResult(0, {"message": self._no_answer(exc, epoch)})
+            if epoch != self.epoch:
+                return result  # abandoned by us: it says nothing of the API server
+        self.reachability.record(result.status, result.message, time.monotonic())
+        return result
+
+    def _no_answer(self, exc: BaseException, epoch: int) -> str:
+        if not isinstance(exc, TimeoutError):
+            return f"{type(exc).__name__}: {exc}"
+        if epoch != self.epoch and not isinstance(exc, aiohttp.ClientError):
+            return (
+                "abandoned: sent during an outage, and not answered within "
+                f"{ABANDON_GRACE_SECONDS:g} s of the API server answering again"
+            )
+        return f"no answer within {self.request_timeout:g} s (apiRequestTimeoutSeconds)"
+
+    # ------------------------------------------------------------------ liveness
+    async def probe(self) -> ApiResult:
+        """The cheapest request the scheduler's role allows (one node): does the API server answer?"""
+        return await self._call(self.core.list_node(_preload_content=False, limit=1))
+
+    def abandon_requests(self, grace: float = ABANDON_GRACE_SECONDS) -> int:
+        """Give every request in flight `grace` seconds more at most, end every open watch; returns how
+        many requests and watches there were.
+
+        For the moment the API server answers again after an outage: what was sent
+        during it may sit on a half-open connection (a dead peer sends neither FIN
+        nor RST) until its timeout, and a watch opened before it may never move
+        again. A request on a live connection is answered within the grace; the
+        others end with status 0 and, as `retry_pause` returns at once for them,
+        their callers try again on a fresh connection. Idle pooled connections from
+        before are closed.
+        """
+        self.epoch += 1
+        deadlines, watches = list(self._deadlines), list(self._watches)
+        latest = asyncio.get_running_loop().time() + grace
+        for deadline in deadlines:
+            when = deadline.when()
+            if not deadline.expired() and (when is None or when > latest):  # an expired one is on its way out
+                deadline.reschedule(latest)
+        self._watches.clear()
+        for response in watches:
+            response.close()
+        self._close_idle_connections()
+        back, self._back = self._back, asyncio.Event()
+        back.set()
+        return len(deadlines) + len(watches)
+
+    def _close_idle_connections(self) -> None:
+        """Close the keep-alive connections waiting in aiohttp's pool (it drops closed ones when it next
+        looks); best effort, as the pool is aiohttp's own."""
+        connector = getattr(getattr(self.api_client.rest_client, "pool_manager", None), "connector", None)
+        idle = getattr(connector, "_conns", None)
+        if not isinstance(idle, dict):
+            return
+        for pooled in list(idle.values()):
+            for entry in list(pooled):
+                with contextlib.suppress(Exception):
+                    entry[0].close()
+
+    async def retry_pause(self, seconds: float, epoch: int) -> None:
+        """Wait `seconds` before retrying what failed after being sent at `epoch` (`self.epoch` then);
+        no wait at all if the API server has answered again after an outage since, and cut short if it does
+        while waiting."""
+        if epoch != self.epoch:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._back.wait(), seconds)
 
     # ------------------------------------------------------------------ list / watch
     def _lister(self, resource: str) -> Any:
@@ -130,46 +307,89 @@ class KubeClient:
             return functools.partial(self.custom.list_cluster_custom_object, *PODGROUPS)
         raise ValueError(f"unknown resource {resource!r}")
 
-    async def list(self, resource: str, **params: Any) -> tuple[list[dict[str, Any]], str]:
-        """All objects and the list's resourceVersion (the point to watch from)."""
-        result = await self._call(self._lister(resource)(_preload_content=False, **params))
-        if result.status == 410:
-            raise WatchExpired(result.message)
-        if result.status == 404:
-            raise ResourceMissing(f"list {resource}: {result.message}")
-        if not result.ok:
-            raise WatchBroken(f"list {resource}: {result.message}")
-        return result.body.get("items") or [], str(
-            (result.body.get("metadata") or {}).get("resourceVersion", "")
-        )
+    async def list(
+        self, resource: str, *, limit: int | None = None, **params: Any
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """All objects (or the first `limit`) and the list's resourceVersion (the point to watch from)."""
+        return await self.list_as(resource, _identity, page_size=limit or LIST_PAGE_SIZE,
+                                  first_page_only=limit is not None, **params)
+
+    async def list_as(
+        self, resource: str, convert: Callable[[dict[str, Any]], T], *, page_size: int = LIST_PAGE_SIZE,
+        first_page_only: bool = False, **params: Any,
+    ) -> tuple[builtins.list[T], str]:
+        """All objects, each passed through `convert` page by page, and the list's resourceVersion.
+
+        The pages are one consistent snapshot (the server's continue token pins its resourceVersion);
+        a token that expired with a compaction answers 410, raised as WatchExpired like any other.
+        """
+        converted: builtins.list[T] = []
+        token = ""
+        while True:
+            if token:
+                params["_continue"] = token
+            lister = self._lister(resource)
+            result = await self._call(lister(_preload_content=False, limit=page_size, **params))
+            if result.status == 410:
+                raise WatchExpired(result.message)
+            if result.status == 404:
+                raise ResourceMissing(f"list {resource}: {result.message}")
+            if not result.ok:
+                raise WatchBroken(f"list {resource}: {result.message}")
+            with gc_paused():
+                converted.extend(convert(item) for item in result.body.get("items") or ())
+            meta = result.body.get("metadata") or {}
+            token = "" if first_page_only else str(meta.get("continue") or "")
+            if not token:
+                return converted, str(meta.get("resourceVersion", ""))
 
     async def watch(
-        self, resource: str, resource_version: str, *, timeout_seconds: int, **params: Any
+        self,
+        resource: str,
+        resource_version: str,
+        *,
+        timeout_seconds: int,
+        idle_timeout: float | None = None,
+        **params: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """Watch events (`{"type", "object"}` dicts) from a resourceVersion, bookmarks on.
 
         Ends normally when the server closes the stream after `timeout_seconds`.
         Raises WatchExpired on 410 and WatchBroken on anything else that went
         wrong, including a line that is not JSON: after either, the caller
-        relists, because events may have been lost.
+        relists, because events may have been lost. Opening the watch is a
+        request like any other (answered within `request_timeout`); once open, a
+        stream silent for `idle_timeout` seconds (default: the server's own
+        timeout plus a minute) raises WatchIdle, a kind of WatchBroken.
         """
-        # No total timeout on a stream; a read timeout longer than the server's own close notices a
-        # half-open connection (kubernetes_asyncio sets no client-side read timeout by default).
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=30, sock_connect=30, sock_read=timeout_seconds + 60
-        )
+        idle = float(timeout_seconds + 60) if idle_timeout is None else idle_timeout
+        # No total timeout on a stream: the read timeout is the longest silence between two chunks.
+        timeout = aiohttp.ClientTimeout(sock_connect=self.request_timeout, sock_read=idle)
+        epoch = self.epoch
+        deadline = asyncio.timeout(self.request_timeout)
         try:
-            response = await self._lister(resource)(
-                watch=True,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_seconds,
-                _preload_content=False,
-                _request_timeout=timeout,
-                **params,
-            )
+            async with deadline:
+                self._deadlines.add(deadline)
+                try:
+                    response = await self._lister(resource)(
+                        watch=True,
+                        resource_version=resource_version,
+                        allow_watch_bookmarks=True,
+                        timeout_seconds=timeout_seconds,
+                        _preload_content=False,
+                        _request_timeout=timeout,
+                        **params,
+                    )
+                finally:
+                    self._deadlines.discard(deadline)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise WatchBroken(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
+            message = self._no_answer(exc, epoch)
+            if epoch == self.epoch:
+                self.reachability.record(0, message, time.monotonic())
+            raise WatchBroken(f"watch {resource}: {message}") from exc
+        now = time.monotonic()
+        self.reachability.record(response.status, f"watch {resource}: HTTP {response.status}", now)
+        self._watches.add(response)
         try:
             if response.status == 410:
                 raise WatchExpired(f"watch {resource}: HTTP 410")
@@ -179,8 +399,18 @@ class KubeClient:
             async for event in _lines(response, resource):
                 yield event
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            if response not in self._watches:
+                # Abandoned by abandon_requests(): end as a server's close does; the caller resumes from
+                # its resourceVersion on a fresh connection (no relist needed, nothing was lost).
+                return
+            if isinstance(exc, aiohttp.ServerTimeoutError):
+                raise WatchIdle(
+                    f"watch {resource}: no event or bookmark for {idle:g} s (watchIdleSeconds): "
+                    "the connection is taken for dead"
+                ) from exc
             raise WatchBroken(f"watch {resource}: {type(exc).__name__}: {exc}") from exc
         finally:
+            self._watches.discard(response)
             response.close()
 
     # ------------------------------------------------------------------ writes
@@ -264,6 +494,10 @@ class KubeClient:
                 name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH
             )
         )
+
+
+def _identity(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
 
 
 async def _lines(response: aiohttp.ClientResponse, resource: str) -> AsyncIterator[dict[str, Any]]:

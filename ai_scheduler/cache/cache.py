@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GpuTable
+from ai_scheduler.cache.gpus import GpuTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 
@@ -246,8 +246,9 @@ class SchedulerCache:
             self._attach_gpus(uid, state.row, pod)
 
     def _attach_gpus(self, uid: str, row: int, pod: PodRecord) -> None:
-        """Managed GPUs: the pod's gpu-ids annotation is the truth once written; until then, our choice."""
-        chosen = None if GPU_IDS_ANNOTATION in pod.annotations else self._chosen_gpus.get(uid)
+        """Managed GPUs: our own choice for a pod we placed (the binder writes it into the pod's gpu-ids
+        annotation, over anything the pod arrived with); the annotation for pods placed before we started."""
+        chosen = self._chosen_gpus.get(uid)
         self.gpus.attach(uid, row, pod, chosen)
 
     def _detach(self, uid: str, node: str, pod: PodRecord) -> None:

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.quantity import QuantityError, to_units
+from ai_scheduler.messages import echo
+from ai_scheduler.quantity import QuantityError, parse_go_int, to_units
 
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 LEGACY_POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
@@ -38,6 +39,7 @@ class GangRef:
     min_member: int | None  # declared on the pod itself; None: the PodGroup object says
     source: str
     error: str = ""
+    declared_by: str = ""  # the label or annotation that names the gang, for messages
 
     @property
     def key(self) -> str:
@@ -45,12 +47,10 @@ class GangRef:
 
 
 def _min_available(text: str, key: str) -> tuple[int | None, str]:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        return None, f"{key} must be a positive integer, got {text!r}"
-    if value < 1:
-        return None, f"{key} must be a positive integer, got {text!r}"
+    """As the schedulers that defined these keys read them (Go's strconv.Atoi): ASCII digits, no blanks."""
+    value = parse_go_int(text)
+    if value is None or value < 1:
+        return None, f"{key} must be a positive integer, got {echo(text)}"
     return value, ""
 
 
@@ -58,18 +58,19 @@ def gang_ref(pod: PodRecord) -> GangRef | None:
     """The gang a pod declares, or None for a lone pod."""
     labels, annotations, ns = pod.labels, pod.annotations, pod.namespace
     if labels.get(POD_GROUP_LABEL):
-        return GangRef(ns, labels[POD_GROUP_LABEL], None, "PodGroup")
+        return GangRef(ns, labels[POD_GROUP_LABEL], None, "PodGroup", declared_by=f"label {POD_GROUP_LABEL}")
     if labels.get(LEGACY_POD_GROUP_LABEL):
-        return GangRef(ns, labels[LEGACY_POD_GROUP_LABEL], None, "PodGroup")
-    for name_key, min_key, source, holder in (
-        (GROUP_NAME_LABEL, GROUP_MIN_LABEL, "labels", labels),
-        (KOORDINATOR_NAME, KOORDINATOR_MIN, "koordinator", annotations),
+        legacy = labels[LEGACY_POD_GROUP_LABEL]
+        return GangRef(ns, legacy, None, "PodGroup", declared_by=f"label {LEGACY_POD_GROUP_LABEL}")
+    for name_key, min_key, source, holder, kind in (
+        (GROUP_NAME_LABEL, GROUP_MIN_LABEL, "labels", labels, "label"),
+        (KOORDINATOR_NAME, KOORDINATOR_MIN, "koordinator", annotations, "annotation"),
     ):
         name = holder.get(name_key)
         if not name:
             continue
         if min_key not in holder:
-            return GangRef(ns, name, None, "PodGroup")
+            return GangRef(ns, name, None, "PodGroup", declared_by=f"{kind} {name_key}")
         minimum, error = _min_available(holder[min_key], min_key)
         return GangRef(ns, name, minimum, source, error)
     return None
@@ -91,29 +92,42 @@ class PodGroupSpec:
     def from_api(cls, obj: dict[str, Any]) -> PodGroupSpec:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
+        # Types as the CRD (deploy/crds) declares them: a real API server refuses anything else, but a
+        # PodGroup may come from a CRD installed without its schema.
         errors = []
-        try:
-            min_member = int(spec.get("minMember") or 1)
-        except (TypeError, ValueError):
-            min_member, errors = 1, [f"spec.minMember must be an integer, got {spec.get('minMember')!r}"]
-        try:
-            min_resources = {k: to_units(k, v) for k, v in (spec.get("minResources") or {}).items()}
-        except QuantityError as exc:
-            min_resources = {}
-            errors.append(f"spec.minResources: {exc}")
+        min_member = spec.get("minMember")
+        if min_member is None:
+            min_member = 1
+        elif isinstance(min_member, bool) or not isinstance(min_member, int) or abs(min_member) >= 2**31:
+            errors.append(f"spec.minMember must be an integer, got {echo(min_member)}")
+            min_member = 1
+        min_resources: dict[str, int] = {}
+        resources = spec.get("minResources")
+        if resources is not None and not isinstance(resources, dict):
+            errors.append(f"spec.minResources must map resources to quantities, got {echo(resources)}")
+        else:
+            try:
+                min_resources = {k: to_units(k, v) for k, v in (resources or {}).items()}
+            except QuantityError as exc:
+                errors.append(f"spec.minResources: {exc}")
         timeout = spec.get("scheduleTimeoutSeconds")
-        try:
-            timeout_seconds = float(timeout) if timeout is not None else None
-        except (TypeError, ValueError):
-            timeout_seconds = None
-            errors.append(f"spec.scheduleTimeoutSeconds must be a number, got {timeout!r}")
+        timeout_seconds = None
+        if timeout is not None:  # 0: the default, as when it is not set
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 <= timeout < 2**31:
+                errors.append(f"spec.scheduleTimeoutSeconds must be a number of seconds, got {echo(timeout)}")
+            else:
+                timeout_seconds = float(timeout) or None
         annotations = meta.get("annotations") or {}
+        same_domain = annotations.get(SAME_DOMAIN_ANNOTATION)
+        if same_domain is not None and same_domain != "required":
+            got = echo(same_domain)
+            errors.append(f'annotation {SAME_DOMAIN_ANNOTATION} must be "required" or absent, got {got}')
         return cls(
             uid=meta.get("uid") or "",
             min_member=max(1, min_member),
             min_resources=min_resources,
             timeout_seconds=timeout_seconds,
-            same_domain_required=annotations.get(SAME_DOMAIN_ANNOTATION) == "required",
+            same_domain_required=same_domain == "required",
             status=dict(obj.get("status") or {}),
             error="; ".join(errors),
         )
@@ -136,6 +150,7 @@ class Gang:
     declared_min: int | None = None
     declared_error: str = ""
     source: str = "PodGroup"
+    declared_by: str = ""  # the key its members name it by (the last member seen), for messages
     podgroup: PodGroupSpec | None = None
     members: dict[str, Member] = field(default_factory=dict)
     first_attempt: float | None = None  # monotonic start of the current attempt window
@@ -159,10 +174,12 @@ class Gang:
     @property
     def problem(self) -> str:
         """Why this gang cannot be scheduled as declared, or ''."""
+        # The key first: a long name cut off with the end of the message must not take the key with it.
         if self.declared_error:
-            return f"gang {self.key}: {self.declared_error}"
+            return f"{self.declared_error} (gang {self.key})"
         if self.declared_min is None and self.podgroup is None:
-            return f"pod group {self.key} not found"
+            named = f"{self.declared_by}: " if self.declared_by else ""
+            return f"{named}pod group {self.key} not found"
         if self.podgroup is not None and self.podgroup.error and self.declared_min is None:
             return f"pod group {self.key}: {self.podgroup.error}"
         return ""
@@ -210,6 +227,7 @@ class GangRegistry:
         if ref is None:
             return None
         gang = self._gang(ref.namespace, ref.name)
+        gang.declared_by = ref.declared_by or gang.declared_by
         if ref.min_member is not None or ref.error:
             gang.declared_min, gang.declared_error, gang.source = ref.min_member, ref.error, ref.source
         gang.members[pod.uid] = Member(pod.phase, pod.node_name, pod.owners, pod.deleting)

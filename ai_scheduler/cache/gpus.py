@@ -23,7 +23,8 @@ import numpy as np
 import orjson
 
 from ai_scheduler.cache.records import NodeRecord, PodRecord
-from ai_scheduler.quantity import QuantityError, to_units
+from ai_scheduler.messages import echo
+from ai_scheduler.quantity import QuantityError, parse_go_int, to_units
 
 MANAGED_LABEL = "ai-scheduler.io/gpu-managed"
 GPUS_ANNOTATION = "ai-scheduler.io/gpus"
@@ -34,6 +35,10 @@ GPU_IDS_ANNOTATION = "ai-scheduler.io/gpu-ids"
 GPU_UUIDS_ANNOTATION = "ai-scheduler.io/gpu-uuids"
 
 MIB = 2**20
+# Bounds of a report: NVML numbers a node's devices from 0, and no GPU has 16 TiB. Past them a report is
+# malformed: a huge index would widen the device columns of every node, a negative one alias the last.
+MAX_DEVICES = 64
+MAX_DEVICE_MIB = 2**24
 # Closeness of two devices, lower is closer: NVLink, then the PCIe relation nvidia-smi reports.
 PCIE_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 NVLINK_RANK = 0
@@ -57,19 +62,17 @@ def gpu_request(pod: PodRecord) -> tuple[GpuRequest | None, str]:
     if count_text is not None and memory_text is not None:
         return None, f"set only one of {GPU_COUNT_ANNOTATION} and {GPU_MEMORY_ANNOTATION}"
     if count_text is not None:
-        try:
-            count = int(count_text)
-        except ValueError:
-            count = 0
+        count = parse_go_int(count_text) or 0  # Go's Atoi: not " 2", "1_0" or other scripts' digits
         if count < 1:
-            return None, f"{GPU_COUNT_ANNOTATION} must be a positive integer, got {count_text!r}"
+            return None, f"{GPU_COUNT_ANNOTATION} must be a positive integer, got {echo(count_text)}"
         return GpuRequest(count=count), ""
     try:
         memory = to_units("memory", memory_text or "")
     except QuantityError:
         memory = 0
     if memory <= 0:
-        return None, f"{GPU_MEMORY_ANNOTATION} must be a positive quantity such as 10Gi, got {memory_text!r}"
+        got = echo(memory_text)
+        return None, f"{GPU_MEMORY_ANNOTATION} must be a positive quantity such as 10Gi, got {got}"
     return GpuRequest(memory=memory), ""
 
 
@@ -90,38 +93,63 @@ class Device:
         return PCIE_RANK.get(self.pcie.get(other, ""), UNKNOWN_RANK)
 
 
+def _whole(value: object, name: str, high: int) -> int:
+    """A JSON integer from 0 to `high`, as the agent writes them (not a string, a float or a boolean)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise ValueError(f"{name} must be an integer from 0 to {high}, got {echo(value)}")
+    return value
+
+
+def _text(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {echo(value)}")
+    return value
+
+
+def _device(item: object) -> Device:
+    if not isinstance(item, dict):
+        raise ValueError(f"a device must be an object, got {echo(item)}")
+    index = _whole(item.get("index"), "index", MAX_DEVICES - 1)
+    if item.get("error"):
+        return Device(index, "", "", 0, 0, frozenset(), {}, str(item["error"]))
+    peers = item.get("nvlinkPeers") or []
+    pcie = item.get("pcie") or {}
+    if not isinstance(peers, list) or not isinstance(pcie, dict):
+        raise ValueError(f"device {index}: nvlinkPeers must be a list and pcie an object")
+    relations = {}
+    for peer, relation in pcie.items():
+        other = parse_go_int(peer)
+        if other is None or not 0 <= other < MAX_DEVICES:
+            raise ValueError(f"device {index}: pcie names device {echo(peer)}")
+        relations[other] = _text(relation, f"device {index}: pcie relation")
+    return Device(
+        index=index,
+        uuid=_text(item.get("uuid"), f"device {index}: uuid"),
+        model=_text(item.get("model", ""), f"device {index}: model"),
+        total=_whole(item.get("memoryTotalMiB"), f"device {index}: memoryTotalMiB", MAX_DEVICE_MIB) * MIB,
+        used=_whole(item.get("memoryUsedMiB", 0), f"device {index}: memoryUsedMiB", MAX_DEVICE_MIB) * MIB,
+        nvlink=frozenset(_whole(p, f"device {index}: nvlinkPeers", MAX_DEVICES - 1) for p in peers),
+        pcie=relations,
+    )
+
+
 def parse_report(text: str | None) -> tuple[list[Device], str]:
-    """Devices from the agent's annotation, or an error naming what is wrong with it."""
+    """Devices from the agent's annotation, or an error naming the annotation and what is wrong with it."""
     if text is None:
         return [], "no GPU report"
+    malformed = f"malformed GPU report in {GPUS_ANNOTATION}"
     try:
         items = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        return [], f"malformed GPU report: {exc}"
+        return [], f"{malformed}: {exc}"
     if not isinstance(items, list):
-        return [], "malformed GPU report: not a list"
-    devices = []
+        return [], f"{malformed}: not a list"
     try:
-        for item in items:
-            index = int(item["index"])
-            if item.get("error"):
-                devices.append(Device(index, "", "", 0, 0, frozenset(), {}, str(item["error"])))
-                continue
-            devices.append(
-                Device(
-                    index=index,
-                    uuid=str(item["uuid"]),
-                    model=str(item.get("model", "")),
-                    total=int(item["memoryTotalMiB"]) * MIB,
-                    used=int(item.get("memoryUsedMiB", 0)) * MIB,
-                    nvlink=frozenset(int(peer) for peer in item.get("nvlinkPeers") or ()),
-                    pcie={int(peer): str(rel) for peer, rel in (item.get("pcie") or {}).items()},
-                )
-            )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return [], f"malformed GPU report: {type(exc).__name__} {exc}"
+        devices = [_device(item) for item in items]
+    except ValueError as exc:
+        return [], f"{malformed}: {exc}"
     if len({d.index for d in devices}) != len(devices):
-        return [], "malformed GPU report: duplicate device index"
+        return [], f"{malformed}: duplicate device index"
     devices.sort(key=lambda d: d.index)
     return devices, ""
 
@@ -213,9 +241,13 @@ class GpuTable:
         report = record.annotations.get(GPUS_ANNOTATION)
         self.missing[row] = report is None
         state.devices, state.problem = parse_report(report)
-        state.updated = parse_time(record.annotations.get(UPDATED_ANNOTATION))
+        updated = record.annotations.get(UPDATED_ANNOTATION)
+        state.updated = parse_time(updated)
         if not state.problem and state.updated is None:
-            state.problem = "GPU report has no valid update time"
+            state.problem = f"GPU report has no valid update time: {UPDATED_ANNOTATION} is {echo(updated)}"
+        elif not state.problem and state.updated is not None and state.updated > time.time() + self.staleness:
+            # A report from the future would never go stale: the node's GPUs would stay trusted for good.
+            state.problem = f"GPU report has no valid update time: {UPDATED_ANNOTATION} is in the future"
         self.updated[row] = state.updated or 0.0
         self.healthy[row] = not state.problem
         if state.devices:

@@ -2,13 +2,22 @@
 
 kubernetes_asyncio model objects never travel past api/; everything the
 scheduler reasons about is one of these slotted classes.
+
+Memory: the cache holds one PodRecord per pod of the cluster, so a record keeps
+no reference into the parsed JSON. Strings that repeat across pods (namespaces,
+node and scheduler names, phases, label keys and values) are interned, equal
+toleration lists are one shared tuple, and the one annotation known to be large
+and never read (`kubectl.kubernetes.io/last-applied-configuration`) is dropped.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any
 
-from ai_scheduler.quantity import QuantityError, to_units
+from ai_scheduler.messages import echo
+from ai_scheduler.quantity import QuantityError, parse_duration, to_units
 
 # kube-scheduler scores pods without cpu/memory requests as if they asked for these
 # (schedutil.DefaultMilliCPURequest / DefaultMemoryRequest), so that empty pods still spread.
@@ -61,6 +70,28 @@ class Toleration:
 
     def identity(self) -> tuple[str, str, str, str]:
         return (self.key, self.operator, self.value, self.effect)
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+ESTIMATE_ANNOTATION = "ai-scheduler.io/estimated-runtime"  # the user's run-time estimate ("90m", "2h")
+
+
+def _shared(value: Any) -> Any:
+    """The interned copy of a string (one object for every pod that carries it); anything else as is."""
+    return sys.intern(value) if type(value) is str else value
+
+
+def _shared_map(mapping: Any) -> dict[str, str]:
+    """Labels or annotations with shared keys and values; not a dict (malformed input) reads as empty."""
+    if not isinstance(mapping, dict):
+        return {}
+    return {_shared(k): _shared(v) for k, v in mapping.items() if k != LAST_APPLIED}
+
+
+@functools.lru_cache(maxsize=4096)
+def _tolerations(identities: tuple[tuple[str, str, str, str], ...]) -> tuple[Toleration, ...]:
+    """Pods of one template tolerate the same taints: they share one tuple of Toleration objects."""
+    return tuple(Toleration(*identity) for identity in identities)
 
 
 def _parse_resources(section: dict[str, Any] | None) -> dict[str, int]:
@@ -148,8 +179,13 @@ def pod_requests(spec: dict[str, Any]) -> dict[str, int]:
     it; the pod needs the larger of the two peaks, plus its overhead. Pod-level
     `spec.resources` replaces the container sum for the resources it names
     (cpu, memory, hugepages-*).
+
+    A `pods` request is dropped: the pod takes one pod slot, which the cache
+    counts itself. kube-scheduler reads it into Resource.AllowedPodNumber, which
+    neither NodeResourcesFit nor the node's usage looks at (and the API server
+    refuses it in a container), so it must neither block the pod nor take slots.
     """
-    return {name: value for name, value in _pod_requests(spec).items() if value}
+    return {name: value for name, value in _pod_requests(spec).items() if value and name != PODS}
 
 
 def pod_score_requests(spec: dict[str, Any]) -> dict[str, int]:
@@ -166,7 +202,7 @@ def pod_score_requests(spec: dict[str, Any]) -> dict[str, int]:
         present = _pod_requests(spec)
         defaults = {name: value for name, value in defaults.items() if name not in present}
     result = _pod_requests(spec, defaults) if defaults else _pod_requests(spec)
-    return {name: value for name, value in result.items() if value}
+    return {name: value for name, value in result.items() if value and name != PODS}
 
 
 class PodRecord:
@@ -245,32 +281,35 @@ class PodRecord:
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
         rec.uid = meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        rec.namespace = meta.get("namespace") or ""
+        rec.namespace = _shared(meta.get("namespace") or "")
         rec.name = meta.get("name") or ""
         rec.resource_version = meta.get("resourceVersion") or ""
-        rec.creation = meta.get("creationTimestamp") or ""
+        rec.creation = _shared(meta.get("creationTimestamp") or "")
         rec.deleting = bool(meta.get("deletionTimestamp"))
-        rec.labels = meta.get("labels") or {}
-        rec.annotations = meta.get("annotations") or {}
-        rec.owners = tuple(ref.get("name", "") for ref in meta.get("ownerReferences") or ())
-        rec.scheduler_name = spec.get("schedulerName") or "default-scheduler"
-        rec.node_name = spec.get("nodeName") or ""
+        rec.labels = _shared_map(meta.get("labels"))
+        rec.annotations = _shared_map(meta.get("annotations"))
+        rec.owners = tuple(_shared(ref.get("name", "")) for ref in meta.get("ownerReferences") or ())
+        rec.scheduler_name = _shared(spec.get("schedulerName") or "default-scheduler")
+        rec.node_name = _shared(spec.get("nodeName") or "")
         try:
             rec.priority = int(spec.get("priority") or 0)
         except (TypeError, ValueError):
-            rec.spec_error = f"invalid spec.priority {spec.get('priority')!r}"
+            rec.spec_error = f"invalid spec.priority {echo(spec.get('priority'))}"
         rec.gated = bool(spec.get("schedulingGates"))
         rec.preempts = spec.get("preemptionPolicy") != "Never"
-        rec.node_selector = spec.get("nodeSelector") or {}
+        rec.node_selector = _shared_map(spec.get("nodeSelector"))
         rec.affinity = spec.get("affinity") or {}
-        rec.tolerations = tuple(
-            Toleration(
-                t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or ""
+        rec.tolerations = _tolerations(tuple(
+            (
+                _shared(t.get("key") or ""),
+                _shared(t.get("operator") or "Equal"),
+                _shared(t.get("value") or ""),
+                _shared(t.get("effect") or ""),
             )
             for t in spec.get("tolerations") or ()
-        )
-        rec.phase = status.get("phase") or "Pending"
-        rec.started = status.get("startTime") or ""
+        ))
+        rec.phase = _shared(status.get("phase") or "Pending")
+        rec.started = _shared(status.get("startTime") or "")
         for cond in status.get("conditions") or ():
             if cond.get("type") == "PodScheduled":
                 rec.scheduled_condition = (
@@ -285,6 +324,10 @@ class PodRecord:
             rec.requests = {}
             rec.nonzero_requests = None
             rec.spec_error = f"invalid resource quantity: {exc}"
+        estimate = rec.annotations.get(ESTIMATE_ANNOTATION)
+        if estimate is not None and not rec.spec_error and parse_duration(estimate) is None:
+            got = echo(estimate)
+            rec.spec_error = f"annotation {ESTIMATE_ANNOTATION} must be a duration such as 1h30m, got {got}"
         return rec
 
     def score_requests(self) -> dict[str, int]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, gpu_request
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config
+from ai_scheduler.messages import echo
 from ai_scheduler.quantity import format_units
 
 USER_LABEL = "ai-scheduler.io/user"
@@ -96,7 +97,7 @@ class Tenancy:
         )
         error = ""
         if config.queues and queue != DEFAULT_QUEUE and config.queue(queue) is None:
-            error = f"queue {queue!r} named by label {QUEUE_LABEL} is not configured"
+            error = f"queue {echo(queue)} named by label {QUEUE_LABEL} is not configured"
         return Tenant(user, group, queue, error)
 
     # ------------------------------------------------------------------ usage

@@ -2,12 +2,20 @@
 
 Kubernetes updates a ConfigMap volume by swapping a symlink to a new directory,
 so neither the file's mtime nor an inotify watch on it is reliable; the watcher
-polls the content's hash instead, which is cheap for a file this small.
+polls the content's hash instead, which is cheap for a file this small. SIGHUP
+(`ConfigWatcher.reload`) makes it read the file at once and apply it even if it
+did not change.
+
+Whatever the file holds, reading it either gives a Config or raises ConfigError:
+PyYAML builds nested collections recursively, so nesting is bounded
+(`MAX_NESTING`, far above what the schema uses) before Python's recursion limit
+is reached, and the watcher reports anything a poll raises and keeps polling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Hashable
@@ -19,9 +27,29 @@ import yaml
 
 from ai_scheduler.config.schema import Config, ConfigError, parse_config
 
+# Deepest nesting of collections a config file may have; the schema's deepest key
+# (profiles[0].scores[0].resources.cpu) is at level 5.
+MAX_NESTING = 64
+
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, which PyYAML would otherwise resolve silently to the last."""
+    """SafeLoader that refuses duplicate keys, which PyYAML would otherwise resolve silently to the last,
+    and collections nested deeper than MAX_NESTING, which would exhaust the composer's recursion."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._nesting = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._nesting >= MAX_NESTING:
+            problem = f"collections nested more than {MAX_NESTING} levels deep"
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]  # untyped in the stubs
+            raise yaml.composer.ComposerError(None, None, problem, mark)
+        self._nesting += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._nesting -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         # Typed as PyYAML's stubs have it, but `!!map` on a scalar or a sequence arrives here too:
@@ -49,7 +77,12 @@ def _decode(raw: bytes, source: str) -> Config:
         data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
         raise ConfigError("", _describe_yaml_error(exc, text), source) from None
-    return parse_config(data, source)
+    except RecursionError:  # not expected past the nesting bound; refused all the same
+        raise ConfigError("", "invalid YAML: nested too deeply", source) from None
+    try:
+        return parse_config(data, source)
+    except RecursionError:  # e.g. a structure that contains itself through an alias
+        raise ConfigError("", "nested too deeply (a YAML alias that contains itself?)", source) from None
 
 
 def _describe_yaml_error(exc: yaml.YAMLError, text: str) -> str:
@@ -98,7 +131,12 @@ class ConfigWatcher:
     ``load_config`` to leave no window in which a change goes unseen (at worst
     the same config is then delivered twice). After an invalid change the
     caller keeps its last good config; a file that goes back to that config
-    is therefore not reported again.
+    is therefore not reported again. `reload` (SIGHUP) checks at once and
+    reports the file even if it did not change.
+
+    Nothing stops the watcher but cancellation: an error while reading,
+    decoding or applying the file (a callback that raises included) is
+    reported to ``on_error`` as a ConfigError, and polling goes on.
     """
 
     def __init__(
@@ -117,6 +155,8 @@ class ConfigWatcher:
         self._interval = interval
         self._seen = self._digest(self._read_or_none())  # last content looked at (None: unreadable)
         self._applied = self._seen  # content of the config the caller is running
+        self._forced = False  # reload() asked for the file to be reported whether it changed or not
+        self._wake = asyncio.Event()
 
     @staticmethod
     def _digest(raw: bytes | None) -> str | None:
@@ -128,23 +168,35 @@ class ConfigWatcher:
         except ConfigError:
             return None
 
-    async def run(self) -> None:
-        """Check now and then every ``interval`` seconds until cancelled; callback errors propagate."""
-        while True:
-            await self.check()
-            await asyncio.sleep(self._interval)
+    def reload(self) -> None:
+        """Check the file now and report it even if unchanged (SIGHUP); safe to call from a signal handler
+        on the loop (`loop.add_signal_handler`), as it only wakes `run`."""
+        self._forced = True
+        self._wake.set()
 
-    async def check(self) -> None:
-        """Look at the file once and report what changed; also for an explicit reload (SIGHUP)."""
+    async def run(self) -> None:
+        """Check now, then every ``interval`` seconds or at once on `reload`, until cancelled."""
+        while True:
+            force, self._forced = self._forced, False
+            try:
+                await self.check(force=force)
+            except Exception as exc:  # whatever went wrong with this poll, say so and keep watching
+                self._report(ConfigError("", f"unexpected {type(exc).__name__}: {exc}", self._source))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval)
+            self._wake.clear()
+
+    async def check(self, *, force: bool = False) -> None:
+        """Look at the file once and report what changed (with `force`, report it whatever it holds)."""
         try:
             raw = await asyncio.to_thread(_read, self._path)
         except ConfigError as exc:
-            if self._seen is not None:  # report a file that disappeared once, not at every poll
+            if self._seen is not None or force:  # report a file that disappeared once, not at every poll
                 self._seen = None
                 self._on_error(exc)
             return
         digest = self._digest(raw)
-        if digest in (self._seen, self._applied):
+        if digest in (self._seen, self._applied) and not force:
             self._seen = digest
             return
         self._seen = digest
@@ -153,5 +205,14 @@ class ConfigWatcher:
         except ConfigError as exc:
             self._on_error(exc)
             return
+        try:
+            self._on_change(config)
+        except Exception as exc:  # valid, but applying it failed: the caller may run part of it
+            reason = f"could not be applied: {type(exc).__name__}: {exc}"
+            self._on_error(ConfigError("", reason, self._source))
+            return
         self._applied = digest
-        self._on_change(config)
+
+    def _report(self, error: ConfigError) -> None:
+        with contextlib.suppress(Exception):  # the caller's own reporting failed: nothing left to tell
+            self._on_error(error)

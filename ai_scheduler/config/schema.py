@@ -158,6 +158,9 @@ class SchedulingSettings:
     backfill: bool = True
     priority_refresh_seconds: float = 5.0
     reservation: bool = True
+    api_request_timeout_seconds: float = 10.0
+    watch_idle_seconds: float = 90.0
+    api_unreachable_restart_seconds: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -436,6 +439,9 @@ _SCHEDULING_KEYS = (
     "backfill",
     "priorityRefreshSeconds",
     "reservation",
+    "apiRequestTimeoutSeconds",
+    "watchIdleSeconds",
+    "apiUnreachableRestartSeconds",
 )
 _QUEUE_KEYS = ("name", "level", "weight", "quota")
 _GROUP_KEYS = ("level", "share", "min", "max")
@@ -571,6 +577,10 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
         backfill=get("backfill", d.backfill, _boolean),
         priority_refresh_seconds=get("priorityRefreshSeconds", d.priority_refresh_seconds, _positive),
         reservation=get("reservation", d.reservation, _boolean),
+        api_request_timeout_seconds=get("apiRequestTimeoutSeconds", d.api_request_timeout_seconds, _positive),
+        watch_idle_seconds=get("watchIdleSeconds", d.watch_idle_seconds, _positive),
+        api_unreachable_restart_seconds=get("apiUnreachableRestartSeconds", d.api_unreachable_restart_seconds,
+                                            _positive),
     )
     if settings.max_backoff_seconds < settings.initial_backoff_seconds:
         # Blame the key the operator wrote; when both are written, the maximum is the one to raise.

@@ -242,8 +242,8 @@ class SchedulingQueue:
         if self._state.get(uid) == IN_FLIGHT:
             self.delete(uid)
 
-    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "") -> None:
-        """Put back a pod whose attempt failed.
+    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "") -> bool:
+        """Put back a pod whose attempt failed; False when it is no longer in flight, so nothing was done.
 
         An unschedulable pod waits for a cluster event, unless one already came
         while it was in flight (move-request cycle): that event may have made it
@@ -251,7 +251,7 @@ class SchedulingQueue:
         """
         uid = qp.pod.uid
         if self._entries.get(uid) is not qp or self._state[uid] != IN_FLIGHT:
-            return  # deleted (and maybe re-added) while in flight
+            return False  # deleted (and maybe re-added) while in flight, or already put back
         self._in_flight -= 1
         self._count(uid, IN_FLIGHT, -1)
         qp.last_failure = self._clock()
@@ -264,6 +264,7 @@ class SchedulingQueue:
                 self._flush_timer.arm(qp.last_failure + self._unschedulable_flush)
         else:
             self._push_active_or_backoff(qp)
+        return True
 
     def move_all(self, event: str) -> int:
         """A cluster event (`event` names it) may let unschedulable pods fit: retry them all.

@@ -2,17 +2,29 @@
 
 The scheduling loop has already assumed the pod in the cache; the binder only
 reports back. Success starts the assumption's expiry clock (the watch confirms
-it); any failure (409 Conflict, 404, a transport error) forgets the assumption
-at once and sends the pod back to the queue with backoff.
+it); a failure with an answer (409 Conflict, 404, 500, ...) forgets the
+assumption at once and sends the pod back to the queue with backoff.
+
+A request that got no answer (status 0: the transport failed or nothing came
+back within `apiRequestTimeoutSeconds`; or 502/503/504) may or may not have
+landed. The binder then keeps the assumption, so the pod's resources stay
+counted on the chosen node, and tries the same request again with a backoff of
+at most `BIND_RETRY_MAX_SECONDS` (cut short when the API server answers again
+after an outage), until an answer comes. A 409 on such a retry that says the pod
+is already assigned to the very node we chose is our earlier attempt having
+landed: a success. Any other 409 is handled as always (forget, requeue; the
+watch shows where the pod went). So a binding is never lost and never made
+twice, and the scheduling loop waits for room while bindings cannot get out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 
-from ai_scheduler.api.kube import ApiResult, KubeClient
+from ai_scheduler.api.kube import UNREACHABLE, ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION
 from ai_scheduler.cache.records import PodRecord
@@ -21,6 +33,15 @@ from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import Metrics
+
+BIND_RETRY_INITIAL_SECONDS = 0.1
+BIND_RETRY_MAX_SECONDS = 2.0
+
+
+def landed_earlier(result: ApiResult, node: str) -> bool:
+    """A 409 that says the pod is already on `node`: the API server's words for a binding to it that landed
+    (kube-apiserver: `pod NAME is already assigned to node "NODE"`)."""
+    return result.status == 409 and f'already assigned to node "{node}"' in result.message
 
 
 def gpu_annotations(decision: Decision) -> dict[str, str]:
@@ -96,15 +117,46 @@ class Binder:
         return result
 
     async def drain(self, timeout: float) -> None:
+        """Wait for the bindings in flight; those still retrying after `timeout` are given up."""
         if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=timeout)
+            _, pending = await asyncio.wait(list(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+
+    async def _attempt(self, pod: PodRecord, node: str, annotations: dict[str, str]) -> ApiResult:
+        result = await self._prebind(pod, annotations) if annotations else None
+        if result is None:
+            result = await self.client.bind(pod.namespace, pod.name, pod.uid, node)
+        return result
 
     async def _bind(self, qp: QueuedPod, pod: PodRecord, node: str, annotations: dict[str, str]) -> None:
         async with self._slots:
             started = self._clock()
-            result = await self._prebind(pod, annotations) if annotations else None
-            if result is None:
-                result = await self.client.bind(pod.namespace, pod.name, pod.uid, node)
+            retries = 0
+            while True:
+                epoch = self.client.epoch
+                result = await self._attempt(pod, node, annotations)
+                if result.status not in UNREACHABLE:
+                    break
+                # No answer: the binding may have landed or not. Keep the assumption, try the same again.
+                retries += 1
+                self.metrics.bind_errors.labels(str(result.status)).inc()
+                self.log.warning(
+                    "bind.retry",
+                    pod=pod.key,
+                    uid=pod.uid,
+                    node=node,
+                    code=result.status,
+                    error=result.message,
+                    retry=retries,
+                )
+                delay = min(BIND_RETRY_MAX_SECONDS, BIND_RETRY_INITIAL_SECONDS * 2 ** (retries - 1))
+                await self.client.retry_pause(delay * random.uniform(0.8, 1.2), epoch)
+            if retries and landed_earlier(result, node):
+                self.log.info("bind.landed_earlier", pod=pod.key, uid=pod.uid, node=node, retries=retries)
+                result = ApiResult(201, {})
         now = self._clock()
         self.metrics.bind_duration.observe(now - started)
         if result.ok:

@@ -29,12 +29,13 @@ from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
-from ai_scheduler.scheduler.health import HealthServer
+from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
+from ai_scheduler.scheduler.recovery import CycleGuard, JournalingBinder
 from ai_scheduler.scheduler.reservation import Reserver
 
 HOUSEKEEPING_SECONDS = 1.0
@@ -95,11 +96,14 @@ class Scheduler:
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self.http: HealthServer | None = None
+        self.monitor: ApiMonitor | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[None] | None = None
         self.feedback: Feedback | None = None
         self.binder: Binder | None = None
-        self.informers: dict[str, Informer] = {}
+        self.guard: CycleGuard | None = None
+        self.config_watcher: ConfigWatcher | None = None
+        self.informers: dict[str, Informer[Any]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
@@ -112,7 +116,7 @@ class Scheduler:
             component=self.config.scheduler_name,
             repeat_window=settings.event_repeat_seconds,
         )
-        binder = self.binder = Binder(
+        binder = self.binder = JournalingBinder(
             self.client,
             self.cache,
             self.queue,
@@ -136,6 +140,9 @@ class Scheduler:
             self.priorities.sort_key,
             lambda: self.config.scheduling.reservation,
         )
+        self.guard = CycleGuard(
+            self.cache, self.queue, binder, gang_scheduler, self.feedback, self.metrics, self.log
+        )
         self.preemptor = Preemptor(
             self.cache,
             self.tenancy,
@@ -156,7 +163,7 @@ class Scheduler:
             )
         )
         if self.serve_http:
-            self.http = HealthServer(live=self._live, ready=self.ready.is_set, metrics=self.metrics.render)
+            self.http = HealthServer(live=self._live, ready=self._ready, metrics=self.metrics.render)
             port = await self.http.start(self.config.server.bind_address, self.config.server.port)
             self.log.info("http.listening", port=port)
         self.informers = {
@@ -166,6 +173,7 @@ class Scheduler:
                 self._on_node_event,
                 self._replace_nodes,
                 self.log,
+                convert=NodeRecord.from_api,
                 on_relist=self._on_relist,
             ),
             "pods": Informer(
@@ -174,6 +182,7 @@ class Scheduler:
                 self._on_pod_event,
                 self._replace_pods,
                 self.log,
+                convert=PodRecord.from_api,
                 on_relist=self._on_relist,
             ),
             # Optional: without the PodGroup CRD, label-declared gangs still work.
@@ -187,11 +196,19 @@ class Scheduler:
                 optional=True,
             ),
         }
+        self._apply_api_settings()
+        monitor = self.monitor = ApiMonitor(
+            self.client,
+            self.log,
+            self.informers.values,
+            restart_after=lambda: self.config.scheduling.api_unreachable_restart_seconds,
+        )
         self._tasks = [
             asyncio.create_task(inf.run(), name=f"informer-{name}") for name, inf in self.informers.items()
         ]
+        self._tasks.append(asyncio.create_task(monitor.run(), name="api-monitor"))
         if self.config_path:
-            watcher = ConfigWatcher(
+            watcher = self.config_watcher = ConfigWatcher(
                 self.config_path, self._apply_config, self._config_refused, interval=self.config_poll_seconds
             )
             self._tasks.append(asyncio.create_task(watcher.run(), name="config-watcher"))
@@ -240,8 +257,24 @@ class Scheduler:
             await self.http.stop()
         self.log.info("scheduler.stopped")
 
-    def _live(self) -> bool:
-        return not self.ready.is_set() or (self._loop_task is not None and not self._loop_task.done())
+    def _live(self) -> str:
+        """Why /healthz fails ("" when it does not): the scheduling loop stopped, or the API server has been
+        out of reach long enough that a restart is wanted (health.ApiMonitor)."""
+        if self.ready.is_set() and (self._loop_task is None or self._loop_task.done()):
+            return "scheduling loop stopped"
+        return self.monitor.live_problem() if self.monitor is not None else ""
+
+    def _ready(self) -> str:
+        """Why /readyz fails ("" when it does not): no first sync yet, or the API server out of reach."""
+        if not self.ready.is_set():
+            return "informers not synced"
+        return self.monitor.ready_problem() if self.monitor is not None else ""
+
+    def _apply_api_settings(self) -> None:
+        settings = self.config.scheduling
+        self.client.request_timeout = settings.api_request_timeout_seconds
+        for informer in self.informers.values():
+            informer.watch_idle = settings.watch_idle_seconds
 
     def _gpu_allocation(self) -> dict[str, dict[str, int]]:
         gpus = self.cache.gpus
@@ -266,8 +299,8 @@ class Scheduler:
         if change.any:
             self.queue.move_all("NodeAdd" if change.added else "NodeUpdate")
 
-    def _replace_nodes(self, items: list[dict[str, Any]]) -> None:
-        changed, removed = self.cache.replace_nodes(NodeRecord.from_api(obj) for obj in items)
+    def _replace_nodes(self, nodes: list[NodeRecord]) -> None:
+        changed, removed = self.cache.replace_nodes(nodes)
         if changed or removed:
             self.queue.move_all("NodeRelist")
         if self.ready.is_set():
@@ -289,8 +322,8 @@ class Scheduler:
         if change.freed:
             self.queue.move_all("AssignedPodDelete")
 
-    def _replace_pods(self, items: list[dict[str, Any]]) -> None:
-        changed, removed = self.cache.replace_pods(PodRecord.from_api(obj) for obj in items)
+    def _replace_pods(self, pods: list[PodRecord]) -> None:
+        changed, removed = self.cache.replace_pods(pods)
         for pod in removed:
             self.queue.delete(pod.uid)
             self.gangs.forget_pod(pod.uid)
@@ -336,19 +369,15 @@ class Scheduler:
             raise
 
     async def _schedule_forever(self) -> None:
-        assert self.binder is not None
+        assert self.binder is not None and self.guard is not None
         while True:
             await self.binder.wait_for_room()
             try:
                 qp = await self.queue.pop()
             except QueueClosed:
                 return
-            try:
-                self._schedule_one(qp)
-            except Exception as exc:  # a bug for one pod must not stop scheduling for all
-                self.log.error("schedule.error", pod=qp.pod.key, error=f"{type(exc).__name__}: {exc}")
-                self.metrics.attempts.labels("error", qp.pod.scheduler_name).inc()
-                self.queue.requeue(qp, unschedulable=False, reason=str(exc))
+            # A bug for one pod must not stop scheduling for all, nor leave its pods without a reason.
+            self.guard.run(qp, self._schedule_one)
             await asyncio.sleep(0)
 
     def _schedule_one(self, qp: QueuedPod) -> None:
@@ -526,6 +555,7 @@ class Scheduler:
             if old != new
         ]
         self.config = config
+        self._apply_api_settings()
         self.cache.gpus.staleness = config.gpu.staleness_seconds
         self.reserver.backfill = config.scheduling.backfill
         if not config.scheduling.reservation:
@@ -552,6 +582,16 @@ class Scheduler:
             "config.refused", path=self.config_path, error=str(error), detail="keeping the last good config"
         )
 
+    def reload_config(self) -> None:
+        """SIGHUP: read the config file now and apply it, changed or not; the outcome is logged as for a
+        change the watcher finds (config.reloaded or config.refused)."""
+        self.log.info("config.reload_requested", path=self.config_path, signal="SIGHUP")
+        if self.config_watcher is None:
+            reason = "no config file given" if not self.config_path else "not watching the file yet"
+            self.log.warning("config.reload_skipped", path=self.config_path, reason=reason)
+            return
+        self.config_watcher.reload()
+
 
 async def run_scheduler(
     config: Config,
@@ -561,7 +601,8 @@ async def run_scheduler(
     logger: JsonLogger,
     config_path: str | None = None,
 ) -> None:
-    """Connect, run until SIGTERM/SIGINT, and close cleanly (the `run` sub-command)."""
+    """Connect, run until SIGTERM/SIGINT, reload the config on SIGHUP, and close cleanly (the `run`
+    sub-command)."""
     import signal
 
     client = await KubeClient.connect(
@@ -572,6 +613,8 @@ async def run_scheduler(
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, scheduler.stop)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, scheduler.reload_config)
     try:
         await scheduler.run()
     finally:

@@ -8,6 +8,11 @@ is sent once, then aggregated (count, latest message and lastTimestamp patched
 on that event) at most once per repeat window, however often the pod is retried.
 Everything goes through a bounded queue drained by a few workers, so a slow
 API server delays events instead of the scheduling loop.
+
+Two reasons on the condition, as kube-scheduler gives them: `Unschedulable`
+when no node fits, `SchedulerError` when the attempt itself failed (a bug, an
+unexpected value) and the pod is retried with backoff. Messages are capped at
+1 KiB, as kube-scheduler caps its event messages (ai_scheduler.messages).
 """
 
 from __future__ import annotations
@@ -17,14 +22,23 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.messages import truncate
 from ai_scheduler.scheduler.metrics import Metrics
 
 MAX_PENDING_CALLS = 20_000
+
+
+class ConditionReason(StrEnum):
+    """`reason` of a PodScheduled=False condition (v1.PodReasonUnschedulable, v1.PodReasonSchedulerError)."""
+
+    UNSCHEDULABLE = "Unschedulable"
+    SCHEDULER_ERROR = "SchedulerError"
 
 
 @dataclass(slots=True)
@@ -59,7 +73,7 @@ class Feedback:
         self.repeat_window = repeat_window
         self._clock = clock
         self._series: dict[str, dict[str, _Series]] = {}  # involved uid -> reason -> series
-        self._conditions: dict[str, str] = {}  # pod uid -> message of the condition we wrote
+        self._conditions: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) we wrote
         self._calls: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue(MAX_PENDING_CALLS)
         self._workers = [asyncio.create_task(self._work()) for _ in range(workers)]
 
@@ -83,20 +97,25 @@ class Feedback:
 
     def unschedulable(self, pod: PodRecord, message: str) -> None:
         """The PodScheduled=False condition when its text changes, and an aggregated FailedScheduling."""
+        self._failed(pod, ConditionReason.UNSCHEDULABLE, message)
+
+    def error(self, pod: PodRecord, message: str) -> None:
+        """The attempt failed (not for want of a node): reason SchedulerError, and a FailedScheduling."""
+        self._failed(pod, ConditionReason.SCHEDULER_ERROR, message)
+
+    def _failed(self, pod: PodRecord, reason: ConditionReason, message: str) -> None:
+        message = truncate(message)
         written = self._conditions.get(pod.uid)
-        if (
-            written is None
-            and pod.scheduled_condition
-            and pod.scheduled_condition[:2] == ("False", "Unschedulable")
-        ):
-            written = pod.scheduled_condition[2]  # already on the pod, e.g. written before a restart
-        if written != message:
-            self._conditions[pod.uid] = message
-            self._submit("condition", pod, message)
+        if written is None and pod.scheduled_condition and pod.scheduled_condition[0] == "False":
+            written = pod.scheduled_condition[1:]  # already on the pod, e.g. written before a restart
+        if written != (reason, message):
+            self._conditions[pod.uid] = (reason, message)
+            self._submit("condition", pod, reason, message)
         self.event(pod_reference(pod), "Warning", "FailedScheduling", message)
 
     def event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
         """An event about any object, sent once and then aggregated per repeat window."""
+        message = truncate(message)
         now = self._clock()
         by_reason = self._series.setdefault(involved.get("uid") or involved["name"], {})
         series = by_reason.get(reason)
@@ -130,14 +149,14 @@ class Feedback:
             finally:
                 self._calls.task_done()
 
-    async def _write_condition(self, pod: PodRecord, message: str) -> None:
+    async def _write_condition(self, pod: PodRecord, reason: ConditionReason, message: str) -> None:
         patch = {
             "status": {
                 "conditions": [
                     {
                         "type": "PodScheduled",
                         "status": "False",
-                        "reason": "Unschedulable",
+                        "reason": str(reason),
                         "message": message,
                         "lastProbeTime": None,
                         "lastTransitionTime": rfc3339(millis=False),

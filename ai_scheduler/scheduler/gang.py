@@ -79,17 +79,21 @@ class GangScheduler:
         self._blocked: np.ndarray | None = None  # nodes reserved for someone ahead of the gang being tried
         self._clock = clock
         self._domains: tuple[int, dict[str, list[tuple[str, np.ndarray]]]] = (-1, {})
+        # The members the attempt in progress took out of the queue (empty between attempts): if the attempt
+        # raises, the scheduling loop's recovery puts them back (scheduler.recovery).
+        self.holding: list[QueuedPod] = []
 
     # ------------------------------------------------------------------ the cycle
     def schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> int:
         """Try the gang that `qp` belongs to; returns how many bindings were started."""
         started = time.perf_counter()
         placed, outcome = self._schedule(qp, gang, framework)
+        self.holding = []  # the attempt ended: every member it took is binding or back in the queue
         self.metrics.gang_attempt_duration.labels(outcome).observe(time.perf_counter() - started)
         return placed
 
     def _schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> tuple[int, str]:
-        members = [qp]
+        members = self.holding = [qp]  # filled as siblings are taken, so that nothing taken goes unrecorded
         for uid in gang.members:
             if uid != qp.pod.uid and not self.cache.is_assumed(uid):
                 sibling = self.queue.take(uid)

@@ -27,29 +27,19 @@ changed are moved in the queue.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.records import ESTIMATE_ANNOTATION as ESTIMATE_ANNOTATION
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import GPU_COUNT, GPU_MEMORY, Tenancy, quota_amounts
 from ai_scheduler.config import Config
+from ai_scheduler.quantity import MAX_DURATION_SECONDS as MAX_DURATION_SECONDS
+from ai_scheduler.quantity import parse_duration as parse_duration  # with the key: records refuse bad ones
 from ai_scheduler.queue import QueuedPod
-
-ESTIMATE_ANNOTATION = "ai-scheduler.io/estimated-runtime"
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_DURATIONS = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str | None) -> float | None:
-    """Go-style durations ("90m", "1h30m", "2h", "45s"); None when absent or malformed."""
-    if not text or not _DURATIONS.fullmatch(text.strip()):
-        return None
-    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION.findall(text))
 
 
 def job_gpus(amounts: dict[str, int]) -> float:

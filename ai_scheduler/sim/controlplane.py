@@ -269,6 +269,10 @@ class ControlPlane:
     kwok_port: int = field(default_factory=free_port)
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
     node_monitor_grace_seconds: int = 120
+    # kwok renews each node's Lease about four times per lease duration: at 40 s and 5,000 nodes that is
+    # 500 writes per second, which on a small machine starves everything else; benchmarks lengthen it
+    # (and the grace period above with it, or the nodes go NotReady and their pods are evicted).
+    node_lease_seconds: int = 40
     # The audit log (blocking mode) costs the API server a write per request; benchmarks turn it off.
     audit: bool = True
     # kube-controller-manager's client QPS (its default is 20, which takes minutes to untaint thousands of
@@ -521,7 +525,7 @@ class ControlPlane:
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}={KWOK_NODE_VALUE}",
             "--server-address", f"127.0.0.1:{self.kwok_port}",
-            "--node-lease-duration-seconds", "40",
+            "--node-lease-duration-seconds", str(self.node_lease_seconds),
         ]
 
 
