@@ -22,7 +22,9 @@ from ai_scheduler.cache.gpus import (
     GPU_IDS_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
     GPU_UUIDS_ANNOTATION,
+    GPUS_ANNOTATION,
     MANAGED_LABEL,
+    UPDATED_ANNOTATION,
 )
 from ai_scheduler.config import parse_config
 from ai_scheduler.quantity import to_units
@@ -293,3 +295,29 @@ async def test_the_agent_may_write_only_its_own_nodes_gpu_report(
     assert (await own.delete_node("dgx-0")).status == 403, "RBAC grants the agent get and patch only"
     node = cluster.store.get("nodes", None, "dgx-0")
     assert node is not None and node["metadata"]["labels"][MANAGED_LABEL] == "true"
+
+
+async def test_a_malformed_gpu_report_is_logged_once_per_change(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """The node's GPU report is bad input too: its pods see `malformed GPU report`, the log says what is
+    wrong with which node, once (not on every heartbeat), and again only when the problem changes."""
+    running = await start_scheduler(gpu_config())
+    garbled = {GPUS_ANNOTATION: "[{not json", UPDATED_ANNOTATION: "2026-01-01T00:00:00Z"}
+    await create_all(api, [make_node("broken", labels={MANAGED_LABEL: "true"}, annotations=garbled)], [])
+
+    def logged() -> list[dict[str, Any]]:
+        return [line for line in running.log_lines("node.gpu_report_invalid") if line["node"] == "broken"]
+
+    await wait_for(logged, what="the bad report logged")
+    for beat in range(3):  # heartbeats with the same bad report
+        stamp = {"metadata": {"annotations": {UPDATED_ANNOTATION: f"2026-01-01T00:00:0{beat + 1}Z"}}}
+        assert (await api.patch_node("broken", stamp)).ok
+
+    def last_beat_seen() -> bool:
+        record = running.scheduler.cache.node_record("broken")
+        return record is not None and record.annotations.get(UPDATED_ANNOTATION) == "2026-01-01T00:00:03Z"
+
+    await wait_for(last_beat_seen, what="the scheduler saw every heartbeat")
+    assert running.scheduler.cache.gpu_problem("broken")
+    assert len(logged()) == 1 and GPUS_ANNOTATION in logged()[0]["error"]

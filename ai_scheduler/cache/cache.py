@@ -428,6 +428,12 @@ class SchedulerCache:
         return changed, removed
 
     # ------------------------------------------------------------------ views
+    def gpu_problem(self, name: str) -> str:
+        """Why a managed node's GPU report cannot be used ("" when it can, or the node is not managed)."""
+        row = self.row_of(name)
+        state = self.gpus.nodes.get(row) if row >= 0 else None
+        return state.problem if state is not None else ""
+
     def node_usage(self, name: str) -> dict[str, int]:
         """Requested amounts on a node, by resource name (for logs, tests and the demo)."""
         row = self.row_of(name)

@@ -104,6 +104,7 @@ class Scheduler:
         self.guard: CycleGuard | None = None
         self.config_watcher: ConfigWatcher | None = None
         self.informers: dict[str, Informer[Any]] = {}
+        self._gpu_problems: dict[str, str] = {}  # node -> the GPU report problem last logged
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
@@ -290,12 +291,19 @@ class Scheduler:
     # ------------------------------------------------------------------ informer path
     def _on_node_event(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
-            self.cache.remove_node((obj.get("metadata") or {}).get("name", ""))
+            name = (obj.get("metadata") or {}).get("name", "")
+            self.cache.remove_node(name)
+            self._gpu_problems.pop(name, None)
             return
         node = NodeRecord.from_api(obj)
         if node.spec_error:
             self.log.error("node.invalid", node=node.name, error=node.spec_error)
         change = self.cache.set_node(node)
+        problem = self.cache.gpu_problem(node.name)
+        if problem != self._gpu_problems.get(node.name, ""):  # once per change, not per agent heartbeat
+            self._gpu_problems[node.name] = problem
+            if problem:
+                self.log.error("node.gpu_report_invalid", node=node.name, error=problem)
         if change.any:
             self.queue.move_all("NodeAdd" if change.added else "NodeUpdate")
 

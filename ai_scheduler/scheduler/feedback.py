@@ -9,6 +9,12 @@ on that event) at most once per repeat window, however often the pod is retried.
 Everything goes through a bounded queue drained by a few workers, so a slow
 API server delays events instead of the scheduling loop.
 
+A call that gets no answer or a transient error (status 0, 429, 5xx) is tried
+again with backoff, a few times: a reason must not be lost to a dropped
+connection. A condition is retried only while it is still the one we mean to
+write; if it never lands, it is forgotten, so the pod's next attempt writes it
+again instead of believing it is there.
+
 Two reasons on the condition, as kube-scheduler gives them: `Unschedulable`
 when no node fits, `SchedulerError` when the attempt itself failed (a bug, an
 unexpected value) and the pod is retried with backoff. Messages are capped at
@@ -32,6 +38,8 @@ from ai_scheduler.messages import truncate
 from ai_scheduler.scheduler.metrics import Metrics
 
 MAX_PENDING_CALLS = 20_000
+TRANSIENT = frozenset({0, 429, 500, 502, 503, 504})  # no answer, throttled, or the server's own trouble
+RETRY_DELAYS = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds before each further try of a transient failure
 
 
 class ConditionReason(StrEnum):
@@ -164,12 +172,22 @@ class Feedback:
                 ]
             }
         }
-        result = await self.client.patch_pod_status(pod.namespace, pod.name, patch)
-        if not result.ok and result.status != 404:
+        wanted = (reason, message)
+        for delay in (0.0, *RETRY_DELAYS):
+            if self._conditions.get(pod.uid) != wanted:
+                return  # a newer reason was submitted, or the pod was placed or has gone
+            await asyncio.sleep(delay)
+            result = await self.client.patch_pod_status(pod.namespace, pod.name, patch)
+            if result.ok or result.status == 404:
+                return
             self.metrics.api_errors.labels("pod_status", str(result.status)).inc()
             self.log.warning(
                 "feedback.condition_failed", pod=pod.key, code=result.status, error=result.message
             )
+            if result.status not in TRANSIENT:
+                break
+        if self._conditions.get(pod.uid) == wanted:
+            del self._conditions[pod.uid]  # not written: the next attempt of the pod writes it again
 
     async def _create_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, name: str
@@ -190,8 +208,12 @@ class Feedback:
             "source": {"component": self.component},
             "reportingComponent": self.component,
         }
-        result = await self.client.create_event(namespace, event)
-        if not result.ok:
+        for delay in RETRY_DELAYS:
+            result = await self.client.create_event(namespace, event)
+            if result.ok or result.status not in TRANSIENT:
+                break
+            await asyncio.sleep(delay)
+        if not result.ok and result.status != 409:  # 409: an earlier try landed after all (names are unique)
             self.metrics.api_errors.labels("event", str(result.status)).inc()
             self.log.warning(
                 "feedback.event_failed",
