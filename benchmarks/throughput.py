@@ -420,17 +420,21 @@ async def _delete_pods(client: KubeClient, pods: list[dict[str, Any]], selector:
 
 async def _kube_run(
     client: KubeClient, plane: ControlPlane, args: argparse.Namespace, run: str, scheduler_name: str,
-    command: list[str], workdir: Path,
+    command: list[str], workdir: Path, repeat: int = 0,
 ) -> dict[str, Any]:
-    """Pods for one scheduler in a namespace of their own, then that scheduler started and timed."""
+    """Pods for one scheduler in a namespace of their own, then that scheduler started and timed.
+
+    Pod names carry the repeat: kwok deletes terminating pods by name, and under load its deletes of
+    one repeat's pods can still be queued when the next repeat creates its own; with the same names,
+    those late deletes would remove the new pods."""
     namespace = f"bench-{run}"
     await _namespace_ready(client, plane, namespace)
     selector = f"{RUN_LABEL}={run}"
-    pods = [bench_pod(f"{run}-{i}", scheduler_name, namespace=namespace) for i in range(args.pods)]
+    pods = [bench_pod(f"{run}-r{repeat}-{i}", scheduler_name, namespace=namespace) for i in range(args.pods)]
     for pod in pods:
         pod["metadata"]["labels"][RUN_LABEL] = run
     # Paced: one probe pod first; once the scheduler has bound it, it is running and synced.
-    probe = bench_pod(f"{run}-probe", scheduler_name, namespace=namespace)
+    probe = bench_pod(f"{run}-r{repeat}-probe", scheduler_name, namespace=namespace)
     probe["metadata"]["labels"][RUN_LABEL] = run
     created = time.monotonic()
     if args.rate:
@@ -442,7 +446,7 @@ async def _kube_run(
     probe_name = probe["metadata"]["name"]
     watcher = BindWatcher(client, names | {probe_name} if args.rate else names, selector)
     watch_task = asyncio.create_task(watcher.run())
-    log = (workdir / f"{run}.log").open("wb")  # the child process owns it
+    log = (workdir / f"{run}-r{repeat}.log").open("wb")  # the child process owns it
     t0 = time.monotonic()
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     log.close()
@@ -495,7 +499,7 @@ async def _kube_run(
             "cpu_s_total": round(cpu_s, 2),
         }
     result["peak_rss_mib"] = round(rss, 1)
-    cycles = _decision_cycles_ms(workdir / f"{run}.log")
+    cycles = _decision_cycles_ms(workdir / f"{run}-r{repeat}.log")
     if cycles:  # ai-scheduler's own figure for each decision (`cycle_ms` in its log), on this control plane
         result["decision_ms"] = {k: round(v, 3) for k, v in percentiles(cycles).items()}
     await _delete_pods(client, [*pods, probe] if args.rate else pods, selector)
@@ -604,7 +608,7 @@ async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
                           file=sys.stderr, flush=True)
                 scheduler_name, command = candidates[name]
                 result = await _kube_run(real.client, real.plane, args, name, scheduler_name, command,
-                                         real.workdir)
+                                         real.workdir, repeat)
                 runs[name].append(result)
                 if not args.json:
                     print(json.dumps({k: v for k, v in result.items() if k != "command"}), file=sys.stderr)
