@@ -10,15 +10,16 @@ The model keeps three things apart:
 
 From the delivered state and the assumptions the model computes, by its own
 rules, which pods count on which node; after every step the cache must agree
-exactly (requested and scoring columns, tracked pods, assumptions), must pass
-check_consistency(), and must not have lost any pod we popped. In the variant
-where only our scheduler places pods, the server's nodes are never
-overcommitted.
+exactly (requested and scoring columns, host ports in use, tracked pods,
+assumptions), must pass check_consistency(), and must not have lost any pod
+we popped. In the variant where only our scheduler places pods, the server's
+nodes are never overcommitted, and no host port is taken twice on a node.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -91,6 +92,7 @@ class Container:
     cpu: int = 0     # millicores; 0 = not requested
     memory: int = 0  # MiB
     gpu: int = 0
+    host_port: int = 0  # TCP on every address (hostIP 0.0.0.0); 0 = none
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,9 @@ class ServerPod:
                 "memory": sum(c.memory * Mi or DEFAULT_SCORE_MEMORY for c in self.containers),
                 GPU: sum(c.gpu for c in self.containers)}
 
+    def host_ports(self) -> set[int]:
+        return {c.host_port for c in self.containers if c.host_port}
+
     def record(self) -> PodRecord:
         containers = []
         for i, c in enumerate(self.containers):
@@ -133,6 +138,8 @@ class ServerPod:
             container: dict[str, Any] = {"name": f"c{i}", "image": "img"}
             if requests:
                 container["resources"] = {"requests": requests}
+            if c.host_port:
+                container["ports"] = [{"containerPort": c.host_port, "hostPort": c.host_port}]
             containers.append(container)
         meta: dict[str, Any] = {"name": self.uid, "namespace": "ns", "uid": self.uid,
                                 "resourceVersion": str(self.rv)}
@@ -150,7 +157,8 @@ class ServerPod:
 allocs = st.builds(Alloc, cpu=st.sampled_from([1000, 2000, 4000]), memory=st.sampled_from([1024, 2048, 4096]),
                    gpu=st.sampled_from([0, 0, 2, 4]), pods=st.sampled_from([1, 2, 3, 5]))
 containers = st.builds(Container, cpu=st.sampled_from([0, 250, 500, 1000, 1500]),
-                       memory=st.sampled_from([0, 256, 512, 1024]), gpu=st.sampled_from([0, 0, 0, 1, 2]))
+                       memory=st.sampled_from([0, 256, 512, 1024]), gpu=st.sampled_from([0, 0, 0, 1, 2]),
+                       host_port=st.sampled_from([0, 0, 0, 0, 0, 80, 81]))
 container_lists = st.lists(containers, min_size=1, max_size=2).map(tuple)
 zones = st.sampled_from([None, None, *ZONES])
 delays = st.sampled_from([1.0, 10.0, TIMEOUT - 1, TIMEOUT, TIMEOUT + 1, 100.0])
@@ -255,6 +263,16 @@ class CacheMachine(RuleBasedStateMachine):
             add(a.node, self.m.seen_pods[uid])
         return real, score
 
+    def expected_ports(self) -> dict[str, Counter[int]]:
+        """Host ports in use per node name (how many pods use each), by the same rules as usage."""
+        ports: dict[str, Counter[int]] = {}
+        counted = [(p.node_name, p) for u, p in self.m.seen_pods.items()
+                   if u not in self.m.assumed and p.node_name and not p.terminal]
+        counted += [(a.node, self.m.seen_pods[u]) for u, a in self.m.assumed.items()]
+        for node, pod in counted:
+            ports.setdefault(node, Counter()).update(pod.host_ports())
+        return ports
+
     def tracked(self) -> set[str]:
         """Pods the cache must keep: counting somewhere, pending, or assumed."""
         keep = {uid for uid, p in self.m.seen_pods.items()
@@ -271,8 +289,10 @@ class CacheMachine(RuleBasedStateMachine):
         prefer_ours = bool(ours) and data.draw(st.booleans())
         return data.draw(st.sampled_from(ours if prefer_ours else uids))
 
-    def fits(self, pod: ServerPod, node: ServerNode, used: dict[str, int]) -> bool:
+    def fits(self, pod: ServerPod, node: ServerNode, used: dict[str, int], ports: Counter[int]) -> bool:
         if not node.ready or node.unschedulable or (pod.zone and node.zone != pod.zone):
+            return False
+        if any(ports[p] for p in pod.host_ports()):
             return False
         free = node.alloc.as_units()
         return all(v == 0 or used.get(k, 0) + v <= free[k] for k, v in pod.requests().items())
@@ -405,7 +425,9 @@ class CacheMachine(RuleBasedStateMachine):
 
         pod = self.m.seen_pods[uid]
         real, _ = self.expected_usage()
-        feasible = {n for n, node in self.m.seen_nodes.items() if self.fits(pod, node, real.get(n, {}))}
+        ports = self.expected_ports()
+        feasible = {n for n, node in self.m.seen_nodes.items()
+                    if self.fits(pod, node, real.get(n, {}), ports.get(n, Counter()))}
         assert decision.feasible == len(feasible), (decision, feasible)
         if decision.node is None:
             assert not feasible, decision.message
@@ -490,6 +512,13 @@ class CacheMachine(RuleBasedStateMachine):
             assert cache.row_of(name) == -1
 
     @invariant()
+    def host_ports_match_the_model(self) -> None:
+        expected = self.expected_ports()
+        for name in self.m.seen_nodes:
+            kept = self.cache.host_ports.counts_on(self.cache.row_of(name))
+            assert kept == {("0.0.0.0", "TCP", p): n for p, n in expected.get(name, Counter()).items()}, name
+
+    @invariant()
     def pods_and_assumptions_match_the_model(self) -> None:
         assert set(self.cache.pods) == self.tracked()
         assert self.cache.assumed_count == len(self.m.assumed)
@@ -532,6 +561,8 @@ class CacheMachine(RuleBasedStateMachine):
                         used[k] += v
             alloc = node.alloc.as_units()
             assert all(used[k] <= alloc[k] for k in RESOURCES), (name, used, alloc)
+        for name, ports in self.expected_ports().items():
+            assert all(n == 1 for n in ports.values()), (name, ports)  # no host port taken twice
 
 
 class OnlyOurSchedulerMachine(CacheMachine):

@@ -57,6 +57,7 @@ def test_defaults_match_the_spec() -> None:
             FILTER_PLUGINS,
             (
                 ScoreSpec("NodeResourcesLeastAllocated", 1, {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}),
+                ScoreSpec("NodeResourcesBalancedAllocation", 1, {"cpu": 1, "memory": 1}),
                 ScoreSpec("NodeAffinity", 2, {}),
                 ScoreSpec("TaintToleration", 3, {}),
                 ScoreSpec("GPUBinpack", 3, {}),
@@ -95,11 +96,12 @@ def test_policy_factor_names() -> None:
 
 def test_plugin_name_constants() -> None:
     assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
-                              "NodeAffinity", "NodeResourcesFit", "GPU")
+                              "NodeAffinity", "NodePorts", "NodeResourcesFit", "GPU")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
-                             "NodeAffinity", "TaintToleration", "GPUBinpack", "GPUSpread",
-                             "GPUAvoidance")
-    assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"}) == RESOURCE_SCORERS
+                             "NodeResourcesBalancedAllocation", "NodeAffinity", "TaintToleration",
+                             "GPUBinpack", "GPUSpread", "GPUAvoidance")
+    assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
+                      "NodeResourcesBalancedAllocation"}) == RESOURCE_SCORERS
 
 
 def test_default_yaml_none_and_empty_mapping_agree() -> None:
@@ -402,7 +404,7 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     # filters
     ({"profiles": [{"filters": ["NodeName", "NodeReady", "NodeReadyy"]}]}, "profiles[0].filters[2]",
      "unknown filter plugin 'NodeReadyy'; known: NodeUnschedulable, NodeName, TaintToleration, NodeReady, "
-     "NodeAffinity, NodeResourcesFit, GPU"),
+     "NodeAffinity, NodePorts, NodeResourcesFit, GPU"),
     ({"profiles": [{"filters": ["NodeName", "NodeName"]}]}, "profiles[0].filters[1]",
      "duplicate filter plugin 'NodeName' (also profiles[0].filters[0])"),
     ({"profiles": [{"filters": "NodeName"}]}, "profiles[0].filters", "must be a list, got 'NodeName'"),
@@ -424,13 +426,15 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     ({"profiles": [{"scores": [{"weight": 1}]}]}, "profiles[0].scores[0].name", "is required"),
     ({"profiles": [{"scores": [{"name": "NodeResourcesFit"}]}]}, "profiles[0].scores[0].name",
      "unknown score plugin 'NodeResourcesFit'; known: NodeResourcesLeastAllocated, "
-     "NodeResourcesMostAllocated, NodeAffinity, TaintToleration, GPUBinpack, GPUSpread, GPUAvoidance"),
+     "NodeResourcesMostAllocated, NodeResourcesBalancedAllocation, NodeAffinity, TaintToleration, "
+     "GPUBinpack, GPUSpread, GPUAvoidance"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity"}, {"name": "NodeAffinity"}]}]},
      "profiles[0].scores[1].name", "duplicate score plugin 'NodeAffinity' (also profiles[0].scores[0])"),
     ({"profiles": [{"scores": ["NodeAffinity"]}]}, "profiles[0].scores[0]", "must be a mapping"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity", "resources": {"cpu": 1}}]}]},
      "profiles[0].scores[0].resources",
-     "only NodeResourcesLeastAllocated and NodeResourcesMostAllocated take resources"),
+     "only NodeResourcesBalancedAllocation, NodeResourcesLeastAllocated, NodeResourcesMostAllocated "
+     "take resources"),
     ({"profiles": [{"scores": [{"name": "NodeResourcesLeastAllocated",
                                  "resources": {"nvidia.com/gpu": 0}}]}]},
      "profiles[0].scores[0].resources['nvidia.com/gpu']", "must be an integer between 1 and 100, got 0"),

@@ -13,12 +13,14 @@ counts until it is gone, as in kube-scheduler.
 from __future__ import annotations
 
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ai_scheduler.cache.gpus import GpuTable
+from ai_scheduler.cache.host_ports import HostPortTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 
@@ -96,6 +98,7 @@ class SchedulerCache:
         self.pods: dict[str, PodState] = {}
         self.assumed_count = 0
         self.gpus = GpuTable(initial_rows)
+        self.host_ports = HostPortTable(initial_rows)  # host ports in use per node (NodePorts)
         self.tenancy: Tenancy | None = None  # usage per user/group/queue, charged as pods start counting
         self._chosen_gpus: dict[str, tuple[int, ...]] = {}  # our device choice for pods not yet annotated
 
@@ -139,6 +142,7 @@ class SchedulerCache:
         self.row_names.extend([""] * old)
         self._free_rows.extend(range(new - 1, old - 1, -1))
         self.gpus.grow(new)
+        self.host_ports.grow(new)
 
     def _touch_static(self, row: int) -> None:
         self.static_version += 1
@@ -189,6 +193,7 @@ class SchedulerCache:
         self.allocatable[row] = 0
         self.requested[row] = 0
         self.score_requested[row] = 0
+        self.host_ports.clear_row(row)
         self.row_records[row] = None
         self.row_names[row] = ""
         self.gpus.remove_node(row)
@@ -215,6 +220,7 @@ class SchedulerCache:
         row = state.row
         self.requested[row] = 0
         self.score_requested[row] = 0
+        self.host_ports.clear_row(row)
         for uid in state.pods or ():
             self._apply(row, self.pods[uid].record, 1)
             self._attach_gpus(uid, row, self.pods[uid].record)
@@ -232,6 +238,8 @@ class SchedulerCache:
         scored = self.score_requested
         for name, value in pod.score_requests().items():
             scored[row, index[name]] += sign * value
+        if pod.host_ports:
+            self.host_ports.add(row, pod.host_ports, sign)
 
     def _attach(self, uid: str, node: str, pod: PodRecord) -> None:
         if self.tenancy is not None:
@@ -453,6 +461,7 @@ class SchedulerCache:
         """Recompute every row from the pod records; differences mean a bookkeeping bug (tests use this)."""
         problems = []
         expected = np.zeros_like(self.requested)
+        expected_ports: dict[int, Counter[tuple[str, str, int]]] = defaultdict(Counter)
         for uid, state in self.pods.items():
             if not state.node:
                 continue
@@ -466,10 +475,16 @@ class SchedulerCache:
                 for res, value in state.record.requests.items():
                     expected[node.row, self.resource_index[res]] += value
                 expected[node.row, 3] += 1
+                expected_ports[node.row].update(state.record.host_ports)
         for name, node in self.nodes.items():
             for uid in node.pods or ():
                 if self.pods.get(uid) is None or self.pods[uid].node != name:
                     problems.append(f"node {name} lists pod {uid} that does not count there")
+        for row in range(self.row_limit):
+            kept, wanted = self.host_ports.counts_on(row), dict(expected_ports.get(row, {}))
+            if kept != wanted:
+                problems.append(f"row {row} ({self.row_names[row]}) ports: kept {kept}, expected {wanted}")
+        problems.extend(self.host_ports.check())
         diff = np.argwhere(expected != self.requested)
         problems.extend(
             f"row {r} ({self.row_names[r]}) {self.resource_names[c]}: "

@@ -26,6 +26,16 @@ DEFAULT_SCORE_MEMORY = 200 * 1024 * 1024
 
 PODS = "pods"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# kube-scheduler's HostPortInfo defaults: an empty hostIP binds every address, an empty protocol is TCP.
+BIND_ALL_HOST_IP = "0.0.0.0"
+DEFAULT_PROTOCOL = "TCP"
+MAX_PORT = 65535
+
+HostPort = tuple[str, str, int]  # (hostIP, protocol, hostPort), with kube-scheduler's defaults filled in
+
+
+class PortError(ValueError):
+    """A malformed entry of a container's `ports`; the message names the field."""
 
 
 class Taint:
@@ -157,6 +167,56 @@ def _aggregate_requests(spec: dict[str, Any], non_missing: dict[str, int] | None
     return total
 
 
+def _host_ports_of(containers: Any, path: str, sidecars_only: bool, host_network: bool) -> list[HostPort]:
+    ports: list[HostPort] = []
+    for i, container in enumerate(containers or ()):
+        if not isinstance(container, dict):
+            continue
+        if sidecars_only and container.get("restartPolicy") != "Always":
+            continue  # an ordinary init container has finished before the pod's containers start
+        for j, port in enumerate(container.get("ports") or ()):
+            where = f"{path}[{i}].ports[{j}]"
+            if not isinstance(port, dict):
+                raise PortError(f"{where} must be an object, got {echo(port)}")
+            field = "hostPort"
+            number = port.get(field)
+            if host_network and not number:  # the API server's default: the container's port, on the host
+                field = "containerPort"
+                number = port.get(field)
+            if number is None:
+                continue
+            if type(number) is not int or not 0 <= number <= MAX_PORT:
+                got = echo(number)
+                raise PortError(f"{where}.{field} must be an integer from 0 to {MAX_PORT}, got {got}")
+            if number == 0:  # no host port: only the container's own port
+                continue
+            host_ip = port.get("hostIP") or BIND_ALL_HOST_IP
+            protocol = port.get("protocol") or DEFAULT_PROTOCOL
+            if not isinstance(host_ip, str):
+                raise PortError(f"{where}.hostIP must be a string, got {echo(host_ip)}")
+            if not isinstance(protocol, str):
+                raise PortError(f"{where}.protocol must be a string, got {echo(protocol)}")
+            ports.append((_shared(host_ip), _shared(protocol), number))
+    return ports
+
+
+def pod_host_ports(spec: dict[str, Any]) -> tuple[HostPort, ...]:
+    """The host ports a pod takes on its node, as kube-scheduler's GetHostPorts finds them.
+
+    Ports of the containers and of the init containers that run beside them
+    (restartPolicy Always, sidecars); a hostPort of 0 (or none) takes nothing.
+    An empty hostIP is 0.0.0.0 (every address) and an empty protocol TCP, as
+    HostPortInfo fills them in. With `hostNetwork`, a port without a hostPort
+    takes its containerPort on the host, as the API server defaults it (the
+    simulated one does not). Raises PortError for a malformed entry.
+    (The API server refuses a pod that names one host port twice.)
+    """
+    host_network = spec.get("hostNetwork") is True
+    ports = _host_ports_of(spec.get("initContainers"), "spec.initContainers", True, host_network)
+    ports += _host_ports_of(spec.get("containers"), "spec.containers", False, host_network)
+    return tuple(dict.fromkeys(ports))  # a port named twice is one port (HostPortInfo is a set)
+
+
 def _pod_level_requests(spec: dict[str, Any]) -> dict[str, int]:
     section = (spec.get("resources") or {}).get("requests") or {}
     return {name: to_units(name, value) for name, value in section.items() if _is_pod_level_resource(name)}
@@ -214,6 +274,7 @@ class PodRecord:
         "creation",
         "deleting",
         "gated",
+        "host_ports",
         "labels",
         "name",
         "namespace",
@@ -255,6 +316,7 @@ class PodRecord:
         self.affinity: dict[str, Any] = {}
         self.tolerations: tuple[Toleration, ...] = ()
         self.requests: dict[str, int] = {}
+        self.host_ports: tuple[HostPort, ...] = ()
         self.nonzero_requests: dict[str, int] | None = None  # None: derived from `requests`
         self.scheduled_condition: tuple[str, str, str] | None = None
         self.spec_error = ""
@@ -324,6 +386,10 @@ class PodRecord:
             rec.requests = {}
             rec.nonzero_requests = None
             rec.spec_error = f"invalid resource quantity: {exc}"
+        try:
+            rec.host_ports = pod_host_ports(spec)
+        except PortError as exc:
+            rec.spec_error = rec.spec_error or f"invalid container port: {exc}"
         estimate = rec.annotations.get(ESTIMATE_ANNOTATION)
         if estimate is not None and not rec.spec_error and parse_duration(estimate) is None:
             got = echo(estimate)

@@ -30,19 +30,23 @@ FILTER_PLUGINS: tuple[str, ...] = (
     "TaintToleration",
     "NodeReady",
     "NodeAffinity",
+    "NodePorts",
     "NodeResourcesFit",
     "GPU",
 )
 SCORE_PLUGINS: tuple[str, ...] = (
     "NodeResourcesLeastAllocated",
     "NodeResourcesMostAllocated",
+    "NodeResourcesBalancedAllocation",
     "NodeAffinity",
     "TaintToleration",
     "GPUBinpack",
     "GPUSpread",
     "GPUAvoidance",
 )
-RESOURCE_SCORERS: frozenset[str] = frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"})
+RESOURCE_SCORERS: frozenset[str] = frozenset(
+    {"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated", "NodeResourcesBalancedAllocation"}
+)
 # The factors a priority policy weighs; the scheduler computes each one per pending pod.
 POLICY_FACTORS: tuple[str, ...] = (
     "userLevel",
@@ -113,6 +117,8 @@ class FrozenMap(Mapping[str, _V_co]):
 
 
 DEFAULT_SCORE_RESOURCES = FrozenMap({"cpu": 1, "memory": 1, "nvidia.com/gpu": 1})
+# NodeResourcesBalancedAllocationArgs' default in kube-scheduler: cpu and memory.
+DEFAULT_BALANCED_RESOURCES = FrozenMap({"cpu": 1, "memory": 1})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,7 @@ class ScoreSpec:
 
 DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
     ScoreSpec("NodeResourcesLeastAllocated", 1, DEFAULT_SCORE_RESOURCES),
+    ScoreSpec("NodeResourcesBalancedAllocation", 1, DEFAULT_BALANCED_RESOURCES),
     ScoreSpec("NodeAffinity", 2),
     ScoreSpec("TaintToleration", 3),
     ScoreSpec("GPUBinpack", 3),
@@ -486,9 +493,11 @@ def _parse_score(value: object, path: str) -> ScoreSpec:
         _fail(_child(path, "name"), f"unknown score plugin {name!r}; known: {', '.join(SCORE_PLUGINS)}")
     weight = _scalar(data, "weight", 1, lambda v, p: _integer(v, p, 0, 100), path)
     if name in RESOURCE_SCORERS:
-        resources = _section(data, "resources", _parse_resources, DEFAULT_SCORE_RESOURCES, path)
+        balanced = name == "NodeResourcesBalancedAllocation"
+        default = DEFAULT_BALANCED_RESOURCES if balanced else DEFAULT_SCORE_RESOURCES
+        resources = _section(data, "resources", _parse_resources, default, path)
     elif "resources" in data:
-        _fail(_child(path, "resources"), f"only {' and '.join(sorted(RESOURCE_SCORERS))} take resources")
+        _fail(_child(path, "resources"), f"only {', '.join(sorted(RESOURCE_SCORERS))} take resources")
     else:
         resources = FrozenMap()
     return ScoreSpec(name, weight, resources)

@@ -105,8 +105,12 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
              node_selector: dict[str, str] | None = None, tolerations: list[dict[str, Any]] | None = None,
              affinity: dict[str, Any] | None = None, node_name: str | None = None,
              init_containers: list[dict[str, Any]] | None = None,
-             overhead: dict[str, str] | None = None) -> dict[str, Any]:
-    """A one-container Pod ("main", busybox); `duration` makes the simulated kubelet finish it."""
+             overhead: dict[str, str] | None = None,
+             ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A one-container Pod ("main", busybox); `duration` makes the simulated kubelet finish it.
+
+    `ports` are the container's ContainerPorts, e.g. `[{"containerPort": 8080, "hostPort": 8080}]`.
+    """
     requests: dict[str, str] = {}
     if cpu is not None:
         requests["cpu"] = str(cpu)
@@ -118,6 +122,8 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
     if gpus:
         resources["limits"] = {GPU_RESOURCE: str(gpus)}
     container: dict[str, Any] = {"name": "main", "image": "busybox", "resources": resources}
+    if ports:
+        container["ports"] = [dict(p) for p in ports]
     spec: dict[str, Any] = {"schedulerName": scheduler_name, "containers": [container]}
     if priority is not None:
         # As on a real API server, a priority comes with its PriorityClass (see `priority_class_name`).

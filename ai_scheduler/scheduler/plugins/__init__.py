@@ -9,9 +9,14 @@ from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
 from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
 from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
 from ai_scheduler.scheduler.plugins.node_name import NodeName
+from ai_scheduler.scheduler.plugins.node_ports import NodePorts
 from ai_scheduler.scheduler.plugins.node_ready import NodeReady
 from ai_scheduler.scheduler.plugins.node_unschedulable import NodeUnschedulable
-from ai_scheduler.scheduler.plugins.resource_allocation import LeastAllocated, MostAllocated
+from ai_scheduler.scheduler.plugins.resource_allocation import (
+    BalancedAllocation,
+    LeastAllocated,
+    MostAllocated,
+)
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter, TaintTolerationScore
 
@@ -21,6 +26,7 @@ FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
     "TaintToleration": lambda _config, _profile: TaintTolerationFilter(),
     "NodeReady": lambda _config, _profile: NodeReady(),
     "NodeAffinity": lambda _config, _profile: NodeAffinityFilter(),
+    "NodePorts": lambda _config, _profile: NodePorts(),
     "NodeResourcesFit": lambda _config, _profile: NodeResourcesFit(),
     "GPU": lambda config, profile: GpuFilter(
         config.gpu.staleness_seconds,
@@ -31,6 +37,7 @@ FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
 SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "NodeResourcesLeastAllocated": lambda weight, resources: LeastAllocated(weight, resources),
     "NodeResourcesMostAllocated": lambda weight, resources: MostAllocated(weight, resources),
+    "NodeResourcesBalancedAllocation": lambda weight, resources: BalancedAllocation(weight, resources),
     "NodeAffinity": lambda weight, _resources: NodeAffinityScore(weight),
     "TaintToleration": lambda weight, _resources: TaintTolerationScore(weight),
     "GPUBinpack": lambda weight, _resources: GpuBinpack(weight),

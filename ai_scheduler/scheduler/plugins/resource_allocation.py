@@ -84,3 +84,107 @@ class MostAllocated(_ResourceAllocation):
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
         scores: np.ndarray = np.minimum(requested, allocatable) * MAX_NODE_SCORE // allocatable
         return scores
+
+
+class BalancedAllocation(ScorePlugin):
+    """Prefer nodes whose resources stay evenly used, and placements that even them out further.
+
+    kube-scheduler's NodeResourcesBalancedAllocation (v1.36): per node, the
+    used fraction of each scored resource (capped at 1), and its `balance` =
+    (1 - their standard deviation) x 100, truncated, before and after the pod;
+    the score is 50 + (50 + after - before) / 2, in [50, 100]. It reads plain
+    requests on both sides (no defaults for pods without cpu or memory), so a
+    pod that requests none of the scored resources gets no score at all
+    (PreScore's Skip). The resource weights are not used, only which resources
+    are scored; one beyond cpu, memory and ephemeral-storage counts only when
+    the pod requests it, and a node without a resource leaves it out.
+    """
+
+    name = "NodeResourcesBalancedAllocation"
+
+    def __init__(self, weight: int, resources: Mapping[str, int]) -> None:
+        super().__init__(weight)
+        self.resources = dict(resources)
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        amounts = [pod.requests.get(resource, 0) for resource in self.resources]
+        if not any(amounts):
+            return None
+        cols: list[int] = []
+        wanted: list[int] = []
+        for resource, amount in zip(self.resources, amounts, strict=True):
+            if resource not in ALWAYS_SCORED and not amount:
+                continue
+            col = cache.column(resource)
+            if col >= 0:
+                cols.append(col)
+                wanted.append(amount)
+        if not cols:  # nothing to weigh on any node: every node balances alike
+            return np.full(rows.shape[0], MAX_NODE_SCORE // 2 + MAX_NODE_SCORE // 4, dtype=np.int64)
+        if len(cols) == 2:
+            quick = _two_resource_balances(cache, rows, cols, wanted)
+            if quick is not None:
+                return _from_balances(*quick)
+        allocatable = cache.allocatable.take(rows, axis=0)[:, cols]
+        before = cache.requested.take(rows, axis=0)[:, cols]
+        after = before + np.array(wanted, dtype=np.int64)
+        has = allocatable > 0
+        shares = np.maximum(allocatable, 1).astype(np.float64)
+        return _from_balances(balance(before, shares, has), balance(after, shares, has))
+
+
+def _from_balances(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    # A standard deviation of fractions in [0, 1] is at most 1/2, so each balance is in [50, 100] and
+    # `change` is never negative: Go's truncating division and Python's floor agree on it.
+    change = MAX_NODE_SCORE // 2 + after - before
+    result: np.ndarray = MAX_NODE_SCORE // 2 + change // 2
+    return result
+
+
+def _two_resource_balances(
+    cache: SchedulerCache, rows: np.ndarray, cols: list[int], wanted: list[int]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Balances before and after for two resources that every row has (cpu and memory); else None.
+
+    The default case, with a third of the array operations of `balance`: the same floating-point steps
+    as kube-scheduler's two-fraction shortcut, so the same truncations.
+    """
+    allocatable = cache.allocatable.take(rows, axis=0)
+    requested = cache.requested.take(rows, axis=0)
+    first, second = cols
+    a0, a1 = allocatable[:, first], allocatable[:, second]
+    if not (a0.all() and a1.all()):
+        return None
+    b0, b1 = requested[:, first], requested[:, second]
+    result = []
+    for add0, add1 in ((0, 0), (wanted[0], wanted[1])):
+        f0 = np.minimum((b0 + add0) / a0, 1.0)
+        f1 = np.minimum((b1 + add1) / a1, 1.0)
+        f0 -= f1
+        np.abs(f0, out=f0)
+        f0 /= 2
+        np.subtract(1, f0, out=f0)
+        f0 *= MAX_NODE_SCORE
+        result.append(f0.astype(np.int64))
+    return result[0], result[1]
+
+
+def balance(requested: np.ndarray, allocatable: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """kube-scheduler's balancedResourceScore per row: (1 - std of the used fractions) x 100, truncated.
+
+    Only the columns marked in `has` count. Two fractions take Go's shortcut |a - b| / 2 (the standard
+    deviation, rounded differently in floating point); three or more the full formula; fewer than two
+    have no spread (100).
+    """
+    fractions = np.minimum(requested / allocatable, 1.0)
+    count = has.sum(axis=1)
+    high = np.where(has, fractions, -np.inf).max(axis=1)
+    low = np.where(has, fractions, np.inf).min(axis=1)
+    divisor = np.maximum(count, 1)
+    mean = np.where(has, fractions, 0.0).sum(axis=1) / divisor
+    deviation = np.sqrt((np.where(has, fractions - mean[:, None], 0.0) ** 2).sum(axis=1) / divisor)
+    spread = np.where(count == 2, (high - low) / 2, np.where(count > 2, deviation, 0.0))
+    scores: np.ndarray = ((1 - spread) * MAX_NODE_SCORE).astype(np.int64)
+    return scores
