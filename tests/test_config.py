@@ -57,7 +57,6 @@ def test_defaults_match_the_spec() -> None:
             FILTER_PLUGINS,
             (
                 ScoreSpec("NodeResourcesLeastAllocated", 1, {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}),
-                ScoreSpec("NodeResourcesBalancedAllocation", 1, {"cpu": 1, "memory": 1}),
                 ScoreSpec("NodeAffinity", 2, {}),
                 ScoreSpec("TaintToleration", 3, {}),
                 ScoreSpec("GPUBinpack", 3, {}),

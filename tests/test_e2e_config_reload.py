@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 from backends import Cluster
-from conftest import StartScheduler, replace_atomically, wait_for
+from conftest import StartScheduler, create_all, replace_atomically, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import load_config
@@ -45,8 +45,9 @@ async def test_reload_switches_scoring_and_refuses_a_broken_file(
     path = tmp_path / "config.yaml"
     replace_atomically(path, SPREAD)
     running = await start_scheduler(load_config(path), config_path=str(path), config_poll_seconds=0.05)
-    for i in range(4):
-        assert (await api.create_node(make_node(f"n{i}", cpu="16", memory="64Gi"))).ok
+    # Schedulable before the first pod comes (a real API server's new node carries the not-ready taint
+    # until the node controller removes it): otherwise least-allocated sees fewer than four nodes.
+    await create_all(api, [make_node(f"n{i}", cpu="16", memory="64Gi") for i in range(4)], [])
 
     spread = await _place(cluster, api, "spread", 4)
     assert len(spread) == 4, "least-allocated puts one pod on each empty node"

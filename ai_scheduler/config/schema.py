@@ -132,7 +132,6 @@ class ScoreSpec:
 
 DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
     ScoreSpec("NodeResourcesLeastAllocated", 1, DEFAULT_SCORE_RESOURCES),
-    ScoreSpec("NodeResourcesBalancedAllocation", 1, DEFAULT_BALANCED_RESOURCES),
     ScoreSpec("NodeAffinity", 2),
     ScoreSpec("TaintToleration", 3),
     ScoreSpec("GPUBinpack", 3),
