@@ -83,12 +83,19 @@ async def test_a_gang_binds_nothing_until_it_fits_whole_then_all_at_once(
     running = await start_scheduler()
     assert (await api.create_podgroup(podgroup("train", 4))).ok
     await create_all(api, gpu_nodes(3), [member("train", i) for i in range(4)])
+    # Members arrive one by one: a member may first be told that the gang is incomplete ("has 2 of 4
+    # required pods"); once all four are there, each is told why they do not fit together.
+    whole = "gang default/train needs 4 pods placed together and they do not all fit: "
     await wait_for(
-        lambda: all(pod_condition(cluster, f"train-{i}").get("reason") == "Unschedulable" for i in range(4)),
-        what="every member told it is unschedulable",
+        lambda: all(
+            pod_condition(cluster, f"train-{i}").get("reason") == "Unschedulable"
+            and pod_condition(cluster, f"train-{i}").get("message", "").startswith(whole)
+            for i in range(4)
+        ),
+        what="every member told it is unschedulable, with the whole gang counted",
     )
     message = pod_condition(cluster, "train-0")["message"]
-    assert message.startswith("gang default/train needs 4 pods placed together and they do not all fit: ")
+    assert message.startswith(whole)
     assert "Insufficient nvidia.com/gpu" in message
     await asyncio.sleep(0.3)
     assert bound_count(cluster, "train") == 0, "no member of an incomplete gang is bound"
