@@ -60,7 +60,7 @@ async def _cached_pods(session: aiohttp.ClientSession, port: int) -> int:
     async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
         text = await response.text()
     for line in text.splitlines():
-        if line.startswith('ai_scheduler_cache_size{type="pods"}'):
+        if line.startswith('scheduler_cache_size{type="pods"}'):
             return int(float(line.split()[-1]))
     return -1
 

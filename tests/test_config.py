@@ -61,6 +61,8 @@ def test_defaults_match_the_spec() -> None:
                 ScoreSpec("TaintToleration", 3, {}),
                 ScoreSpec("GPUBinpack", 3, {}),
                 ScoreSpec("GPUAvoidance", 2, {}),
+                ScoreSpec("PodTopologySpread", 2, {}),
+                ScoreSpec("InterPodAffinity", 2, {}),
             ),
         ),
     )
@@ -95,10 +97,12 @@ def test_policy_factor_names() -> None:
 
 def test_plugin_name_constants() -> None:
     assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
-                              "NodeAffinity", "NodePorts", "NodeResourcesFit", "GPU")
+                              "NodeAffinity", "NodePorts", "NodeResourcesFit", "GPU", "PodTopologySpread",
+                              "InterPodAffinity")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                              "NodeResourcesBalancedAllocation", "NodeAffinity", "TaintToleration",
-                             "GPUBinpack", "GPUSpread", "GPUAvoidance")
+                             "GPUBinpack", "GPUSpread", "GPUAvoidance", "PodTopologySpread",
+                             "InterPodAffinity")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                       "NodeResourcesBalancedAllocation"}) == RESOURCE_SCORERS
 

@@ -58,5 +58,14 @@ async def test_reload_switches_scoring_and_refuses_a_broken_file(
 
     replace_atomically(path, BINPACK)
     await wait_for(lambda: running.log_lines("config.reloaded"), what="new config applied")
+    reloaded = running.log_lines("config.reloaded")[0]
+    assert "profiles[0].scores[0].name" in reloaded["applied"] and reloaded["restart_required_for"] == []
     packed = await _place(cluster, api, "packed", 6)
     assert len(packed) == 1, f"most-allocated packs the new pods onto one node: {packed}"
+
+    # A key a running daemon cannot change is named, and keeps running with the value it started with.
+    replace_atomically(path, BINPACK.replace("0.2}", "0.2, bindConcurrency: 8}"))
+    await wait_for(lambda: len(running.log_lines("config.reloaded")) == 2, what="restart-only change")
+    reloaded = running.log_lines("config.reloaded")[1]
+    assert reloaded["restart_required_for"] == ["scheduling.bindConcurrency"] and reloaded["applied"] == []
+    assert running.scheduler.binder is not None and running.scheduler.binder.concurrency == 64

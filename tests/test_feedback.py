@@ -98,3 +98,34 @@ async def test_an_event_without_answer_is_sent_again() -> None:
     fb.event(involved, "Normal", "Scheduled", "ok")
     await fb.close()
     assert client.events == ["Scheduled", "Scheduled"]
+
+
+class EventClient(StatusClient):
+    """Keeps every event it is sent whole."""
+
+    def __init__(self) -> None:
+        super().__init__([ApiResult(200, {})])
+        self.sent: list[dict[str, Any]] = []
+
+    async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
+        self.sent.append(event)
+        return await super().create_event(namespace, event)
+
+
+async def test_events_name_the_pods_profile_as_their_reporting_component() -> None:
+    """kube-scheduler records each profile's events under the profile's schedulerName."""
+    client = EventClient()
+    fb = feedback(client)  # the top-level schedulerName: ai-scheduler
+    obj = make_pod("batch", scheduler_name="batch-scheduler")
+    obj["metadata"]["uid"] = "uid-batch"
+    batch = PodRecord.from_api(obj)
+    fb.unschedulable(batch, "0/1 nodes are available: 1 Insufficient cpu.")
+    fb.scheduled(batch, "n1")
+    fb.event({"kind": "Pod", "namespace": "default", "name": "p", "uid": "uid-p"}, "Normal", "Other", "x")
+    await fb.close()
+    sent = {e["reason"]: (e["source"]["component"], e["reportingComponent"]) for e in client.sent}
+    assert sent == {
+        "FailedScheduling": ("batch-scheduler", "batch-scheduler"),
+        "Scheduled": ("batch-scheduler", "batch-scheduler"),
+        "Other": ("ai-scheduler", "ai-scheduler"),  # no profile known: the top-level schedulerName
+    }

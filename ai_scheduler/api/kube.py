@@ -167,6 +167,7 @@ class KubeClient:
         self.core: Any = client.CoreV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.scheduling: Any = client.SchedulingV1Api(api_client)
+        self.apps: Any = client.AppsV1Api(api_client)
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
         self.reachability = Reachability(last_answer=time.monotonic())
         self.epoch = 0  # abandon_requests() calls so far
@@ -249,6 +250,16 @@ class KubeClient:
         """The cheapest request the scheduler's role allows (one node): does the API server answer?"""
         return await self._call(self.core.list_node(_preload_content=False, limit=1))
 
+    def end_watches(self) -> int:
+        """End every open watch as a server's close does, so that each watcher resumes from its
+        resourceVersion on a new watch (no relist) that takes the settings in force now, such as a
+        reloaded idle timeout; returns how many there were."""
+        watches = list(self._watches)
+        self._watches.clear()
+        for response in watches:
+            response.close()
+        return len(watches)
+
     def abandon_requests(self, grace: float = ABANDON_GRACE_SECONDS) -> int:
         """Give every request in flight `grace` seconds more at most, end every open watch; returns how
         many requests and watches there were.
@@ -303,8 +314,19 @@ class KubeClient:
             return self.core.list_node
         if resource == "pods":
             return self.core.list_pod_for_all_namespaces
+        if resource == "namespaces":
+            return self.core.list_namespace
         if resource == "podgroups":
             return functools.partial(self.custom.list_cluster_custom_object, *PODGROUPS)
+        # The workloads whose selectors PodTopologySpread's system default constraints read.
+        if resource == "services":
+            return self.core.list_service_for_all_namespaces
+        if resource == "replicationcontrollers":
+            return self.core.list_replication_controller_for_all_namespaces
+        if resource == "replicasets":
+            return self.apps.list_replica_set_for_all_namespaces
+        if resource == "statefulsets":
+            return self.apps.list_stateful_set_for_all_namespaces
         raise ValueError(f"unknown resource {resource!r}")
 
     async def list(

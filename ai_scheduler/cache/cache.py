@@ -19,10 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ai_scheduler.cache.assigned_pods import AssignedPodIndex
 from ai_scheduler.cache.gpus import GpuTable
 from ai_scheduler.cache.host_ports import HostPortTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
+from ai_scheduler.cache.topology import TopologyIndex
+from ai_scheduler.cache.workloads import WorkloadSelectors
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
 
@@ -60,6 +63,7 @@ class PodChange:
     freed: bool = False  # resources were released somewhere: pending pods may now fit
     confirmed: bool = False  # an assumption of ours was confirmed by the watch
     moved: bool = False  # bound somewhere other than where we assumed it
+    placed: bool = False  # seen bound to a node: pods waiting for other pods (affinity, spread) may now fit
 
 
 class SchedulerCache:
@@ -99,6 +103,16 @@ class SchedulerCache:
         self.assumed_count = 0
         self.gpus = GpuTable(initial_rows)
         self.host_ports = HostPortTable(initial_rows)  # host ports in use per node (NodePorts)
+        # Pods grouped by labels and by affinity, and topology domains per node (InterPodAffinity, spread).
+        self.assigned = AssignedPodIndex()
+        self.topology = TopologyIndex(initial_rows)
+        # The counted pods that are being deleted, grouped alike: PodTopologySpread leaves them out.
+        self.terminating = AssignedPodIndex()
+        # Services' and controllers' pod selectors, for PodTopologySpread's system defaults (from informers).
+        self.workloads = WorkloadSelectors()
+        # Namespace labels, for affinity terms' namespaceSelector (kept by the namespace informer).
+        self.namespace_labels: dict[str, dict[str, str]] = {}
+        self.namespace_version = 0
         self.tenancy: Tenancy | None = None  # usage per user/group/queue, charged as pods start counting
         self._chosen_gpus: dict[str, tuple[int, ...]] = {}  # our device choice for pods not yet annotated
 
@@ -143,6 +157,7 @@ class SchedulerCache:
         self._free_rows.extend(range(new - 1, old - 1, -1))
         self.gpus.grow(new)
         self.host_ports.grow(new)
+        self.topology.grow(new)
 
     def _touch_static(self, row: int) -> None:
         self.static_version += 1
@@ -171,6 +186,7 @@ class SchedulerCache:
         if old is None or old.static_identity() != record.static_identity():
             change.static_changed = True
             self._touch_static(row)
+            self.topology.set_row(row, record.labels)
         if old is None or old.allocatable != record.allocatable:
             change.resources_changed = True
             self.allocatable[row] = 0
@@ -194,11 +210,15 @@ class SchedulerCache:
         self.requested[row] = 0
         self.score_requested[row] = 0
         self.host_ports.clear_row(row)
+        self.topology.clear_row(row)
         self.row_records[row] = None
         self.row_names[row] = ""
         self.gpus.remove_node(row)
         for uid in state.pods or ():
             self.gpus.detach(uid)
+            self.assigned.add(row, self.pods[uid].record, -1)
+            if self.pods[uid].record.deleting:
+                self.terminating.add(row, self.pods[uid].record, -1)
         self._touch_static(row)
         self._free_rows.append(row)
         state.row = -1
@@ -206,6 +226,26 @@ class SchedulerCache:
         if not state.pods:
             del self.nodes[name]
         return True
+
+    def domains(self, key: str) -> tuple[np.ndarray, int]:
+        """Topology domain number per node row for a label key (-1: no such label), and how many."""
+        return self.topology.domains(key, self._row_labels)
+
+    def _row_labels(self) -> list[dict[str, str] | None]:
+        return [record.labels if record is not None else None for record in self.row_records]
+
+    def set_namespace(self, name: str, labels: dict[str, str] | None) -> None:
+        """A namespace was added or relabelled (labels), or deleted (None)."""
+        if labels is None:
+            if self.namespace_labels.pop(name, None) is not None:
+                self.namespace_version += 1
+        elif self.namespace_labels.get(name) != labels:
+            self.namespace_labels[name] = labels
+            self.namespace_version += 1
+
+    def labels_of_namespace(self, namespace: str) -> dict[str, str] | None:
+        """A namespace's labels (None while it is unknown), for affinity terms' namespaceSelector."""
+        return self.namespace_labels.get(namespace)
 
     def node_record(self, name: str) -> NodeRecord | None:
         state = self.nodes.get(name)
@@ -240,6 +280,9 @@ class SchedulerCache:
             scored[row, index[name]] += sign * value
         if pod.host_ports:
             self.host_ports.add(row, pod.host_ports, sign)
+        self.assigned.add(row, pod, sign)
+        if pod.deleting:
+            self.terminating.add(row, pod, sign)
 
     def _attach(self, uid: str, node: str, pod: PodRecord) -> None:
         if self.tenancy is not None:
@@ -302,6 +345,7 @@ class SchedulerCache:
         state.node = new_node
         if new_node and (old_node != new_node or old_record is not record):
             self._attach(record.uid, new_node, record)
+        change.placed = bool(new_node) and (old_node != new_node or change.confirmed)
         if not new_node and not record.pending and not state.assumed:
             # Finished or deleting-unbound pods need no tracking beyond the watch's own record.
             self.pods.pop(record.uid, None)
@@ -373,6 +417,16 @@ class SchedulerCache:
         state = self.pods.get(uid)
         if state is not None and state.assumed:
             state.deadline = self._clock() + self.assume_timeout
+
+    def set_assume_timeout(self, seconds: float) -> None:
+        """A new assume timeout (a config reload), for the assumptions already counting down as well:
+        each expires `seconds` after its binding finished."""
+        shift = seconds - self.assume_timeout
+        self.assume_timeout = seconds
+        if shift and self.assumed_count:
+            for state in self.pods.values():
+                if state.assumed and state.deadline is not None:
+                    state.deadline += shift
 
     def forget(self, uid: str) -> bool:
         """Drop an assumption whose binding failed; the pod is pending again."""
@@ -462,6 +516,7 @@ class SchedulerCache:
         problems = []
         expected = np.zeros_like(self.requested)
         expected_ports: dict[int, Counter[tuple[str, str, int]]] = defaultdict(Counter)
+        expected_groups: Counter[tuple[str, tuple[tuple[str, str], ...], int]] = Counter()
         for uid, state in self.pods.items():
             if not state.node:
                 continue
@@ -476,6 +531,8 @@ class SchedulerCache:
                     expected[node.row, self.resource_index[res]] += value
                 expected[node.row, 3] += 1
                 expected_ports[node.row].update(state.record.host_ports)
+                labels = tuple(sorted(state.record.labels.items()))
+                expected_groups[(state.record.namespace, labels, node.row)] += 1
         for name, node in self.nodes.items():
             for uid in node.pods or ():
                 if self.pods.get(uid) is None or self.pods[uid].node != name:
@@ -485,6 +542,10 @@ class SchedulerCache:
             if kept != wanted:
                 problems.append(f"row {row} ({self.row_names[row]}) ports: kept {kept}, expected {wanted}")
         problems.extend(self.host_ports.check())
+        kept_groups = self.assigned.label_counts()
+        if kept_groups != expected_groups:
+            wrong = sorted(set(kept_groups.items()) ^ set(expected_groups.items()))[:5]
+            problems.append(f"label groups differ from the pods counted on nodes: {wrong}")
         diff = np.argwhere(expected != self.requested)
         problems.extend(
             f"row {r} ({self.row_names[r]}) {self.resource_names[c]}: "

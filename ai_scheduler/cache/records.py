@@ -16,6 +16,8 @@ import functools
 import sys
 from typing import Any
 
+from ai_scheduler.cache.selectors import NO_AFFINITY, PodAffinityTerms, SelectorError, pod_affinity_terms
+from ai_scheduler.cache.spread import NO_SPREAD, SpreadConstraints, spread_constraints
 from ai_scheduler.messages import echo
 from ai_scheduler.quantity import QuantityError, parse_duration, to_units
 
@@ -83,6 +85,11 @@ class Toleration:
 
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# The controllers whose selector kube-scheduler's default spreading uses (helper.DefaultSelector), by the
+# ownerReference's (apiVersion, kind).
+SPREAD_CONTROLLERS = frozenset(
+    {("v1", "ReplicationController"), ("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet")}
+)
 ESTIMATE_ANNOTATION = "ai-scheduler.io/estimated-runtime"  # the user's run-time estimate ("90m", "2h")
 
 
@@ -102,6 +109,23 @@ def _shared_map(mapping: Any) -> dict[str, str]:
 def _tolerations(identities: tuple[tuple[str, str, str, str], ...]) -> tuple[Toleration, ...]:
     """Pods of one template tolerate the same taints: they share one tuple of Toleration objects."""
     return tuple(Toleration(*identity) for identity in identities)
+
+
+@functools.lru_cache(maxsize=4096)
+def _controller(kind: str, name: str) -> tuple[str, str]:
+    """Replicas of one workload share one (kind, name) tuple."""
+    return (kind, name)
+
+
+def _spread_controller(refs: Any) -> tuple[str, str] | None:
+    """metav1.GetControllerOf, kept only for the workloads kube-scheduler's default spreading reads."""
+    for ref in refs or ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            kind, name = ref.get("kind"), ref.get("name")
+            if (ref.get("apiVersion"), kind) in SPREAD_CONTROLLERS and isinstance(name, str):
+                return _controller(_shared(kind), _shared(name))
+            return None
+    return None
 
 
 def _parse_resources(section: dict[str, Any] | None) -> dict[str, int]:
@@ -271,6 +295,7 @@ class PodRecord:
     __slots__ = (
         "affinity",
         "annotations",
+        "controller",
         "creation",
         "deleting",
         "gated",
@@ -283,6 +308,7 @@ class PodRecord:
         "nonzero_requests",
         "owners",
         "phase",
+        "pod_affinity",
         "preempts",
         "priority",
         "requests",
@@ -290,6 +316,7 @@ class PodRecord:
         "scheduled_condition",
         "scheduler_name",
         "spec_error",
+        "spread",
         "started",
         "tolerations",
         "uid",
@@ -311,9 +338,14 @@ class PodRecord:
         self.annotations: dict[str, str] = {}
         self.node_selector: dict[str, str] = {}
         self.owners: tuple[str, ...] = ()
+        # The controlling owner when it is a workload that kube-scheduler's default spreading reads
+        # (ReplicaSet, StatefulSet, ReplicationController): (kind, name); None otherwise.
+        self.controller: tuple[str, str] | None = None
         self.started = ""  # status.startTime: when the kubelet started it
         self.preempts = True  # spec.preemptionPolicy is not Never
         self.affinity: dict[str, Any] = {}
+        self.pod_affinity: PodAffinityTerms = NO_AFFINITY  # parsed podAffinity / podAntiAffinity
+        self.spread: SpreadConstraints = NO_SPREAD  # parsed topologySpreadConstraints
         self.tolerations: tuple[Toleration, ...] = ()
         self.requests: dict[str, int] = {}
         self.host_ports: tuple[HostPort, ...] = ()
@@ -351,6 +383,7 @@ class PodRecord:
         rec.labels = _shared_map(meta.get("labels"))
         rec.annotations = _shared_map(meta.get("annotations"))
         rec.owners = tuple(_shared(ref.get("name", "")) for ref in meta.get("ownerReferences") or ())
+        rec.controller = _spread_controller(meta.get("ownerReferences"))
         rec.scheduler_name = _shared(spec.get("schedulerName") or "default-scheduler")
         rec.node_name = _shared(spec.get("nodeName") or "")
         try:
@@ -390,6 +423,16 @@ class PodRecord:
             rec.host_ports = pod_host_ports(spec)
         except PortError as exc:
             rec.spec_error = rec.spec_error or f"invalid container port: {exc}"
+        if rec.affinity:
+            try:
+                rec.pod_affinity = pod_affinity_terms(rec.affinity, rec.namespace, rec.labels)
+            except SelectorError as exc:
+                rec.spec_error = rec.spec_error or f"invalid pod affinity: {exc}"
+        if spec.get("topologySpreadConstraints"):
+            try:
+                rec.spread = spread_constraints(spec["topologySpreadConstraints"], rec.labels)
+            except SelectorError as exc:
+                rec.spec_error = rec.spec_error or f"invalid topology spread constraint: {exc}"
         estimate = rec.annotations.get(ESTIMATE_ANNOTATION)
         if estimate is not None and not rec.spec_error and parse_duration(estimate) is None:
             got = echo(estimate)

@@ -33,6 +33,8 @@ FILTER_PLUGINS: tuple[str, ...] = (
     "NodePorts",
     "NodeResourcesFit",
     "GPU",
+    "PodTopologySpread",
+    "InterPodAffinity",
 )
 SCORE_PLUGINS: tuple[str, ...] = (
     "NodeResourcesLeastAllocated",
@@ -43,6 +45,8 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "GPUBinpack",
     "GPUSpread",
     "GPUAvoidance",
+    "PodTopologySpread",
+    "InterPodAffinity",
 )
 RESOURCE_SCORERS: frozenset[str] = frozenset(
     {"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated", "NodeResourcesBalancedAllocation"}
@@ -136,6 +140,8 @@ DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
     ScoreSpec("TaintToleration", 3),
     ScoreSpec("GPUBinpack", 3),
     ScoreSpec("GPUAvoidance", 2),
+    ScoreSpec("PodTopologySpread", 2),
+    ScoreSpec("InterPodAffinity", 2),
 )
 
 

@@ -11,6 +11,15 @@ A pending pod is in exactly one of four states:
   (or, as a safety net, for `unschedulable_flush` seconds);
 - in flight: popped and being tried, until `done()` or `requeue()`.
 
+Pods of ours that still carry schedulingGates are not queued at all (nothing
+may try them); the queue only counts them (`gate()`), because kube-scheduler
+reports them as its `gated` pending pods.
+
+Every entry into activeQ, backoffQ or the unschedulable set is reported to
+`on_incoming(queue, event)` with kube-scheduler's event label (what put it
+there: `UnschedulablePodAdd`, `ScheduleAttemptFailure`, `BackoffComplete`, the
+cluster event of `move_all`, ...), for `scheduler_queue_incoming_pods_total`.
+
 Every method but `pop` is synchronous and O(log n) or better, because watch
 handlers call them thousands of times per second. Time passes only through
 two timers on the running loop (backoff expiry, unschedulable flush), each
@@ -33,6 +42,14 @@ ACTIVE = "active"
 BACKOFF = "backoff"
 UNSCHEDULABLE = "unschedulable"
 IN_FLIGHT = "in_flight"
+GATED = "gated"
+
+# Why a pod entered a sub-queue: kube-scheduler's event labels (pkg/scheduler/framework/events.go).
+POD_ADD = "UnschedulablePodAdd"
+POD_UPDATE = "UnschedulablePodUpdate"
+SCHEDULE_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
+BACKOFF_COMPLETE = "BackoffComplete"
+UNSCHEDULABLE_TIMEOUT = "UnschedulableTimeout"
 
 # PodRecord fields that come from the pod's status (or bookkeeping): an update
 # that changes only these cannot make an unschedulable pod fit, and the
@@ -124,6 +141,7 @@ class SchedulingQueue:
         clock: Callable[[], float] = time.monotonic,
         queue_name_of: Callable[[PodRecord], str] = lambda pod: "default",
         sort_key: Callable[[QueuedPod], tuple[Any, ...]] = lambda qp: (-qp.pod.priority,),
+        on_incoming: Callable[[str, str], None] | None = None,
     ) -> None:
         self._initial_backoff = initial_backoff
         self._max_backoff = max_backoff
@@ -132,6 +150,7 @@ class SchedulingQueue:
         self._queue_name_of = queue_name_of
         # Order of activeQ before arrival: by default spec.priority; a priority policy supplies its own.
         self._sort_key = sort_key
+        self._on_incoming = on_incoming
 
         self._entries: dict[str, QueuedPod] = {}
         self._state: dict[str, str] = {}
@@ -146,6 +165,7 @@ class SchedulingQueue:
         # oldest unschedulable pod is always first: the flush scans only what is due.
         self._unschedulable: dict[str, QueuedPod] = {}
         self._in_flight = 0
+        self._gated: set[str] = set()  # uids of our pods waiting for their schedulingGates to go
 
         self._seq = 0
         self._move_cycle = 0
@@ -161,11 +181,21 @@ class SchedulingQueue:
         if pod.uid in self._entries:
             self.update(pod)
             return
+        ungated = pod.uid in self._gated
+        if ungated:
+            self._gated.discard(pod.uid)
         now = self._clock()
         qp = QueuedPod(pod=pod, initial_attempt=now)
         self._entries[pod.uid] = qp
         self._queue_name[pod.uid] = self._queue_name_of(pod)
-        self._push_active(qp, now)
+        self._push_active(qp, now, POD_UPDATE if ungated else POD_ADD)
+
+    def gate(self, uid: str) -> None:
+        """The pod has schedulingGates: out of every queue, counted as gated until `add()` or `delete()`."""
+        self.delete(uid)
+        if uid not in self._gated:
+            self._gated.add(uid)
+            self._incoming(UNSCHEDULABLE, POD_ADD)  # where kube-scheduler keeps gated pods
 
     def update(self, pod: PodRecord) -> None:
         """Replace the record wherever it is; an unschedulable pod whose spec changed may now fit."""
@@ -186,12 +216,13 @@ class SchedulingQueue:
             self._resort(qp)
         elif state == UNSCHEDULABLE and _spec_changed(old, pod):
             self._leave(qp)
-            self._push_active_or_backoff(qp)
+            self._push_active_or_backoff(qp, POD_UPDATE)
 
     def delete(self, uid: str) -> None:
         """Forget the pod in any state; a later done/requeue of its in-flight attempt is ignored."""
         qp = self._entries.get(uid)
         if qp is None:
+            self._gated.discard(uid)
             return
         self._leave(qp)
         del self._entries[uid]
@@ -260,10 +291,11 @@ class SchedulingQueue:
             self._unschedulable[uid] = qp
             self._state[uid] = UNSCHEDULABLE
             self._count(uid, UNSCHEDULABLE, +1)
+            self._incoming(UNSCHEDULABLE, SCHEDULE_ATTEMPT_FAILURE)
             if not self._closed:  # a no-op unless no earlier flush is armed
                 self._flush_timer.arm(qp.last_failure + self._unschedulable_flush)
         else:
-            self._push_active_or_backoff(qp)
+            self._push_active_or_backoff(qp, SCHEDULE_ATTEMPT_FAILURE)
         return True
 
     def move_all(self, event: str) -> int:
@@ -276,7 +308,17 @@ class SchedulingQueue:
         moved = list(self._unschedulable.values())
         for qp in moved:
             self._leave(qp)
-            self._push_active_or_backoff(qp)
+            self._push_active_or_backoff(qp, event)
+        return len(moved)
+
+    def move_matching(self, event: str, wants: Callable[[PodRecord], bool]) -> int:
+        """Like move_all, for the unschedulable pods that `wants` says the event may help (kube's
+        queueing hints): a pod bound somewhere helps only pods waiting for other pods."""
+        self._move_cycle += 1
+        moved = [qp for qp in self._unschedulable.values() if wants(qp.pod)]
+        for qp in moved:
+            self._leave(qp)
+            self._push_active_or_backoff(qp, event)
         return len(moved)
 
     def flush_due(self) -> int:
@@ -291,6 +333,31 @@ class SchedulingQueue:
         if attempts <= 0:
             return 0.0
         return min(self._max_backoff, self._initial_backoff * 2.0 ** min(attempts - 1, 64))
+
+    @property
+    def unschedulable_flush(self) -> float:
+        """Seconds after which an unschedulable pod is retried even without a cluster event."""
+        return self._unschedulable_flush
+
+    def reconfigure(self, *, initial_backoff: float, max_backoff: float, unschedulable_flush: float) -> None:
+        """New backoff and flush periods (a config reload), in force at once: pods backing off now wait
+        out the new backoff from their last failure, and unschedulable pods older than the new flush
+        period are retried now."""
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._unschedulable_flush = unschedulable_flush
+        if self._closed:
+            return
+        backing_off = list(self._backoff)
+        self._backoff.clear()
+        for _, seq, uid in backing_off:
+            key = (self._backoff_deadline(self._entries[uid]), seq, uid)
+            self._backoff_key[uid] = key
+            self._backoff.add(key)
+        # A timer armed for an old deadline would fire late, or early and re-arm: arm both afresh.
+        self._backoff_timer.cancel()
+        self._flush_timer.cancel()
+        self.flush_due()
 
     def close(self) -> None:
         """Wake every pop() waiter with QueueClosed and stop the timers."""
@@ -311,6 +378,16 @@ class SchedulingQueue:
             BACKOFF: len(self._backoff),
             UNSCHEDULABLE: len(self._unschedulable),
             IN_FLIGHT: self._in_flight,
+        }
+
+    def pending_counts(self) -> dict[str, int]:
+        """kube-scheduler's pending pods by sub-queue (active, backoff, unschedulable, gated); pods in
+        flight are being tried, not pending, and are not counted (as in kube-scheduler)."""
+        return {
+            ACTIVE: len(self._active),
+            BACKOFF: len(self._backoff),
+            UNSCHEDULABLE: len(self._unschedulable),
+            GATED: len(self._gated),
         }
 
     def counts_by_queue(self) -> dict[tuple[str, str], int]:
@@ -355,7 +432,11 @@ class SchedulingQueue:
         self._state[uid] = new
         self._count(uid, new, +1)
 
-    def _push_active(self, qp: QueuedPod, now: float) -> None:
+    def _incoming(self, queue: str, event: str) -> None:
+        if self._on_incoming is not None:
+            self._on_incoming(queue, event)
+
+    def _push_active(self, qp: QueuedPod, now: float, event: str) -> None:
         uid = qp.pod.uid
         self._seq += 1
         qp.seq = self._seq
@@ -365,17 +446,18 @@ class SchedulingQueue:
         self._active.add(key)
         self._state[uid] = ACTIVE
         self._count(uid, ACTIVE, +1)
+        self._incoming(ACTIVE, event)
         self._nonempty.set()
 
     def _backoff_deadline(self, qp: QueuedPod) -> float:
         return qp.last_failure + self.backoff_duration(qp.attempts)
 
-    def _push_active_or_backoff(self, qp: QueuedPod) -> None:
+    def _push_active_or_backoff(self, qp: QueuedPod, event: str) -> None:
         """Into backoffQ while the backoff since the last failure runs, else straight to activeQ."""
         now = self._clock()
         deadline = self._backoff_deadline(qp)
         if deadline <= now:
-            self._push_active(qp, now)
+            self._push_active(qp, now, event)
             return
         uid = qp.pod.uid
         self._seq += 1
@@ -384,6 +466,7 @@ class SchedulingQueue:
         self._backoff.add(key)
         self._state[uid] = BACKOFF
         self._count(uid, BACKOFF, +1)
+        self._incoming(BACKOFF, event)
         if not self._closed:
             self._backoff_timer.arm(deadline)
 
@@ -410,7 +493,7 @@ class SchedulingQueue:
             _, _, uid = self._backoff.pop(0)
             del self._backoff_key[uid]
             self._count(uid, BACKOFF, -1)
-            self._push_active(self._entries[uid], now)
+            self._push_active(self._entries[uid], now, BACKOFF_COMPLETE)
             moved += 1
         return moved
 
@@ -423,7 +506,7 @@ class SchedulingQueue:
             due.append(qp)
         for qp in due:
             self._leave(qp)
-            self._push_active_or_backoff(qp)
+            self._push_active_or_backoff(qp, UNSCHEDULABLE_TIMEOUT)
         return len(due)
 
     def _arm_timers(self) -> None:

@@ -15,6 +15,11 @@ is already assigned to the very node we chose is our earlier attempt having
 landed: a success. Any other 409 is handled as always (forget, requeue; the
 watch shows where the pod went). So a binding is never lost and never made
 twice, and the scheduling loop waits for room while bindings cannot get out.
+
+The binding's outcome is the attempt's outcome in kube-scheduler's metrics: a
+success counts the attempt as `scheduled` (from the start of its cycle to the
+end of the binding) and observes the pod's SLI latency and attempts; a binding
+the API server refused counts it as `error`.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.feedback import Feedback
-from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.metrics import ERROR, Metrics
 
 BIND_RETRY_INITIAL_SECONDS = 0.1
 BIND_RETRY_MAX_SECONDS = 2.0
@@ -96,7 +101,11 @@ class Binder:
 
     def submit(self, qp: QueuedPod, pod: PodRecord, decision: Decision) -> None:
         """Bind in the background; at most `concurrency` requests are on the wire at once."""
-        task = asyncio.create_task(self._bind(qp, pod, decision.node or "", gpu_annotations(decision)))
+        # The cycle that chose the node has just ended: it began `decision.duration` ago.
+        cycle_start = self._clock() - decision.duration
+        task = asyncio.create_task(
+            self._bind(qp, pod, decision.node or "", gpu_annotations(decision), cycle_start)
+        )
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -131,7 +140,9 @@ class Binder:
             result = await self.client.bind(pod.namespace, pod.name, pod.uid, node)
         return result
 
-    async def _bind(self, qp: QueuedPod, pod: PodRecord, node: str, annotations: dict[str, str]) -> None:
+    async def _bind(
+        self, qp: QueuedPod, pod: PodRecord, node: str, annotations: dict[str, str], cycle_start: float
+    ) -> None:
         async with self._slots:
             started = self._clock()
             retries = 0
@@ -162,7 +173,9 @@ class Binder:
         if result.ok:
             self.cache.binding_finished(pod.uid)
             self.queue.done(pod.uid)
-            self.metrics.e2e_latency.observe(now - qp.initial_attempt)
+            self.metrics.scheduled(
+                pod.scheduler_name, now - cycle_start, now - qp.initial_attempt, qp.attempts
+            )
             self.feedback.scheduled(pod, node)
             if self.on_success is not None:
                 self.on_success(pod, node)
@@ -171,6 +184,7 @@ class Binder:
             return
         self.cache.forget(pod.uid)
         self.metrics.bind_errors.labels(str(result.status)).inc()
+        self.metrics.attempt(ERROR, pod.scheduler_name, now - cycle_start)
         self.log.warning(
             "bind.failed",
             pod=pod.key,

@@ -4,12 +4,21 @@ Everything runs on one event loop. Watch handlers and scheduling cycles are
 synchronous between awaits, so a cycle always sees a consistent cache; the
 loop yields after every pod so that watch events and binding replies keep
 flowing while a long queue drains.
+
+A config reload (file change or SIGHUP) is applied between two cycles, whole:
+each component is handed the new values, and those that read settings at use
+read them from the daemon's current config, so no component keeps what it was
+given at start. The few keys that cannot change in a running process are
+declared in `RESTART_REQUIRED`; the reload's log line names every changed key,
+as `applied` or under `restart_required_for` (config.keys derives the keys from
+the schema, so a new key falls on one side or the other, never in between).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 from typing import Any
@@ -21,7 +30,9 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
+from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
 from ai_scheduler.config import Config, ConfigError, ConfigWatcher
+from ai_scheduler.config.keys import changed_keys, within
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.binder import Binder
@@ -31,14 +42,25 @@ from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.informer import Informer
-from ai_scheduler.scheduler.metrics import Metrics, StateCollector
-from ai_scheduler.scheduler.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics, StateCollector
+from ai_scheduler.scheduler.plugins import build_filters, build_scores, reads_workloads, waits_for_other_pods
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard, JournalingBinder
 from ai_scheduler.scheduler.reservation import Reserver
 
 HOUSEKEEPING_SECONDS = 1.0
+# The config keys a reload cannot apply: they take effect at the next start, and a reload that finds them
+# different from what runs names them in `restart_required_for`. Every other key is applied at once.
+RESTART_REQUIRED: frozenset[str] = frozenset(
+    {
+        # /healthz, /readyz and /metrics stay where they were bound at start (where the probes look).
+        "server.port",
+        "server.bindAddress",
+        # Also sizes the API client's connection pool, which is made once, when the daemon connects.
+        "scheduling.bindConcurrency",
+    }
+)
 
 
 def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
@@ -88,6 +110,7 @@ class Scheduler:
             unschedulable_flush=settings.unschedulable_flush_seconds,
             queue_name_of=lambda pod: self.tenancy.tenant_of(pod).queue,
             sort_key=self.priorities.sort_key,
+            on_incoming=self.metrics.incoming,
         )
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         self.gang_scheduler: GangScheduler | None = None
@@ -105,6 +128,10 @@ class Scheduler:
         self.config_watcher: ConfigWatcher | None = None
         self.informers: dict[str, Informer[Any]] = {}
         self._gpu_problems: dict[str, str] = {}  # node -> the GPU report problem last logged
+        # What the restart-only keys (RESTART_REQUIRED) still run with, whatever reloads came since.
+        self._start_config = config
+        self._reconfigured = asyncio.Event()  # set by a reload: loops waiting on a period take the new one
+        self.priority_interval = config.scheduling.priority_refresh_seconds  # the period of the refresh loop
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
@@ -151,7 +178,7 @@ class Scheduler:
             self.client,
             self.feedback,
             self.log,
-            component=self.config.scheduler_name,
+            self.metrics,
         )
         binder.on_success = self._bound
         binder.on_failure = lambda pod, result: gang_scheduler.bind_failed(pod, result.message)
@@ -161,6 +188,7 @@ class Scheduler:
                 self._cache_sizes,
                 lambda: binder.in_flight,
                 self._gpu_allocation,
+                self.queue.pending_counts,
             )
         )
         if self.serve_http:
@@ -186,6 +214,15 @@ class Scheduler:
                 convert=PodRecord.from_api,
                 on_relist=self._on_relist,
             ),
+            # Namespace labels, for pod affinity terms' namespaceSelector.
+            "namespaces": Informer(
+                self.client,
+                "namespaces",
+                self._on_namespace_event,
+                self._replace_namespaces,
+                self.log,
+                on_relist=self._on_relist,
+            ),
             # Optional: without the PodGroup CRD, label-declared gangs still work.
             "podgroups": Informer(
                 self.client,
@@ -197,6 +234,7 @@ class Scheduler:
                 optional=True,
             ),
         }
+        self._watch_workloads(start=False)
         self._apply_api_settings()
         monitor = self.monitor = ApiMonitor(
             self.client,
@@ -272,10 +310,17 @@ class Scheduler:
         return self.monitor.ready_problem() if self.monitor is not None else ""
 
     def _apply_api_settings(self) -> None:
+        """The request timeout, for every request from now on, and the watches' idle bound: when that
+        changed, the open watches are ended and reopened from where they were (no relist), so that it
+        holds at once rather than from the informers' next watch, minutes later."""
         settings = self.config.scheduling
         self.client.request_timeout = settings.api_request_timeout_seconds
+        idle_changed = False
         for informer in self.informers.values():
+            idle_changed |= informer.watch_idle != settings.watch_idle_seconds
             informer.watch_idle = settings.watch_idle_seconds
+        if idle_changed:
+            self.client.end_watches()
 
     def _gpu_allocation(self) -> dict[str, dict[str, int]]:
         gpus = self.cache.gpus
@@ -329,6 +374,8 @@ class Scheduler:
             self._sync_queue(pod)
         if change.freed:
             self.queue.move_all("AssignedPodDelete")
+        elif change.placed:
+            self.queue.move_matching("AssignedPodAdd", waits_for_other_pods)
 
     def _replace_pods(self, pods: list[PodRecord]) -> None:
         changed, removed = self.cache.replace_pods(pods)
@@ -346,13 +393,53 @@ class Scheduler:
 
     def _sync_queue(self, pod: PodRecord) -> None:
         """Keep the queue equal to the set of our pending pods that are not already placed."""
-        if pod.scheduler_name in self.frameworks and pod.pending and not pod.gated:
+        if pod.scheduler_name in self.frameworks and pod.pending and pod.gated:
+            self.queue.gate(pod.uid)  # never tried until its gates go; counted as gated
+        elif pod.scheduler_name in self.frameworks and pod.pending:
             if not self.cache.is_assumed(pod.uid):
                 self.queue.add(pod)
         else:
             self.queue.delete(pod.uid)
             if self.feedback is not None and not pod.pending:
                 self.feedback.forget(pod.uid)
+
+    def _on_namespace_event(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        before = self.cache.namespace_version
+        self.cache.set_namespace(meta.get("name") or "", None if kind == "DELETED" else dict(labels))
+        if self.cache.namespace_version != before:
+            self.queue.move_matching("NamespaceChange", lambda pod: pod.pod_affinity.has_required)
+
+    def _replace_namespaces(self, items: list[dict[str, Any]]) -> None:
+        known = set(self.cache.namespace_labels)
+        for obj in items:
+            known.discard((obj.get("metadata") or {}).get("name") or "")
+            self._on_namespace_event("ADDED", obj)
+        for name in known:
+            self._on_namespace_event("DELETED", {"metadata": {"name": name}})
+
+    def _watch_workloads(self, *, start: bool) -> None:
+        """Informers for the Services, ReplicationControllers, ReplicaSets and StatefulSets whose selectors
+        PodTopologySpread's system default constraints read, once a profile scores with it (at start, or
+        from the reload that brings such a profile); kube-scheduler watches them for the same reason.
+        They run on if a later config drops the plugin (their cost is a few small objects)."""
+        if WORKLOAD_RESOURCES[0] in self.informers or not any(map(reads_workloads, self.config.profiles)):
+            return
+        workloads = self.cache.workloads
+        for resource in WORKLOAD_RESOURCES:
+            informer: Informer[dict[str, Any]] = Informer(
+                self.client,
+                resource,
+                functools.partial(workloads.apply, resource),
+                functools.partial(workloads.replace, resource),
+                self.log,
+                on_relist=self._on_relist,
+            )
+            informer.watch_idle = self.config.scheduling.watch_idle_seconds
+            self.informers[resource] = informer
+            if start:
+                self._tasks.append(asyncio.create_task(informer.run(), name=f"informer-{resource}"))
 
     def _on_podgroup_event(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
@@ -483,8 +570,8 @@ class Scheduler:
         self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str, extra: dict[str, Any]
     ) -> None:
         """Metrics and the decision log line: everything needed to understand and replay the attempt."""
-        self.metrics.attempts.labels(result, pod.scheduler_name).inc()
-        self.metrics.attempt_duration.labels(result).observe(decision.duration)
+        if result != "scheduled":  # a placement is counted once its binding succeeds (Binder), as kube does
+            self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, decision.duration)
         fields: dict[str, Any] = {
             "pod": pod.key,
             "uid": pod.uid,
@@ -521,9 +608,16 @@ class Scheduler:
         return fields
 
     async def _refresh_priorities(self) -> None:
-        """Priorities move with waiting time and usage: recompute them, re-sort only what moved."""
+        """Priorities move with waiting time and usage: recompute them, re-sort only what moved. A reload
+        (which refreshes them itself) cuts the wait short, so that a new period counts from then."""
         while True:
-            await asyncio.sleep(self.config.scheduling.priority_refresh_seconds)
+            self.priority_interval = self.config.scheduling.priority_refresh_seconds
+            self._reconfigured.clear()
+            try:
+                await asyncio.wait_for(self._reconfigured.wait(), self.priority_interval)
+                continue
+            except TimeoutError:
+                pass
             self.priorities.refresh(self.queue.pending())
             moved = self.queue.reprioritize()
             if moved and self.log.enabled("debug"):
@@ -550,37 +644,49 @@ class Scheduler:
 
     # ------------------------------------------------------------------ config reload
     def _apply_config(self, config: Config) -> None:
-        restart_only = [
-            key
-            for key, old, new in (
-                ("server", self.config.server, config.server),
-                (
-                    "scheduling.bindConcurrency",
-                    self.config.scheduling.bind_concurrency,
-                    config.scheduling.bind_concurrency,
-                ),
-            )
-            if old != new
-        ]
+        """Put a new config in force at once, all of it but the keys of RESTART_REQUIRED: every component
+        is handed the new values (none keeps a copy from the start). The log line names the keys changed
+        since the last config that took effect (`applied`), and those whose value in the file differs
+        from the one still running until a restart (`restart_required_for`), as dotted paths."""
+        applied = sorted(c.path for c in changed_keys(self.config, config) if not _needs_restart(c.key))
+        waiting = sorted(c.path for c in changed_keys(self._start_config, config) if _needs_restart(c.key))
+        settings = config.scheduling
         self.config = config
         self._apply_api_settings()
+        self.cache.set_assume_timeout(settings.assume_timeout_seconds)
         self.cache.gpus.staleness = config.gpu.staleness_seconds
-        self.reserver.backfill = config.scheduling.backfill
-        if not config.scheduling.reservation:
+        self.reserver.backfill = settings.backfill
+        if not settings.reservation:
             self.reserver.current = None
+        if self.gang_scheduler is not None:
+            self.gang_scheduler.reconfigure(settings)
+        if self.feedback is not None:
+            self.feedback.repeat_window = settings.event_repeat_seconds
+            self.feedback.component = config.scheduler_name
         self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
         self.priorities.reconfigure(config)
+        self.frameworks = build_frameworks(config, self.cache, self.rng)
+        self._watch_workloads(start=True)
+        # Pods of a profile that came or went join or leave the queue; the others are counted in the
+        # queue their namespace now gives them.
+        for state in list(self.cache.pods.values()):
+            if state.record.pending:
+                self._sync_queue(state.record)
+        self.queue.reconfigure(
+            initial_backoff=settings.initial_backoff_seconds,
+            max_backoff=settings.max_backoff_seconds,
+            unschedulable_flush=settings.unschedulable_flush_seconds,
+        )
         self.priorities.refresh(self.queue.pending())
         self.queue.reprioritize()
-        self.frameworks = build_frameworks(config, self.cache, self.rng)
-        if self.feedback is not None:
-            self.feedback.repeat_window = config.scheduling.event_repeat_seconds
+        self._reconfigured.set()
         self.metrics.config_reloads.labels("applied").inc()
         self.log.info(
             "config.reloaded",
             path=self.config_path,
             profiles=sorted(self.frameworks),
-            restart_required_for=restart_only,
+            applied=applied,
+            restart_required_for=waiting,
         )
         self.queue.move_all("ConfigReload")
 
@@ -599,6 +705,11 @@ class Scheduler:
             self.log.warning("config.reload_skipped", path=self.config_path, reason=reason)
             return
         self.config_watcher.reload()
+
+
+def _needs_restart(key: str) -> bool:
+    """Whether a change at this config key (a leaf, or an entry that holds leaves) waits for a restart."""
+    return any(within(leaf, key) for leaf in RESTART_REQUIRED)
 
 
 async def run_scheduler(

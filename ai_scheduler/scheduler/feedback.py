@@ -15,6 +15,11 @@ connection. A condition is retried only while it is still the one we mean to
 write; if it never lands, it is forgotten, so the pod's next attempt writes it
 again instead of believing it is there.
 
+Events speak as the profile that handled the pod: `source.component` and
+`reportingComponent` are the pod's schedulerName, as kube-scheduler's event
+recorder of each profile writes them (`component`, the top-level schedulerName,
+only for an event no profile is known for).
+
 Two reasons on the condition, as kube-scheduler gives them: `Unschedulable`
 when no node fits, `SchedulerError` when the attempt itself failed (a bug, an
 unexpected value) and the pod is retried with backoff. Messages are capped at
@@ -101,7 +106,13 @@ class Feedback:
     # ------------------------------------------------------------------ what the scheduler reports
     def scheduled(self, pod: PodRecord, node: str) -> None:
         self.forget(pod.uid)
-        self.event(pod_reference(pod), "Normal", "Scheduled", f"Successfully assigned {pod.key} to {node}")
+        self.event(
+            pod_reference(pod),
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {pod.key} to {node}",
+            component=pod.scheduler_name,
+        )
 
     def unschedulable(self, pod: PodRecord, message: str) -> None:
         """The PodScheduled=False condition when its text changes, and an aggregated FailedScheduling."""
@@ -119,10 +130,13 @@ class Feedback:
         if written != (reason, message):
             self._conditions[pod.uid] = (reason, message)
             self._submit("condition", pod, reason, message)
-        self.event(pod_reference(pod), "Warning", "FailedScheduling", message)
+        self.event(pod_reference(pod), "Warning", "FailedScheduling", message, component=pod.scheduler_name)
 
-    def event(self, involved: dict[str, Any], kind: str, reason: str, message: str) -> None:
-        """An event about any object, sent once and then aggregated per repeat window."""
+    def event(
+        self, involved: dict[str, Any], kind: str, reason: str, message: str, *, component: str = ""
+    ) -> None:
+        """An event about any object, sent once and then aggregated per repeat window; `component` is the
+        profile (schedulerName) reporting it, `self.component` if not given."""
         message = truncate(message)
         now = self._clock()
         by_reason = self._series.setdefault(involved.get("uid") or involved["name"], {})
@@ -130,7 +144,7 @@ class Feedback:
         if series is None:
             name = f"{involved['name']}.{uuid.uuid4().hex[:16]}"
             by_reason[reason] = _Series(name, 1, now)
-            self._submit("create", involved, kind, reason, message, name)
+            self._submit("create", involved, kind, reason, message, name, component or self.component)
             return
         series.count += 1
         if now - series.last_sent >= self.repeat_window:
@@ -190,7 +204,7 @@ class Feedback:
             del self._conditions[pod.uid]  # not written: the next attempt of the pod writes it again
 
     async def _create_event(
-        self, involved: dict[str, Any], kind: str, reason: str, message: str, name: str
+        self, involved: dict[str, Any], kind: str, reason: str, message: str, name: str, component: str
     ) -> None:
         now = rfc3339(millis=False)
         namespace = involved.get("namespace") or "default"
@@ -205,8 +219,8 @@ class Feedback:
             "count": 1,
             "firstTimestamp": now,
             "lastTimestamp": now,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
+            "source": {"component": component},
+            "reportingComponent": component,
         }
         for delay in RETRY_DELAYS:
             result = await self.client.create_event(namespace, event)

@@ -83,6 +83,13 @@ class GangScheduler:
         # raises, the scheduling loop's recovery puts them back (scheduler.recovery).
         self.holding: list[QueuedPod] = []
 
+    def reconfigure(self, settings: SchedulingSettings) -> None:
+        """A config reload: the timeout, the timeout backoff and the topology labels apply from the next
+        housekeeping tick and the next attempt; placement domains are rebuilt for new labels."""
+        if settings.gang_topology_labels != self.settings.gang_topology_labels:
+            self._domains = (-1, {})
+        self.settings = settings
+
     # ------------------------------------------------------------------ the cycle
     def schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> int:
         """Try the gang that `qp` belongs to; returns how many bindings were started."""
@@ -197,6 +204,7 @@ class GangScheduler:
             "Normal",
             "Scheduled",
             f"gang {gang.key}: {len(placements)} pods placed" + (f" in {domain}" if domain else ""),
+            component=self._profile(gang),
         )
         return len(placements), "admitted"
 
@@ -347,7 +355,9 @@ class GangScheduler:
                 reason=reason,
                 attempt=max(m.attempts for m in members),
             )
-            self.feedback.event(self._involved(gang), "Warning", "Unschedulable", reason)
+            self.feedback.event(
+                self._involved(gang), "Warning", "Unschedulable", reason, component=self._profile(gang)
+            )
 
     # ------------------------------------------------------------------ checks
     def _min_resources_shortfall(self, gang: Gang) -> str:
@@ -464,7 +474,9 @@ class GangScheduler:
                 backoff_s=backoff,
                 reason=message,
             )
-            self.feedback.event(self._involved(gang), "Warning", "Timeout", message)
+            self.feedback.event(
+                self._involved(gang), "Warning", "Timeout", message, component=self._profile(gang)
+            )
             self.queue.move_all("GangTimeout")
 
     def bind_failed(self, pod: PodRecord, message: str) -> None:
@@ -476,7 +488,9 @@ class GangScheduler:
         if failures >= MAX_BIND_FAILURES and not gang.failed_reason:
             gang.failed_reason = f"member {pod.key} could not be bound after {failures} attempts: {message}"
             self.log.error("gang.failed", gang=gang.key, pod=pod.key, reason=gang.failed_reason)
-            self.feedback.event(self._involved(gang), "Warning", "Failed", gang.failed_reason)
+            self.feedback.event(
+                self._involved(gang), "Warning", "Failed", gang.failed_reason, component=pod.scheduler_name
+            )
 
     def bound(self, pod: PodRecord) -> None:
         gang = self.registry.gang_of(pod)
@@ -489,6 +503,14 @@ class GangScheduler:
                 and not any(gang.bind_failures.values())
             ):
                 gang.failed_reason = ""  # completed after all: the failure is history
+
+    def _profile(self, gang: Gang) -> str:
+        """The schedulerName of the gang's pods ('' when none is known): its events speak as that profile."""
+        for uid in gang.members:
+            state = self.cache.pod_state(uid)
+            if state is not None:
+                return state.record.scheduler_name
+        return ""
 
     def _involved(self, gang: Gang) -> dict[str, Any]:
         """The object a gang's events are about: its PodGroup, or for label gangs its first member."""

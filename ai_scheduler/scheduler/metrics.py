@@ -1,4 +1,33 @@
-"""Prometheus metrics (names start with `ai_scheduler_`), one registry per scheduler instance."""
+"""Prometheus metrics, one registry per scheduler instance.
+
+What kube-scheduler also measures carries kube-scheduler's name, label names and
+bucket boundaries (v1.36, pkg/scheduler/metrics), so that dashboards and alerts
+written for it work unchanged:
+
+- `scheduler_schedule_attempts_total{result,profile}` and
+  `scheduler_scheduling_attempt_duration_seconds{result,profile}`: one per
+  attempt, `result` is `scheduled`, `unschedulable` or `error`. As in
+  kube-scheduler, a placement counts as `scheduled` only once its binding has
+  succeeded (the duration runs from the start of the cycle to the end of the
+  binding), and a binding refused by the API server counts as `error`.
+  `profile` is the profile's schedulerName.
+- `scheduler_pod_scheduling_sli_duration_seconds{attempts}`: from the pod's
+  first entry into the active queue to its binding, and
+  `scheduler_pod_scheduling_attempts`: attempts a bound pod took.
+- `scheduler_pending_pods{queue}`: `active`, `backoff`, `unschedulable`, and
+  `gated` (pods of ours with schedulingGates, which are never tried).
+- `scheduler_queue_incoming_pods_total{queue,event}`: pods put into a sub-queue,
+  by the event that put them there (kube-scheduler's event labels:
+  `UnschedulablePodAdd`, `ScheduleAttemptFailure`, `BackoffComplete`, `NodeAdd`, ...).
+- `scheduler_preemption_attempts_total` (every PostFilter run) and
+  `scheduler_preemption_victims` (victims of each preemption carried out).
+- `scheduler_cache_size{type}`: nodes, pods and assumed pods in the cache.
+
+Everything else (tenant queues, GPUs, gangs, bindings, API errors, relists,
+config reloads) is ours and named `ai_scheduler_*`. Gauges are read from live
+state at scrape time (`StateCollector`), so the hot path never updates them;
+counters on the hot path (queue transitions) go through cached label children.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +37,36 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+
+def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
+    """component-base's metrics.ExponentialBuckets: `count` bounds, each `factor` times the one before."""
+    buckets = []
+    for _ in range(count):
+        buckets.append(start)
+        start *= factor
+    return tuple(buckets)
+
+
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+# kube-scheduler's boundaries (pkg/scheduler/metrics/metrics.go, v1.36).
+ATTEMPT_DURATION_BUCKETS = exponential_buckets(0.001, 2, 15)  # 1 ms .. 16.384 s
+SLI_DURATION_BUCKETS = exponential_buckets(0.01, 2, 20)  # 10 ms .. ~87 min
+POD_ATTEMPTS_BUCKETS = exponential_buckets(1, 2, 5)  # 1 .. 16
+PREEMPTION_VICTIMS_BUCKETS = exponential_buckets(1, 2, 7)  # 1 .. 64
+
+# `result` of scheduler_schedule_attempts_total (kube-scheduler's metrics.ScheduledResult, ...).
+SCHEDULED = "scheduled"
+UNSCHEDULABLE = "unschedulable"
+ERROR = "error"
+# `queue` of scheduler_pending_pods
+PENDING_QUEUES = ("active", "backoff", "unschedulable", "gated")
+MAX_ATTEMPTS_LABEL = 15  # kube-scheduler's getAttemptsLabel: 1 .. 14, then "15+"
+
+
+def attempts_label(attempts: int) -> str:
+    """The `attempts` label of the SLI histogram, capped as kube-scheduler caps it."""
+    return f"{MAX_ATTEMPTS_LABEL}+" if attempts >= MAX_ATTEMPTS_LABEL else str(attempts)
 
 
 class StateCollector(Collector):
@@ -21,23 +78,39 @@ class StateCollector(Collector):
         cache_sizes: Callable[[], dict[str, int]],
         binds_in_flight: Callable[[], int],
         gpus: Callable[[], dict[str, dict[str, int]]],
+        queue_pending: Callable[[], dict[str, int]],
     ) -> None:
         self._pending = pending
         self._cache_sizes = cache_sizes
         self._binds_in_flight = binds_in_flight
         self._gpus = gpus
+        self._queue_pending = queue_pending
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        by_queue = self._queue_pending()
+        kube_pending = GaugeMetricFamily(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' "
+            "means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods "
+            "that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable "
+            "pods that the scheduler never attempted to schedule because they are gated.",
+            labels=["queue"],
+        )
+        for queue in PENDING_QUEUES:
+            kube_pending.add_metric([queue], by_queue.get(queue, 0))
+        yield kube_pending
         pending = GaugeMetricFamily(
             "ai_scheduler_pending_pods",
-            "Pods waiting to be scheduled, by queue and state",
+            "Pods waiting to be scheduled, by tenant queue and state",
             labels=["queue", "state"],
         )
         for (queue, state), count in sorted(self._pending().items()):
             pending.add_metric([queue, state], count)
         yield pending
         sizes = GaugeMetricFamily(
-            "ai_scheduler_cache_size", "Objects in the scheduler cache", labels=["type"]
+            "scheduler_cache_size",
+            "Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+            labels=["type"],
         )
         for kind, count in sorted(self._cache_sizes().items()):
             sizes.add_metric([kind], count)
@@ -89,25 +162,52 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # ---- kube-scheduler's (names, labels and buckets as in v1.36)
         self.attempts = Counter(
-            "ai_scheduler_schedule_attempts",
-            "Scheduling attempts by result and profile",
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be "
+            "scheduled, while 'error' means an internal scheduler problem.",
             ["result", "profile"],
             registry=r,
         )
         self.attempt_duration = Histogram(
-            "ai_scheduler_scheduling_attempt_duration_seconds",
-            "Time of one scheduling cycle (filter, score, select)",
-            ["result"],
-            buckets=CYCLE_BUCKETS,
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            ["result", "profile"],
+            buckets=ATTEMPT_DURATION_BUCKETS,
             registry=r,
         )
-        self.e2e_latency = Histogram(
-            "ai_scheduler_e2e_scheduling_duration_seconds",
-            "From a pod entering the queue to its binding succeeding",
-            buckets=LATENCY_BUCKETS,
+        self.sli_duration = Histogram(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and "
+            "might involve multiple scheduling attempts.",
+            ["attempts"],
+            buckets=SLI_DURATION_BUCKETS,
             registry=r,
         )
+        self.pod_attempts = Histogram(
+            "scheduler_pod_scheduling_attempts",
+            "Number of attempts to successfully schedule a pod.",
+            buckets=POD_ATTEMPTS_BUCKETS,
+            registry=r,
+        )
+        self.preemption_attempts = Counter(
+            "scheduler_preemption_attempts", "Total preemption attempts in the cluster till now", registry=r
+        )
+        self.preemption_victims = Histogram(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            buckets=PREEMPTION_VICTIMS_BUCKETS,
+            registry=r,
+        )
+        self.queue_incoming = Counter(
+            "scheduler_queue_incoming_pods",
+            "Number of pods added to scheduling queues by event and queue type.",
+            ["queue", "event"],
+            registry=r,
+        )
+        self._incoming: dict[tuple[str, str], Counter] = {}  # label children, for the queue's hot path
+        # ---- ours
         self.gang_attempt_duration = Histogram(
             "ai_scheduler_gang_attempt_duration_seconds",
             "Time of one gang attempt (all members tried together), by outcome",
@@ -142,6 +242,25 @@ class Metrics:
         self.config_reloads = Counter(
             "ai_scheduler_config_reloads", "Config file reloads by result", ["result"], registry=r
         )
+
+    def attempt(self, result: str, profile: str, seconds: float) -> None:
+        """One scheduling attempt ended with `result` (SCHEDULED, UNSCHEDULABLE or ERROR) after `seconds`."""
+        self.attempts.labels(result, profile).inc()
+        self.attempt_duration.labels(result, profile).observe(seconds)
+
+    def scheduled(self, profile: str, seconds: float, since_queued: float, attempts: int) -> None:
+        """A pod's binding succeeded: `seconds` since its last cycle began, `since_queued` since it first
+        entered the active queue, after `attempts` attempts (kube-scheduler's bindingCycle metrics)."""
+        self.attempt(SCHEDULED, profile, seconds)
+        self.pod_attempts.observe(attempts)
+        self.sli_duration.labels(attempts_label(attempts)).observe(since_queued)
+
+    def incoming(self, queue: str, event: str) -> None:
+        """A pod was put into the scheduling queue's `queue` (active, backoff, unschedulable) by `event`."""
+        child = self._incoming.get((queue, event))
+        if child is None:
+            child = self._incoming[(queue, event)] = self.queue_incoming.labels(queue, event)
+        child.inc()
 
     def watch_state(self, collector: Collector) -> None:
         """Register gauges that are read from live state at scrape time."""

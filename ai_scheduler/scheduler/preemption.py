@@ -17,7 +17,13 @@ priority victims — kube-scheduler's order: lowest highest-victim priority,
 then fewest victims, then lowest sum of priorities. The victims get the
 `DisruptionTarget` condition and a `Preempted` event naming the preemptor and
 are deleted gracefully; the preemptor is nominated to the node, whose freed
-room is held for it (other pods see it as taken) until it is placed.
+room is held for it (other pods see it as taken) until it is placed. Both the
+condition's message and the event speak as the preemptor's profile (its
+schedulerName), as kube-scheduler's do.
+
+Every `plan()` is one PostFilter run, counted in
+`scheduler_preemption_attempts_total` whatever it finds; every preemption
+carried out observes its number of victims in `scheduler_preemption_victims`.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
 from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.scheduler.cycle import Framework, resourceless
 from ai_scheduler.scheduler.feedback import Feedback, pod_reference
+from ai_scheduler.scheduler.metrics import Metrics
 
 NOMINATION_SECONDS = 300.0  # a nomination not used by then is dropped, and the room freed for others
 RECENT_VICTIM_SECONDS = 300.0  # a preempted workload's pods keep off the node it was preempted from
@@ -65,7 +72,7 @@ class Preemptor:
         client: KubeClient,
         feedback: Feedback,
         logger: JsonLogger,
-        component: str,
+        metrics: Metrics,
     ) -> None:
         self.cache = cache
         self.tenancy = tenancy
@@ -73,7 +80,7 @@ class Preemptor:
         self.client = client
         self.feedback = feedback
         self.log = logger
-        self.component = component
+        self.metrics = metrics
         self._nominated_at: dict[str, float] = {}
         self._recent_victims: dict[str, tuple[str, float]] = {}  # workload -> (node, when)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -81,6 +88,7 @@ class Preemptor:
     # ------------------------------------------------------------------ choosing
     def plan(self, pod: PodRecord, framework: Framework) -> Plan | None:
         """The best node and victims for `pod`, or None when preemption cannot help."""
+        self.metrics.preemption_attempts.inc()
         if not pod.preempts or pod.uid in self.cache.nominations:
             return None  # preemptionPolicy Never, or victims of an earlier preemption are still leaving
         reclaiming = self._below_min(pod)
@@ -188,6 +196,7 @@ class Preemptor:
 
     # ------------------------------------------------------------------ acting
     def execute(self, pod: PodRecord, plan: Plan) -> None:
+        self.metrics.preemption_victims.observe(len(plan.victims))
         self.cache.nominate(pod, plan.node)
         now = time.monotonic()
         self._nominated_at[pod.uid] = now
@@ -211,9 +220,9 @@ class Preemptor:
         task.add_done_callback(self._tasks.discard)
 
     async def _evict(self, pod: PodRecord, plan: Plan) -> None:
-        message = f"{self.component}: preempting to accommodate a higher priority pod {pod.key}"
+        message = f"{pod.scheduler_name}: preempting to accommodate a higher priority pod {pod.key}"
         if plan.reason == "reclaim":
-            message = f"{self.component}: reclaiming the guaranteed quota of {pod.key}'s group"
+            message = f"{pod.scheduler_name}: reclaiming the guaranteed quota of {pod.key}'s group"
         await self.client.patch_pod_status(
             pod.namespace, pod.name, {"status": {"nominatedNodeName": plan.node}}
         )
@@ -229,7 +238,11 @@ class Preemptor:
                 victim.namespace, victim.name, {"status": {"conditions": [condition]}}
             )
             self.feedback.event(
-                pod_reference(victim), "Normal", "Preempted", f"Preempted by {pod.key} on node {plan.node}"
+                pod_reference(victim),
+                "Normal",
+                "Preempted",
+                f"Preempted by {pod.key} on node {plan.node}",
+                component=pod.scheduler_name,
             )
             result = await self.client.delete_pod(victim.namespace, victim.name)
             if not result.ok and result.status != 404:

@@ -19,11 +19,13 @@ the gang members it took (`GangScheduler.holding`):
 - every other pod goes back to the queue with backoff, and is told why;
 
 and the error is logged with its traceback and counted as an attempt with
-result `error`. The loop then goes on with the next pod.
+result `error` (`scheduler_schedule_attempts_total`, with the time since the
+cycle began). The loop then goes on with the next pod.
 """
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +39,7 @@ from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang import GangScheduler
-from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.metrics import ERROR, Metrics
 
 TRACEBACK_FRAMES = 12  # innermost frames of a cycle's exception kept in the log
 
@@ -81,12 +83,13 @@ class CycleGuard:
     def run(self, qp: QueuedPod, cycle: Callable[[QueuedPod], None]) -> None:
         """Run one cycle for the popped pod; whatever it raises is recovered from here."""
         self.binder.handed.clear()
+        started = time.perf_counter()
         try:
             cycle(qp)
         except Exception as exc:
-            self.recover(qp, exc)
+            self.recover(qp, exc, started)
 
-    def recover(self, qp: QueuedPod, exc: Exception) -> None:
+    def recover(self, qp: QueuedPod, exc: Exception, started: float) -> None:
         held = [qp, *(member for member in self.gangs.holding if member is not qp)]
         self.gangs.holding = []
         message = failure_message(exc)
@@ -105,7 +108,7 @@ class CycleGuard:
             try:
                 if self.queue.requeue(member, unschedulable=False, reason=message):
                     retried.append(pod.key)
-                    self.metrics.attempts.labels("error", pod.scheduler_name).inc()
+                    self.metrics.attempt(ERROR, pod.scheduler_name, time.perf_counter() - started)
                     self.feedback.error(pod, message)
             except Exception as nested:
                 self._recovery_failed(pod, "retry", nested)

@@ -106,10 +106,12 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
              affinity: dict[str, Any] | None = None, node_name: str | None = None,
              init_containers: list[dict[str, Any]] | None = None,
              overhead: dict[str, str] | None = None,
-             ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+             ports: list[dict[str, Any]] | None = None,
+             topology_spread: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A one-container Pod ("main", busybox); `duration` makes the simulated kubelet finish it.
 
-    `ports` are the container's ContainerPorts, e.g. `[{"containerPort": 8080, "hostPort": 8080}]`.
+    `ports` are the container's ContainerPorts, e.g. `[{"containerPort": 8080, "hostPort": 8080}]`;
+    `topology_spread` its `topologySpreadConstraints`.
     """
     requests: dict[str, str] = {}
     if cpu is not None:
@@ -145,6 +147,8 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
         spec["initContainers"] = list(init_containers)
     if overhead:
         spec["overhead"] = dict(overhead)
+    if topology_spread:
+        spec["topologySpreadConstraints"] = [dict(c) for c in topology_spread]
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         metadata["labels"] = dict(labels)

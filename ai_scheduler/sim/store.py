@@ -109,6 +109,12 @@ DEFAULT_TYPES: tuple[ResourceType, ...] = (
     # Kept, not enforced: pods may name a namespace that was never created, and no controller runs Jobs.
     ResourceType("namespaces", "Namespace", namespaced=False, has_status=True),
     ResourceType("jobs", "Job", "batch", "v1", has_status=True),
+    # Kept, not acted on (no controller creates their pods): PodTopologySpread's default constraints read
+    # their selectors.
+    ResourceType("services", "Service", has_status=True),
+    ResourceType("replicationcontrollers", "ReplicationController", has_status=True),
+    ResourceType("replicasets", "ReplicaSet", "apps", "v1", has_status=True),
+    ResourceType("statefulsets", "StatefulSet", "apps", "v1", has_status=True),
 )
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config, Profile
 from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
 from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
+from ai_scheduler.scheduler.plugins.inter_pod_affinity import InterPodAffinityFilter, InterPodAffinityScore
 from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
 from ai_scheduler.scheduler.plugins.node_name import NodeName
 from ai_scheduler.scheduler.plugins.node_ports import NodePorts
 from ai_scheduler.scheduler.plugins.node_ready import NodeReady
 from ai_scheduler.scheduler.plugins.node_unschedulable import NodeUnschedulable
+from ai_scheduler.scheduler.plugins.pod_topology_spread import PodTopologySpreadFilter, PodTopologySpreadScore
 from ai_scheduler.scheduler.plugins.resource_allocation import (
     BalancedAllocation,
     LeastAllocated,
@@ -32,6 +35,8 @@ FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
         config.gpu.staleness_seconds,
         spread=any(s.name == "GPUSpread" and s.weight > 0 for s in profile.scores),
     ),
+    "InterPodAffinity": lambda _config, _profile: InterPodAffinityFilter(),
+    "PodTopologySpread": lambda _config, _profile: PodTopologySpreadFilter(),
 }
 
 SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
@@ -43,6 +48,8 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "GPUBinpack": lambda weight, _resources: GpuBinpack(weight),
     "GPUSpread": lambda weight, _resources: GpuSpread(weight),
     "GPUAvoidance": lambda weight, _resources: GpuAvoidance(weight),
+    "InterPodAffinity": lambda weight, _resources: InterPodAffinityScore(weight),
+    "PodTopologySpread": lambda weight, _resources: PodTopologySpreadScore(weight),
 }
 
 
@@ -53,3 +60,17 @@ def build_filters(config: Config, profile: Profile) -> list[FilterPlugin]:
 
 def build_scores(profile: Profile) -> list[ScorePlugin]:
     return [SCORES[spec.name](spec.weight, spec.resources) for spec in profile.scores]
+
+
+def reads_workloads(profile: Profile) -> bool:
+    """Whether the profile scores with PodTopologySpread, whose system default constraints read the
+    selectors of Services, ReplicationControllers, ReplicaSets and StatefulSets (the daemon watches them)."""
+    return any(spec.name == "PodTopologySpread" and spec.weight > 0 for spec in profile.scores)
+
+
+def waits_for_other_pods(pod: PodRecord) -> bool:
+    """Whether a pod that did not fit may fit once another pod is bound (kube's queueing hint for
+    AssignedPodAdd): only pods with required pod affinity, or with DoNotSchedule topology spread
+    constraints (a pod placed in the least crowded domain raises the minimum the skew is taken from),
+    can gain from more pods being placed."""
+    return bool(pod.pod_affinity.required_affinity or pod.spread.hard)
