@@ -7,6 +7,21 @@ the GPUs left partly used, the share of free GPU memory stranded on them, and
 how many whole 8-GPU and 4-GPU (one NVLink island) pods would still fit.
 
     python benchmarks/gpu_packing.py --nodes 32 --pods 400 --seeds 5
+
+`--workload large` (issue 13): device-plugin GPU nodes (8 x `nvidia.com/gpu`,
+96 cores) next to CPU-only nodes (64 cores), and a mix of CPU-only pods, small
+GPU pods (1-2 GPUs) and large ones (8 GPUs with 64-80 cores). It compares
+whole profiles that differ only in their resource scorer: the default
+(NodeResourcesGPUAware: spread on CPU nodes, pack on GPU nodes), the default
+before issue 13 (NodeResourcesLeastAllocated), and NodeResourcesMostAllocated;
+each with ties among the best nodes broken at random and by node order
+(scheduling.tieBreak). Counted: pods placed and refused by kind, the large
+pods refused while some node still had 8 free GPUs (stranded: its cpu or
+memory was gone) and the arrival at which that first happened (the number of
+pods when it never did), and the mean share of GPUs in use, sampled at every
+arrival.
+
+    python benchmarks/gpu_packing.py --workload large --gpu-nodes 16 --cpu-nodes 8 --pods 400 --seeds 7
 """
 
 from __future__ import annotations
@@ -29,10 +44,19 @@ from ai_scheduler.cache.gpus import (
     UPDATED_ANNOTATION,
 )
 from ai_scheduler.cache.records import NodeRecord, PodRecord
-from ai_scheduler.config import parse_config
+from ai_scheduler.config import default_config, parse_config
+from ai_scheduler.config.schema import DEFAULT_SCORE_RESOURCES
 from ai_scheduler.log import rfc3339
+from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.daemon import build_frameworks
-from ai_scheduler.scheduler.plugins.gpu import nvlink_islands
+from ai_scheduler.scheduler.framework import ScorePlugin
+from ai_scheduler.scheduler.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU, nvlink_islands
+from ai_scheduler.scheduler.plugins.resource_allocation import (
+    GpuAwareAllocation,
+    LeastAllocated,
+    MostAllocated,
+)
 
 GIB = 2**30
 ISLANDS = [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -135,14 +159,165 @@ def place(policy: str, nodes: int, requests: list[dict[str, str]], seed: int) ->
     }
 
 
+GPU_NODE = {"cpu": "96", "memory": "768Gi", DEVICE_PLUGIN_GPU: "8", "pods": "250"}
+CPU_NODE = {"cpu": "64", "memory": "256Gi", "pods": "250"}
+GPU_NODE_GPUS = 8
+Request = tuple[str, int, int, int]  # kind, cores, GiB of memory, GPUs
+
+
+def plain_node(name: str, allocatable: dict[str, str]) -> NodeRecord:
+    return NodeRecord.from_api(
+        {
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+            "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+
+
+def large_workload(count: int, rng: random.Random) -> list[Request]:
+    """(kind, cores, GiB, GPUs): 65% CPU-only pods of 2-32 cores, 25% GPU pods of 1-2 GPUs with 4-8 cores
+    and 32 GiB per GPU, 10% large pods of 8 GPUs with 64-80 cores and 512 GiB."""
+    pods = []
+    for _ in range(count):
+        draw = rng.random()
+        if draw < 0.65:
+            cores = rng.choice([2, 4, 8, 16, 32])
+            pods.append(("cpu", cores, 4 * cores, 0))
+        elif draw < 0.9:
+            gpus = rng.choice([1, 1, 2])
+            pods.append(("small", gpus * rng.choice([4, 8]), 32 * gpus, gpus))
+        else:
+            pods.append(("large", rng.choice([64, 72, 80]), 512, GPU_NODE_GPUS))
+    return pods
+
+
+def profile_scores(name: str) -> list[ScorePlugin]:
+    """The default profile's scores, or those with the old default's resource scorer (LeastAllocated, before
+    issue 13) or with MostAllocated in its place."""
+    scores = build_scores(default_config().profiles[0])
+    if name == "new-default":
+        return scores
+    resource_scorer = LeastAllocated if name == "old-default" else MostAllocated
+    result: list[ScorePlugin] = []
+    for plugin in scores:
+        if isinstance(plugin, GpuAwareAllocation):
+            result.append(resource_scorer(plugin.weight, DEFAULT_SCORE_RESOURCES))
+        else:
+            result.append(plugin)
+    return result
+
+
+def place_large(
+    profile: str, tie_break: str, args: argparse.Namespace, requests: list[Request], seed: int
+) -> dict[str, Any]:
+    config = default_config()
+    cache = SchedulerCache()
+    for i in range(args.gpu_nodes):
+        cache.set_node(plain_node(f"gpu{i}", GPU_NODE))
+    for i in range(args.cpu_nodes):
+        cache.set_node(plain_node(f"cpu{i}", CPU_NODE))
+    framework = Framework(
+        config.scheduler_name,
+        build_filters(config, config.profiles[0]),
+        profile_scores(profile),
+        cache,
+        rng=random.Random(seed),
+        tie_break=tie_break,
+    )
+    gpu_col = cache.column(DEVICE_PLUGIN_GPU)
+    total_gpus = args.gpu_nodes * GPU_NODE_GPUS
+    rng = random.Random(seed + 1)
+    running: list[PodRecord] = []
+    placed = {"cpu": 0, "small": 0, "large": 0}
+    refused = {"cpu": 0, "small": 0, "large": 0}
+    stranded = 0
+    first_stranded = len(requests)  # the arrival at which a large pod first found 8 free GPUs but no room
+    gpu_use: list[float] = []
+    started = time.perf_counter()
+    for i, (kind, cores, gib, gpus) in enumerate(requests):
+        if running and rng.random() < args.finish:  # a running pod finishes
+            cache.remove_pod(running.pop(rng.randrange(len(running))).uid)
+        gpu_use.append(float(cache.requested[:, gpu_col].sum()) / total_gpus)
+        wanted = {"cpu": str(cores), "memory": f"{gib}Gi"}
+        limits = {DEVICE_PLUGIN_GPU: str(gpus)} if gpus else {}
+        if gpus:
+            wanted[DEVICE_PLUGIN_GPU] = str(gpus)
+        pod = PodRecord.from_api(
+            {
+                "metadata": {"name": f"p{i}", "namespace": "ml", "uid": f"u{i}"},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": wanted, "limits": limits}}]},
+            }
+        )
+        decision = framework.schedule(pod)
+        if decision.node is None:
+            refused[kind] += 1
+            free_gpus = cache.allocatable[:, gpu_col] - cache.requested[:, gpu_col]
+            if kind == "large" and bool((free_gpus[cache.valid] >= GPU_NODE_GPUS).any()):
+                stranded += 1
+                first_stranded = min(first_stranded, i)
+            continue
+        cache.assume(pod, decision.node)
+        running.append(pod)
+        placed[kind] += 1
+    elapsed = time.perf_counter() - started
+    return {
+        "placed": sum(placed.values()),
+        "refused": sum(refused.values()),
+        **{f"{kind}_placed": count for kind, count in placed.items()},
+        **{f"{kind}_refused": count for kind, count in refused.items()},
+        "large_refused_with_8_free_gpus": stranded,
+        "first_such_refusal_at_pod": first_stranded,
+        "mean_gpus_in_use_pct": round(100 * statistics.mean(gpu_use), 1),
+        "ms_per_pod": round(elapsed * 1000 / len(requests), 3),
+    }
+
+
+def main_large(args: argparse.Namespace) -> None:
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for seed in range(args.seeds):
+        requests = large_workload(args.pods, random.Random(seed))
+        for profile in ("old-default", "new-default", "most-allocated"):
+            for tie_break in ("random", "nodeOrder"):
+                runs.setdefault(f"{profile}/{tie_break}", []).append(
+                    place_large(profile, tie_break, args, requests, seed)
+                )
+    summary = {
+        name: {key: statistics.median(run[key] for run in results) for key in results[0]}
+        for name, results in runs.items()
+    }
+    print(
+        json.dumps(
+            {
+                "workload": "large",
+                "gpu_nodes": args.gpu_nodes,
+                "cpu_nodes": args.cpu_nodes,
+                "pods": args.pods,
+                "finish": args.finish,
+                "seeds": args.seeds,
+                "median": summary,
+            },
+            indent=2,
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument("--workload", choices=("shares", "large"), default="shares")
+    parser.add_argument("--nodes", type=int, default=32, help="managed GPU nodes (shares)")
+    parser.add_argument("--gpu-nodes", type=int, default=16, help="device-plugin GPU nodes (large)")
+    parser.add_argument("--cpu-nodes", type=int, default=8, help="nodes without GPUs (large)")
+    parser.add_argument(
+        "--finish", type=float, default=0.35, help="chance that a running pod ends per arrival (large)"
+    )
     parser.add_argument("--pods", type=int, default=400)
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
+    if args.workload == "large":
+        main_large(args)
+        return
     results: dict[str, list[dict[str, Any]]] = {"binpack": [], "spread": []}
     for seed in range(args.seeds):
         requests = workload(args.pods, random.Random(seed))

@@ -145,6 +145,8 @@ RESOURCES = {
     "events": "/api/v1/events",
     "podgroups": "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
+    "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
+    "persistentvolumes": "/api/v1/persistentvolumes",
 }
 
 
@@ -399,7 +401,8 @@ class KubeCluster:
 
 
 def reset_cluster(plane: ControlPlane) -> None:
-    """Remove what a test made: pods (at once), nodes, PodGroups, events, its PriorityClasses. Namespaces
+    """Remove what a test made: pods (at once), nodes, PodGroups, events, claims, volumes, StorageClasses,
+    CSINodes, its PriorityClasses. Namespaces
     stay (empty): one being deleted refuses new pods until its controller is done."""
     _, body = plane.request("GET", "/api/v1/namespaces")
     namespaces = [n["metadata"]["name"] for n in body.get("items", [])]
@@ -408,12 +411,17 @@ def reset_cluster(plane: ControlPlane) -> None:
             continue
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
         plane.request("DELETE", f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups")
+        plane.request("DELETE", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/events")
+        plane.request("DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")
     plane.request(
         "DELETE",
         f"/api/v1/namespaces/kube-system/pods?gracePeriodSeconds=0&labelSelector={AGENT_POD_LABEL}%3Dagent",
     )
     plane.request("DELETE", "/api/v1/nodes")
+    plane.request("DELETE", "/api/v1/persistentvolumes")
+    plane.request("DELETE", "/apis/storage.k8s.io/v1/storageclasses")
+    plane.request("DELETE", "/apis/storage.k8s.io/v1/csinodes")
     _, body = plane.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
     for item in body.get("items", []):
         name = item["metadata"]["name"]

@@ -56,7 +56,7 @@ def test_defaults_match_the_spec() -> None:
             "ai-scheduler",
             FILTER_PLUGINS,
             (
-                ScoreSpec("NodeResourcesLeastAllocated", 1, {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}),
+                ScoreSpec("NodeResourcesGPUAware", 1, {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}),
                 ScoreSpec("NodeAffinity", 2, {}),
                 ScoreSpec("TaintToleration", 3, {}),
                 ScoreSpec("GPUBinpack", 3, {}),
@@ -74,6 +74,7 @@ def test_defaults_match_the_spec() -> None:
         unschedulable_flush_seconds=300,
         event_repeat_seconds=300,
         percentage_of_nodes_to_score=0,
+        tie_break="random",
         backfill=True,
         priority_refresh_seconds=5,
     )
@@ -97,14 +98,16 @@ def test_policy_factor_names() -> None:
 
 def test_plugin_name_constants() -> None:
     assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
-                              "NodeAffinity", "NodePorts", "NodeResourcesFit", "GPU", "PodTopologySpread",
+                              "NodeAffinity", "NodePorts", "NodeResourcesFit", "GPU", "VolumeRestrictions",
+                              "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread",
                               "InterPodAffinity")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
-                             "NodeResourcesBalancedAllocation", "NodeAffinity", "TaintToleration",
+                             "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware", "NodeAffinity",
+                             "TaintToleration",
                              "GPUBinpack", "GPUSpread", "GPUAvoidance", "PodTopologySpread",
                              "InterPodAffinity")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
-                      "NodeResourcesBalancedAllocation"}) == RESOURCE_SCORERS
+                      "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware"}) == RESOURCE_SCORERS
 
 
 def test_default_yaml_none_and_empty_mapping_agree() -> None:
@@ -161,7 +164,7 @@ def test_full_config() -> None:
         ],
         "scheduling": {"bindConcurrency": 8, "assumeTimeoutSeconds": 2.5, "initialBackoffSeconds": 0.5,
                        "maxBackoffSeconds": 0.5, "unschedulableFlushSeconds": 60, "eventRepeatSeconds": 0,
-                       "percentageOfNodesToScore": 50},
+                       "percentageOfNodesToScore": 50, "tieBreak": "nodeOrder"},
         "gpu": {"stalenessSeconds": 30},
         "server": {"port": 0, "bindAddress": "::1"},
         "queues": [{"name": "default"}],
@@ -178,7 +181,7 @@ def test_full_config() -> None:
     assert config.scheduler_names == frozenset({"gpu-scheduler", "binpack.example.com"})
     assert config.profile_for("binpack.example.com") is second
     assert config.profile_for("default-scheduler") is None
-    assert config.scheduling == SchedulingSettings(8, 2.5, 0.5, 0.5, 60, 0, 50)
+    assert config.scheduling == SchedulingSettings(8, 2.5, 0.5, 0.5, 60, 0, 50, "nodeOrder")
     assert isinstance(config.scheduling.assume_timeout_seconds, float)
     assert config.gpu.staleness_seconds == 30
     assert config.server == ServerSettings(0, "::1")
@@ -429,15 +432,15 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     ({"profiles": [{"scores": [{"weight": 1}]}]}, "profiles[0].scores[0].name", "is required"),
     ({"profiles": [{"scores": [{"name": "NodeResourcesFit"}]}]}, "profiles[0].scores[0].name",
      "unknown score plugin 'NodeResourcesFit'; known: NodeResourcesLeastAllocated, "
-     "NodeResourcesMostAllocated, NodeResourcesBalancedAllocation, NodeAffinity, TaintToleration, "
-     "GPUBinpack, GPUSpread, GPUAvoidance"),
+     "NodeResourcesMostAllocated, NodeResourcesBalancedAllocation, NodeResourcesGPUAware, NodeAffinity, "
+     "TaintToleration, GPUBinpack, GPUSpread, GPUAvoidance"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity"}, {"name": "NodeAffinity"}]}]},
      "profiles[0].scores[1].name", "duplicate score plugin 'NodeAffinity' (also profiles[0].scores[0])"),
     ({"profiles": [{"scores": ["NodeAffinity"]}]}, "profiles[0].scores[0]", "must be a mapping"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity", "resources": {"cpu": 1}}]}]},
      "profiles[0].scores[0].resources",
-     "only NodeResourcesBalancedAllocation, NodeResourcesLeastAllocated, NodeResourcesMostAllocated "
-     "take resources"),
+     "only NodeResourcesBalancedAllocation, NodeResourcesGPUAware, NodeResourcesLeastAllocated, "
+     "NodeResourcesMostAllocated take resources"),
     ({"profiles": [{"scores": [{"name": "NodeResourcesLeastAllocated",
                                  "resources": {"nvidia.com/gpu": 0}}]}]},
      "profiles[0].scores[0].resources['nvidia.com/gpu']", "must be an integer between 1 and 100, got 0"),
@@ -475,6 +478,9 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     ({"scheduling": {"percentageOfNodesToScore": -1}}, "scheduling.percentageOfNodesToScore",
      "must be an integer between 0 and 100, got -1"),
     ({"scheduling": {"percentageOfNodesToScore": 50.0}}, "scheduling.percentageOfNodesToScore", "got 50.0"),
+    ({"scheduling": {"tieBreak": "first"}}, "scheduling.tieBreak",
+     "must be one of random, nodeOrder, got 'first'"),
+    ({"scheduling": {"tieBreak": 1}}, "scheduling.tieBreak", "must be a string, got 1"),
     # gpu and server
     ({"gpu": {"stalenessSeconds": 0}}, "gpu.stalenessSeconds", "must be > 0, got 0"),
     ({"server": {"port": 65536}}, "server.port", "must be an integer between 0 and 65535, got 65536"),

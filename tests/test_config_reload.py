@@ -272,6 +272,15 @@ CASES: dict[str, Case] = {
         40,
         ((lambda s, _: {f.percentage for f in s.frameworks.values()}, lambda c, p: {value_at(c, p)}),),
     ),
+    "scheduling.tieBreak": Case(
+        "nodeOrder",
+        (
+            (
+                lambda s, _: {f.stable_ties for f in s.frameworks.values()},
+                lambda c, p: {value_at(c, p) == "nodeOrder"},
+            ),
+        ),
+    ),
     "scheduling.gangScheduleTimeoutSeconds": Case(
         33, scalar(lambda s, _: _gangs(s).settings.gang_schedule_timeout_seconds)
     ),

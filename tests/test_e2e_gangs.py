@@ -403,3 +403,43 @@ async def test_member_that_keeps_failing_to_bind_fails_the_group_until_it_binds(
     )
     assert [line["code"] for line in running.log_lines("bind.failed")] == [500, 500, 500]
     assert_not_overcommitted(cluster)
+
+
+async def test_gangs_with_affinity_to_themselves_land_each_in_one_zone(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """Members with required podAffinity to their own gang's label on the zone key: each member sees the
+    ones assumed before it, so a gang lands in one zone, and a gang that fits in no zone binds nothing."""
+    running = await start_scheduler()
+    zone = "topology.kubernetes.io/zone"
+    nodes = [
+        make_node(f"node-{z}{i}", cpu="4", memory="16Gi", labels={zone: z}) for z in "ab" for i in range(3)
+    ]
+
+    def zone_member(group: str, i: int) -> dict[str, Any]:
+        together = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {POD_GROUP_LABEL: group}}, "topologyKey": zone}]}}
+        return member(group, i, gpus=0, cpu="3", affinity=together)
+
+    def zones_of(group: str, size: int) -> set[str]:
+        return {stored_pod(cluster, f"{group}-{i}")["spec"]["nodeName"][5] for i in range(size)}
+
+    for name, size in (("pair", 2), ("trio", 3), ("quad", 4)):
+        assert (await api.create_podgroup(podgroup(name, size))).ok
+    await create_all(api, nodes, [zone_member("pair", i) for i in range(2)])
+    await wait_for(lambda: bound_count(cluster, "pair") == 2, what="the pair bound")
+    assert len(zones_of("pair", 2)) == 1, "both members in one zone"
+
+    # The pair's zone has one node left (3 cpu members take a node each): the trio must use the other zone.
+    await create_all(api, [], [zone_member("trio", i) for i in range(3)])
+    await wait_for(lambda: bound_count(cluster, "trio") == 3, what="the trio bound")
+    assert len(zones_of("trio", 3)) == 1 and zones_of("trio", 3) != zones_of("pair", 2)
+
+    await create_all(api, [], [zone_member("quad", i) for i in range(4)])
+    await wait_for(
+        lambda: all(pod_condition(cluster, f"quad-{i}").get("reason") == "Unschedulable" for i in range(4)),
+        what="every quad member told it is unschedulable",
+    )
+    await asyncio.sleep(0.3)
+    assert bound_count(cluster, "quad") == 0, "no member of a gang that fits in no zone is bound"
+    assert running.scheduler.cache.check_consistency() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from typing import Any
 
@@ -10,17 +11,24 @@ import pytest
 from backends import Cluster
 from conftest import StartScheduler, create_all, fast_config, owner_job, wait_for
 from test_e2e_gangs import member, podgroup
-from test_e2e_scheduling import assert_not_overcommitted, pod_condition
+from test_e2e_scheduling import assert_not_overcommitted, events_for, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.scheduler.daemon import Scheduler
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.scheduler.preemption import NO_VICTIMS, NOT_ELIGIBLE_NEVER
+from ai_scheduler.sim import SimApiServer, make_node, make_pdb, make_pod
+
+HOSTNAME = "kubernetes.io/hostname"
 
 
 def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
     return [e for e in cluster.store.list("events") if e["reason"] == reason]
+
+
+def unschedulable(cluster: Cluster, name: str) -> bool:
+    return pod_condition(cluster, name).get("reason") == "Unschedulable"
 
 
 def node_of(cluster: Cluster, name: str, namespace: str = "default") -> str | None:
@@ -225,3 +233,41 @@ async def test_a_preempted_workload_is_not_placed_again_where_it_was_preempted(
     assert node_of(cluster, "job-x-2") != victim_node
     decision = next(d for d in running.log_lines("decision") if d["pod"] == "default/job-x-2")
     assert decision["filtered"] == {"node(s) its workload was just preempted from": 1}
+
+
+async def test_preemption_spares_pods_a_disruption_budget_protects_and_says_why_it_cannot_help(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """Two full nodes, each with one low-priority pod; a PodDisruptionBudget allows no disruption of one
+    of them. The high-priority pod preempts the other, as kube-scheduler's DefaultPreemption would. Then
+    a pod that no preemption can help, and one that may not preempt, get kube-scheduler's verdict after
+    the filters' part of their message."""
+    # No disruption controller runs in the test clusters: a budget's status reads as none allowed.
+    assert (await api.create_pod_disruption_budget(make_pdb("db", {"app": "db"}, max_unavailable=0))).ok
+    running = await start_scheduler()  # ready once its informers listed the budget
+    nodes = [make_node(n, cpu="2", memory="8Gi") for n in ("a", "b")]
+    low = [
+        make_pod(name, cpu="2", priority=0, labels={"app": name}, node_selector={HOSTNAME: node})
+        for name, node in (("db", "a"), ("batch", "b"))
+    ]
+    await create_all(api, nodes, low)
+    await wait_for(lambda: node_of(cluster, "db") and node_of(cluster, "batch"), what="both nodes full")
+    await create_all(api, [], [make_pod("vip", cpu="2", priority=1000)])
+    await wait_for(lambda: node_of(cluster, "vip") == "b", what="vip placed where no budget is broken")
+    line = running.log_lines("preemption")[0]
+    assert [v["pod"] for v in line["victims"]] == ["default/batch"] and line["pdb_violations"] == 0
+    assert node_of(cluster, "db") == "a" and not events_for(cluster, "db", "Preempted")
+
+    polite = make_pod("polite", cpu="2", priority=2000, preemption_policy="Never")
+    await create_all(api, [], [make_pod("peer", cpu="2", priority=0), polite])
+    filters = "0/2 nodes are available: 2 Insufficient cpu."
+    expected = {
+        "peer": f"{filters} preemption: 0/2 nodes are available: 2 {NO_VICTIMS}.",
+        "polite": f"{filters} preemption: {NOT_ELIGIBLE_NEVER}",
+    }
+    for name, message in expected.items():
+        await wait_for(functools.partial(unschedulable, cluster, name), what=name)
+        assert pod_condition(cluster, name)["message"] == message
+        await wait_for(functools.partial(events_for, cluster, name, "FailedScheduling"), what="its event")
+        assert events_for(cluster, name, "FailedScheduling")[0]["message"] == message
+    assert running.log_lines("preemption")[1:] == []

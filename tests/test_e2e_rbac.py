@@ -2,8 +2,9 @@
 
 The scheduler runs with a token of its own ServiceAccount (deploy/), through one workload that takes every
 path that writes: binding, Scheduled and FailedScheduling events (created, then aggregated by a patch),
-the PodScheduled condition, a gang's PodGroup status, the GPU annotations written before binding, and a
-preemption (the victim's DisruptionTarget condition, its deletion, the preemptor's nomination). The API
+the PodScheduled condition, a gang's PodGroup status, the GPU annotations written before binding, a
+preemption (the victim's DisruptionTarget condition, its deletion, the preemptor's nomination), and
+VolumeBinding's PreBind (a volume's claimRef, a claim's selected-node annotation). The API
 server's audit log then lists every verb the scheduler used: each must be granted and none refused, and
 each granted verb must have been used, so that the role stays the least the scheduler needs.
 """
@@ -21,12 +22,13 @@ from backends import Cluster, KubeCluster
 from conftest import StartScheduler, create_all, wait_for
 from test_e2e_gangs import bound_count, member, podgroup, podgroup_status
 from test_e2e_gpus import Agents, gpu_cluster, share
+from test_e2e_kube_parity import claimant, on_node, play_provisioner
 from test_e2e_preemption import node_of
 from test_e2e_scheduling import events_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
-from ai_scheduler.sim import make_pod
+from ai_scheduler.sim import make_pod, make_pv, make_pvc, make_storage_class
 
 __all__ = ["gpu_cluster"]  # the fixture, shared with the GPU tests
 RBAC = Path(__file__).resolve().parents[1] / "deploy" / "rbac.yaml"
@@ -85,6 +87,21 @@ async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
     await create_all(api, [], [make_pod("vip", cpu="60", priority=1000, node_selector=on_dgx3)])
     await wait_for(lambda: running.log_lines("preemption"), what="a preemption")
     await wait_for(lambda: node_of(cluster, "vip"), what="the preemptor bound")
+
+    # Volumes: a claim matched to a local volume (the volume's claimRef), and one left to a provisioner
+    # (the claim's selected-node annotation); the test plays the provisioner.
+    local = make_storage_class("rbac-local", provisioner="kubernetes.io/no-provisioner")
+    dynamic = make_storage_class("rbac-dynamic", provisioner="example.com/csi")
+    volume = make_pv("rbac-local-0", storage_class="rbac-local", node_affinity=on_node("dgx-0"))
+    assert (await api.create_storage_class(local)).ok and (await api.create_storage_class(dynamic)).ok
+    assert (await api.create_persistent_volume(volume)).ok
+    for claim, storage_class in (("rbac-static", "rbac-local"), ("rbac-provisioned", "rbac-dynamic")):
+        assert (await api.create_persistent_volume_claim(make_pvc(claim, storage_class=storage_class))).ok
+    readers = [claimant("static-reader", "rbac-static"), claimant("writer", "rbac-provisioned")]
+    await create_all(api, [], readers)
+    await play_provisioner(api, cluster, "rbac-provisioned", "rbac-dynamic")
+    await wait_for(lambda: node_of(cluster, "static-reader") and node_of(cluster, "writer"),
+                   what="the pods with claims bound")
 
     calls = list(used(cluster.audit_events()))
     assert sorted({call for call, code in calls if code == 403}) == [], "refused: the ClusterRole lacks these"

@@ -27,6 +27,7 @@ from ai_scheduler.messages import MAX_MESSAGE
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.cycle import Decision, Framework
 from ai_scheduler.scheduler.daemon import Scheduler
+from ai_scheduler.scheduler.preemption import NO_VICTIMS
 from ai_scheduler.sim import make_node, make_pod
 
 HUGE = "12345678901234567890"  # a legal quantity, beyond int64 (the reproduction)
@@ -106,7 +107,9 @@ async def test_a_pod_requesting_pods_12345678901234567890_is_placed_by_sim_and_r
         return (placed[0], refused[0]) if len(placed) == 1 and len(refused) == 1 else None
 
     _, refused = await wait_for(placed_and_refused, what="one more pod placed, the last one told why")
-    assert pod_condition(cluster, refused)["message"] == "0/1 nodes are available: 1 Too many pods."
+    assert pod_condition(cluster, refused)["message"] == (
+        f"0/1 nodes are available: 1 Too many pods. preemption: 0/1 nodes are available: 1 {NO_VICTIMS}."
+    )
     no_cycle_errors(running)
     assert running.scheduler.cache.check_consistency() == []
 

@@ -13,6 +13,7 @@ from test_e2e_scheduling import assert_not_overcommitted
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
+from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION as ESTIMATE
 from ai_scheduler.sim import make_node, make_pod
 
 STREAM_SECONDS = 4.0
@@ -79,4 +80,49 @@ async def test_d_a_big_gang_starts_with_reservation_and_starves_without(
     if not reservation:
         assert bound_count(cluster, "big") == 0, "without a reservation the stream starves the gang"
         assert running.log_lines("reservation") == []
+    assert_not_overcommitted(cluster)
+
+
+async def test_a_gang_kept_off_reserved_nodes_is_told_so_over_every_node(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """A gang behind a reservation that holds every node: its message counts all the nodes, each blamed on
+    the reservation only because it could otherwise have used it (it was "0/0 nodes are available")."""
+    config = parse_config(
+        {
+            "server": {"port": 0, "bindAddress": "127.0.0.1"},
+            "scheduling": {
+                "initialBackoffSeconds": 0.05,
+                "maxBackoffSeconds": 0.2,
+                "reservation": True,
+                "backfill": False,
+            },
+        }
+    )
+    running = await start_scheduler(config)
+    nodes = [make_node(f"n{i}", cpu="4", memory="16Gi") for i in range(2)]
+    busy = [
+        make_pod(f"busy-{i}", cpu="3", priority=100, duration=2.0, annotations={ESTIMATE: "2s"})
+        for i in range(2)
+    ]
+    await create_all(api, nodes, busy)
+    await wait_for(lambda: bound_count(cluster, "busy") == 2, what="both nodes busy")
+    assert (await api.create_podgroup(podgroup("big", 2))).ok
+    big = [member("big", i, gpus=0, cpu="4", priority=100, duration=0.5) for i in range(2)]
+    await create_all(api, [], big)
+    await wait_for(lambda: running.log_lines("reservation"), what="both nodes reserved for the big gang")
+    assert running.log_lines("reservation")[0]["holder"] == "gang default/big"
+    assert (await api.create_podgroup(podgroup("small", 2))).ok
+    await create_all(api, [], [member("small", i, gpus=0, cpu="1", priority=0) for i in range(2)])
+    expected = "0/2 nodes are available: 2 node(s) reserved for gang default/big."
+
+    def told() -> bool:
+        return any(
+            d["pod"].startswith("default/small-") and d.get("message", "").endswith(expected)
+            for d in running.log_lines("decision")
+        )
+
+    await wait_for(told, what="the small gang told that both nodes are reserved")
+    await wait_for(lambda: bound_count(cluster, "small") == 2, timeout=20, what="the small gang placed")
+    assert not [d for d in running.log_lines("decision") if "0/0 nodes" in d.get("message", "")]
     assert_not_overcommitted(cluster)

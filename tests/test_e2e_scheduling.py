@@ -17,6 +17,7 @@ from ai_scheduler.config.schema import Profile
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.quantity import to_units
 from ai_scheduler.scheduler.daemon import Scheduler
+from ai_scheduler.scheduler.preemption import NO_VICTIMS, NOT_HELPFUL
 from ai_scheduler.sim import make_node, make_pod
 
 
@@ -122,7 +123,8 @@ async def test_unschedulable_pod_gets_condition_and_event_then_lands_on_new_node
     await create_all(api, nodes, [make_pod("big", cpu="16", memory="8Gi")])
     expected = (
         "0/3 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, "
-        "1 node(s) had untolerated taint {dedicated: infra}."
+        "1 node(s) had untolerated taint {dedicated: infra}. "
+        f"preemption: 0/3 nodes are available: 2 {NO_VICTIMS}, 1 {NOT_HELPFUL}."
     )
     await wait_for(
         lambda: pod_condition(cluster, "big").get("message") == expected,
@@ -321,7 +323,10 @@ async def test_not_ready_node_is_avoided_until_it_reports_ready(
     """A new node carries the not-ready taint until it reports Ready and the node controller clears it."""
     await start_scheduler()
     await create_all(api, [make_node("fresh", cpu="8", memory="8Gi", ready=False)], [make_pod("p", cpu="1")])
-    expected = "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }."
+    expected = (
+        "0/1 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. "
+        f"preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}."
+    )
     await wait_for(lambda: pod_condition(cluster, "p").get("message") == expected, what="not-ready taint")
     # The node's kubelet reports Ready through the status subresource; the node controller removes the taint.
     ready = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}}

@@ -434,3 +434,18 @@ def test_replicas_of_one_template_share_their_parsed_terms() -> None:
     b = pod_affinity_terms(spec, "default", {"app": "web", "pod-template-hash": "2"})
     assert a is b
     assert pod_affinity_terms(spec, "other", {"app": "web"}) is not a
+
+
+def test_large_groups_keep_their_counts_when_they_switch_to_a_dense_column() -> None:
+    """A label group on many nodes keeps a dense per-row column: it must hold every replica."""
+    nodes = {f"n{i}": (f"z{i % 4}", "r1") for i in range(100)}
+    replicas = [pod(f"r{i}", {"app": "web"}, node=f"n{i}") for i in range(80)]
+    cache = cluster(*replicas, nodes=nodes)
+    incoming = pod("incoming", anti=[term(HOST, labels={"app": "web"})])
+    free = {name for name, reason in filter_reasons(cache, incoming).items() if reason is None}
+    assert free == {f"n{i}" for i in range(80, 100)}
+    for i in range(0, 80, 2):
+        cache.remove_pod(f"uid-default-r{i}")
+    free = {name for name, reason in filter_reasons(cache, incoming).items() if reason is None}
+    assert free == {f"n{i}" for i in range(0, 80, 2)} | {f"n{i}" for i in range(80, 100)}
+    assert cache.check_consistency() == []

@@ -13,6 +13,8 @@ features off are left out: v1.36 has them on.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 from typing import Any
 
@@ -21,7 +23,8 @@ import pytest
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
-from ai_scheduler.cache.spread import NO_SPREAD
+from ai_scheduler.cache.selectors import LabelSelector, Requirement
+from ai_scheduler.cache.spread import NO_SPREAD, SYSTEM_DEFAULT_CONSTRAINTS, SpreadConstraint
 from ai_scheduler.cache.workloads import REPLICA_SETS, REPLICATION_CONTROLLERS, SERVICES, STATEFUL_SETS
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.cycle import Framework
@@ -703,4 +706,191 @@ def test_terminating_pods_are_kept_apart_and_the_cache_stays_consistent() -> Non
     assert len(cache.terminating) == 1
     cache.remove_pod(leaving.uid)
     assert len(cache.terminating) == 0 and len(cache.assigned) == 0
+    assert cache.check_consistency() == []
+
+
+# ---------------------------------------------------------------- against kube's code, case by case
+
+def _kube_count(pods: list[PodRecord], selector: LabelSelector, namespace: str) -> int:
+    """countPodsMatchSelector: an empty selector counts nothing; deleted pods and other namespaces neither."""
+    if selector.everything:
+        return 0
+    return sum(1 for p in pods if not p.deleting and p.namespace == namespace and selector.matches(p.labels))
+
+
+def _kube_included(constraint: SpreadConstraint, incoming: PodRecord, record: NodeRecord) -> bool:
+    """matchNodeInclusionPolicies."""
+    if constraint.honor_node_affinity and NodeAffinityFilter().check(incoming, record) is not None:
+        return False
+    return not (constraint.honor_node_taints and TaintTolerationFilter().check(incoming, record) is not None)
+
+
+def kube_filter(incoming: PodRecord, nodes: list[NodeRecord], pods: list[PodRecord]) -> dict[str, str]:
+    """filtering.go's calPreFilterState and Filter, node by node, as kube-scheduler runs them."""
+    constraints = incoming.spread.hard
+    on = {n.name: [p for p in pods if p.node_name == n.name] for n in nodes}
+    matched: list[dict[str, int]] = [{} for _ in constraints]
+    for record in nodes:
+        if not all(c.topology_key in record.labels for c in constraints):
+            continue
+        for i, c in enumerate(constraints):
+            if _kube_included(c, incoming, record):
+                value = record.labels[c.topology_key]
+                matched[i][value] = matched[i].get(value, 0) + _kube_count(on[record.name], c.selector,
+                                                                             incoming.namespace)
+    verdicts = {}
+    for record in nodes:
+        verdicts[record.name] = OK
+        for i, c in enumerate(constraints):
+            if c.topology_key not in record.labels:
+                verdicts[record.name] = UNRESOLVABLE
+                break
+            minimum = min(matched[i].values()) if len(matched[i]) >= c.min_domains else 0
+            own = 1 if c.selector.matches(incoming.labels) else 0
+            if matched[i].get(record.labels[c.topology_key], 0) + own - minimum > c.max_skew:
+                verdicts[record.name] = SKEW
+                break
+    return verdicts
+
+
+def kube_score(
+    incoming: PodRecord,
+    candidates: list[NodeRecord],
+    nodes: list[NodeRecord],
+    pods: list[PodRecord],
+    constraints: tuple[SpreadConstraint, ...],
+    require_all: bool,
+) -> dict[str, int]:
+    """scoring.go's PreScore, Score and NormalizeScore, node by node."""
+    on = {n.name: [p for p in pods if p.node_name == n.name] for n in nodes}
+
+    def has_all(record: NodeRecord) -> bool:
+        return all(c.topology_key in record.labels for c in constraints)
+
+    ignored = {n.name for n in candidates if require_all and not has_all(n)}
+    counts: list[dict[str, int]] = [{} for _ in constraints]
+    for record in candidates:
+        if record.name not in ignored:
+            for i, c in enumerate(constraints):
+                if c.topology_key != HOSTNAME:
+                    counts[i].setdefault(record.labels.get(c.topology_key, ""), 0)
+    weights = [
+        math.log(len(candidates) - len(ignored) + 2 if c.topology_key == HOSTNAME else len(counts[i]) + 2)
+        for i, c in enumerate(constraints)
+    ]
+    for record in nodes:
+        if require_all and not has_all(record):
+            continue
+        for i, c in enumerate(constraints):
+            value = record.labels.get(c.topology_key, "")
+            if _kube_included(c, incoming, record) and value in counts[i]:
+                counts[i][value] += _kube_count(on[record.name], c.selector, incoming.namespace)
+    raw: dict[str, int] = {}
+    for record in candidates:
+        if record.name in ignored:
+            continue
+        total = 0.0
+        for i, c in enumerate(constraints):
+            if c.topology_key in record.labels:
+                if c.topology_key == HOSTNAME:
+                    count = _kube_count(on[record.name], c.selector, incoming.namespace)
+                else:
+                    count = counts[i][record.labels[c.topology_key]]
+                total += count * weights[i] + float(c.max_skew - 1)
+        raw[record.name] = math.floor(total + 0.5)
+    low, high = min(raw.values(), default=0), max(raw.values(), default=0)
+    return {
+        n.name: 0 if n.name not in raw else 100 if high == 0 else 100 * (high + low - raw[n.name]) // high
+        for n in candidates
+    }
+
+
+SELECTORS: list[dict[str, Any] | None] = [
+    {"matchLabels": {"app": "a"}}, {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
+    {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["b"]}]}, {}, None,
+]
+TOPOLOGY_KEYS = ["zone", HOSTNAME, "rack"]
+
+
+def random_case(rng: random.Random) -> tuple[list[NodeRecord], list[PodRecord], PodRecord]:
+    nodes = []
+    for i in range(rng.randint(1, 24)):
+        labels = {"kubernetes.io/os": "linux"}
+        if rng.random() < 0.9:
+            labels[HOSTNAME] = f"n{i}"
+        if rng.random() < 0.85:
+            labels["zone"] = f"z{rng.randint(0, 3)}"
+        if rng.random() < 0.6:
+            labels["rack"] = f"r{rng.randint(0, 5)}"
+        if rng.random() < 0.5:
+            labels["foo"] = ""
+        taints = [{"key": "t", "effect": "NoSchedule"}] if rng.random() < 0.2 else None
+        nodes.append(node(f"n{i}", labels, taints))
+
+    def labels_of() -> dict[str, str]:
+        chosen = {"app": rng.choice("ab")}
+        if rng.random() < 0.6:
+            chosen["tier"] = rng.choice("xy")
+        return chosen
+
+    pods = [
+        pod(f"e{i}", labels_of(), on=rng.choice(nodes).name,
+            namespace=rng.choice(["default", "default", "other"]), terminating=rng.random() < 0.1)
+        for i in range(rng.randint(0, 40))
+    ]
+    constraints = []
+    for key, when in rng.sample([(k, w) for k in TOPOLOGY_KEYS for w in (DNS, SA)], rng.randint(1, 3)):
+        min_domains = rng.choice([None, None, 1, 2, 3, 5]) if when == DNS else None
+        constraints.append(spread(
+            rng.randint(1, 3), key, when, rng.choice(SELECTORS), min_domains,
+            rng.choice([None, "Honor", "Ignore"]), rng.choice([None, "Honor", "Ignore"]),
+            rng.choice([None, ["tier"]]),
+        ))
+    incoming = pod("incoming", labels_of(), constraints=constraints,
+                   node_selector={"foo": ""} if rng.random() < 0.3 else None,
+                   tolerations=[{"key": "t", "operator": "Exists"}] if rng.random() < 0.3 else None)
+    assert incoming.spec_error == ""
+    return nodes, pods, incoming
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_filter_and_score_agree_with_kubes_code_node_by_node(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes, pods, incoming = random_case(rng)
+    assert filter_verdicts(incoming, nodes, pods) == kube_filter(incoming, nodes, pods)
+    candidates = rng.sample(nodes, rng.randint(1, len(nodes)))
+    if incoming.spread.soft:
+        want = kube_score(incoming, candidates, nodes, pods, incoming.spread.soft, require_all=True)
+        assert scores(incoming, candidates, pods, [n for n in nodes if n not in candidates]) == want
+    # The same pod without constraints of its own, in a ReplicaSet that selects app=a: the system defaults.
+    owned = pod("owned", incoming.labels, owner=RS1)
+    workloads = [(REPLICA_SETS, replica_set("rs1", {"matchLabels": {"app": "a"}}))]
+    selector = LabelSelector((Requirement("app", "In", frozenset({"a"})),))
+    defaults = tuple(dataclasses.replace(c, selector=selector) for c in SYSTEM_DEFAULT_CONSTRAINTS)
+    # kube's default keys: give some nodes a zone under the well-known key.
+    zoned = [node(n.name, {**n.labels, ZONE: n.labels["zone"]} if "zone" in n.labels else n.labels)
+             for n in nodes]
+    chosen = [z for z in zoned if z.name in {c.name for c in candidates}]
+    want = kube_score(owned, chosen, zoned, pods, defaults, require_all=False)
+    assert scores(owned, chosen, pods, [z for z in zoned if z not in chosen], workloads) == want
+
+
+def test_a_large_replica_set_stays_within_its_skew_while_the_search_looks_at_windows_of_nodes() -> None:
+    """Hundreds of replicas (their group of alike pods on many rows) over 300 nodes in 7 zones of
+    unequal size: the cycle looks at windows of nodes, and every placement keeps the skew."""
+    nodes = [host(f"n{i:03d}", zone=f"z{i % 7 if i % 5 else 0}") for i in range(300)]
+    cache, framework = cluster(nodes, [])
+    zone_of = {n.name: n.labels["zone"] for n in nodes}
+    placed = {f"z{z}": 0 for z in range(7)}
+    looked_at = []
+    web = [spread(1, "zone", DNS, {"matchLabels": {"app": "web"}})]
+    for i in range(350):
+        replica = pod(f"r{i}", {"app": "web"}, constraints=web)
+        decision = framework.schedule(replica)
+        assert decision.node is not None
+        looked_at.append(decision.evaluated)
+        cache.assume(replica, decision.node)
+        placed[zone_of[decision.node]] += 1
+        assert max(placed.values()) - min(placed.values()) <= 1, placed
+    assert min(looked_at) < 300  # some searches stopped before the end of the node table
     assert cache.check_consistency() == []

@@ -168,6 +168,8 @@ class KubeClient:
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.scheduling: Any = client.SchedulingV1Api(api_client)
         self.apps: Any = client.AppsV1Api(api_client)
+        self.storage: Any = client.StorageV1Api(api_client)
+        self.policy: Any = client.PolicyV1Api(api_client)
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
         self.reachability = Reachability(last_answer=time.monotonic())
         self.epoch = 0  # abandon_requests() calls so far
@@ -318,6 +320,8 @@ class KubeClient:
             return self.core.list_namespace
         if resource == "podgroups":
             return functools.partial(self.custom.list_cluster_custom_object, *PODGROUPS)
+        if resource == "poddisruptionbudgets":  # preemption respects them
+            return self.policy.list_pod_disruption_budget_for_all_namespaces
         # The workloads whose selectors PodTopologySpread's system default constraints read.
         if resource == "services":
             return self.core.list_service_for_all_namespaces
@@ -327,6 +331,15 @@ class KubeClient:
             return self.apps.list_replica_set_for_all_namespaces
         if resource == "statefulsets":
             return self.apps.list_stateful_set_for_all_namespaces
+        # What VolumeBinding reads.
+        if resource == "persistentvolumes":
+            return self.core.list_persistent_volume
+        if resource == "persistentvolumeclaims":
+            return self.core.list_persistent_volume_claim_for_all_namespaces
+        if resource == "storageclasses":
+            return self.storage.list_storage_class
+        if resource == "csinodes":
+            return self.storage.list_csi_node
         raise ValueError(f"unknown resource {resource!r}")
 
     async def list(
@@ -462,6 +475,22 @@ class KubeClient:
             )
         )
 
+    async def patch_persistent_volume_claim(
+        self, namespace: str, name: str, patch: dict[str, Any]
+    ) -> ApiResult:
+        """Merge patch (VolumeBinding's PreBind: the selected-node annotation; tests: the binding)."""
+        return await self._call(
+            self.core.patch_namespaced_persistent_volume_claim(
+                name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH
+            )
+        )
+
+    async def patch_persistent_volume(self, name: str, patch: dict[str, Any]) -> ApiResult:
+        """Merge patch (VolumeBinding's PreBind: a static match's claimRef)."""
+        return await self._call(
+            self.core.patch_persistent_volume(name, patch, _preload_content=False, _content_type=MERGE_PATCH)
+        )
+
     async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
         return await self._call(self.core.create_namespaced_event(namespace, event, _preload_content=False))
 
@@ -484,6 +513,28 @@ class KubeClient:
     async def create_priority_class(self, priority_class: dict[str, Any]) -> ApiResult:
         return await self._call(self.scheduling.create_priority_class(priority_class, _preload_content=False))
 
+    async def create_persistent_volume(self, volume: dict[str, Any]) -> ApiResult:
+        return await self._call(self.core.create_persistent_volume(volume, _preload_content=False))
+
+    async def create_persistent_volume_claim(self, claim: dict[str, Any]) -> ApiResult:
+        namespace = (claim.get("metadata") or {}).get("namespace") or "default"
+        return await self._call(
+            self.core.create_namespaced_persistent_volume_claim(namespace, claim, _preload_content=False)
+        )
+
+    async def patch_persistent_volume_status(self, name: str, patch: dict[str, Any]) -> ApiResult:
+        return await self._call(
+            self.core.patch_persistent_volume_status(
+                name, patch, _preload_content=False, _content_type=MERGE_PATCH
+            )
+        )
+
+    async def create_storage_class(self, storage_class: dict[str, Any]) -> ApiResult:
+        return await self._call(self.storage.create_storage_class(storage_class, _preload_content=False))
+
+    async def create_csi_node(self, csi_node: dict[str, Any]) -> ApiResult:
+        return await self._call(self.storage.create_csi_node(csi_node, _preload_content=False))
+
     async def create_pod(self, pod: dict[str, Any]) -> ApiResult:
         namespace = (pod.get("metadata") or {}).get("namespace") or "default"
         return await self._call(self.core.create_namespaced_pod(namespace, pod, _preload_content=False))
@@ -504,6 +555,12 @@ class KubeClient:
         return await self._call(self.custom.patch_namespaced_custom_object_status(
             *PODGROUPS[:2], namespace, PODGROUPS[2], name, patch, _preload_content=False,
             _content_type=MERGE_PATCH))
+
+    async def create_pod_disruption_budget(self, budget: dict[str, Any]) -> ApiResult:
+        namespace = (budget.get("metadata") or {}).get("namespace") or "default"
+        return await self._call(
+            self.policy.create_namespaced_pod_disruption_budget(namespace, budget, _preload_content=False)
+        )
 
     async def create_podgroup(self, podgroup: dict[str, Any]) -> ApiResult:
         namespace = (podgroup.get("metadata") or {}).get("namespace") or "default"

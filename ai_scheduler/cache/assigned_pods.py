@@ -70,9 +70,10 @@ class RowCounts:
             dense[row] = count
         elif len(self.rows) >= self.DENSE_ROWS:
             size = max(self.rows) + 1
-            dense = self.dense = np.zeros(2 * size, dtype=np.int64)
-            at, counts = self.arrays()
+            dense = np.zeros(2 * size, dtype=np.int64)
+            at, counts = self.arrays()  # from the dict: `self.dense` is set only once it holds them
             dense[at] = counts
+            self.dense = dense
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows, counts) as int arrays."""

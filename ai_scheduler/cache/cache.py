@@ -25,6 +25,7 @@ from ai_scheduler.cache.host_ports import HostPortTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.cache.topology import TopologyIndex
+from ai_scheduler.cache.volumes import VolumeIndex
 from ai_scheduler.cache.workloads import WorkloadSelectors
 
 BASE_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
@@ -110,6 +111,8 @@ class SchedulerCache:
         self.terminating = AssignedPodIndex()
         # Services' and controllers' pod selectors, for PodTopologySpread's system defaults (from informers).
         self.workloads = WorkloadSelectors()
+        # PersistentVolumes, claims and StorageClasses, for VolumeBinding (from informers).
+        self.volumes = VolumeIndex()
         # Namespace labels, for affinity terms' namespaceSelector (kept by the namespace informer).
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.namespace_version = 0
@@ -287,6 +290,8 @@ class SchedulerCache:
     def _attach(self, uid: str, node: str, pod: PodRecord) -> None:
         if self.tenancy is not None:
             self.tenancy.charge(pod)
+        if pod.claims or pod.disks:
+            self.volumes.count_users(pod, node, 1)
         state = self.nodes.get(node)
         if state is None:
             state = self.nodes[node] = NodeState(node, pods=set())
@@ -305,6 +310,8 @@ class SchedulerCache:
     def _detach(self, uid: str, node: str, pod: PodRecord) -> None:
         if self.tenancy is not None:
             self.tenancy.release(uid)
+        if pod.claims or pod.disks:
+            self.volumes.count_users(pod, node, -1)
         state = self.nodes.get(node)
         if state is None or state.pods is None:
             return

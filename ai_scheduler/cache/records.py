@@ -12,8 +12,10 @@ and never read (`kubectl.kubernetes.io/last-applied-configuration`) is dropped.
 
 from __future__ import annotations
 
+import enum
 import functools
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from ai_scheduler.cache.selectors import NO_AFFINITY, PodAffinityTerms, SelectorError, pod_affinity_terms
@@ -34,6 +36,7 @@ DEFAULT_PROTOCOL = "TCP"
 MAX_PORT = 65535
 
 HostPort = tuple[str, str, int]  # (hostIP, protocol, hostPort), with kube-scheduler's defaults filled in
+ClaimRef = tuple[str, bool]  # (PersistentVolumeClaim name, whether a generic ephemeral volume's)
 
 
 class PortError(ValueError):
@@ -241,6 +244,63 @@ def pod_host_ports(spec: dict[str, Any]) -> tuple[HostPort, ...]:
     return tuple(dict.fromkeys(ports))  # a port named twice is one port (HostPortInfo is a set)
 
 
+def pod_claims(pod_name: str, volumes: Any) -> tuple[ClaimRef, ...]:
+    """The claims a pod's volumes use, in order: a `persistentVolumeClaim` volume's claimName, and a generic
+    ephemeral volume's claim, which its controller names `<pod>-<volume>` (ephemeral.VolumeClaimName)."""
+    claims: list[ClaimRef] = []
+    for volume in volumes if isinstance(volumes, list) else ():
+        if not isinstance(volume, dict):
+            continue
+        source = volume.get("persistentVolumeClaim")
+        if isinstance(source, dict):
+            claims.append((str(source.get("claimName") or ""), False))
+        elif isinstance(volume.get("ephemeral"), dict):
+            claims.append((f"{pod_name}-{volume.get('name') or ''}", True))
+    return tuple(claims)
+
+
+class DiskKind(enum.Enum):
+    GCE_PERSISTENT_DISK = "gcePersistentDisk"
+    AWS_ELASTIC_BLOCK_STORE = "awsElasticBlockStore"
+    ISCSI = "iscsi"
+    RBD = "rbd"
+
+
+@dataclass(frozen=True, slots=True)
+class InlineDisk:
+    """A disk a pod names inline, by the fields kube's VolumeRestrictions compares (isVolumeConflict)."""
+
+    kind: DiskKind
+    name: str  # pdName, volumeID, iqn, or the RBD image
+    read_only: bool = False
+    pool: str = ""  # RBD only
+    monitors: frozenset[str] = frozenset()  # RBD only
+
+
+def inline_disks(volumes: Any) -> tuple[InlineDisk, ...]:
+    """The GCE PD, AWS EBS, iSCSI and RBD volumes of a pod's `volumes`."""
+    disks: list[InlineDisk] = []
+    for volume in volumes if isinstance(volumes, list) else ():
+        if not isinstance(volume, dict):
+            continue
+        for kind in DiskKind:
+            source = volume.get(kind.value)
+            if not isinstance(source, dict):
+                continue
+            read_only = source.get("readOnly") is True
+            if kind is DiskKind.GCE_PERSISTENT_DISK:
+                disks.append(InlineDisk(kind, str(source.get("pdName") or ""), read_only))
+            elif kind is DiskKind.AWS_ELASTIC_BLOCK_STORE:
+                disks.append(InlineDisk(kind, str(source.get("volumeID") or ""), read_only))
+            elif kind is DiskKind.ISCSI:
+                disks.append(InlineDisk(kind, str(source.get("iqn") or ""), read_only))
+            else:  # the API server defaults the pool to "rbd"
+                monitors = frozenset(str(m) for m in source.get("monitors") or ())
+                pool = str(source.get("pool") or "rbd")
+                disks.append(InlineDisk(kind, str(source.get("image") or ""), read_only, pool, monitors))
+    return tuple(disks)
+
+
 def _pod_level_requests(spec: dict[str, Any]) -> dict[str, int]:
     section = (spec.get("resources") or {}).get("requests") or {}
     return {name: to_units(name, value) for name, value in section.items() if _is_pod_level_resource(name)}
@@ -295,9 +355,11 @@ class PodRecord:
     __slots__ = (
         "affinity",
         "annotations",
+        "claims",
         "controller",
         "creation",
         "deleting",
+        "disks",
         "gated",
         "host_ports",
         "labels",
@@ -349,6 +411,8 @@ class PodRecord:
         self.tolerations: tuple[Toleration, ...] = ()
         self.requests: dict[str, int] = {}
         self.host_ports: tuple[HostPort, ...] = ()
+        self.claims: tuple[ClaimRef, ...] = ()  # the PersistentVolumeClaims its volumes use (VolumeBinding)
+        self.disks: tuple[InlineDisk, ...] = ()  # in-tree disks named inline (VolumeRestrictions)
         self.nonzero_requests: dict[str, int] | None = None  # None: derived from `requests`
         self.scheduled_condition: tuple[str, str, str] | None = None
         self.spec_error = ""
@@ -423,6 +487,9 @@ class PodRecord:
             rec.host_ports = pod_host_ports(spec)
         except PortError as exc:
             rec.spec_error = rec.spec_error or f"invalid container port: {exc}"
+        if spec.get("volumes"):
+            rec.claims = pod_claims(rec.name, spec["volumes"])
+            rec.disks = inline_disks(spec["volumes"])
         if rec.affinity:
             try:
                 rec.pod_affinity = pod_affinity_terms(rec.affinity, rec.namespace, rec.labels)

@@ -33,6 +33,10 @@ FILTER_PLUGINS: tuple[str, ...] = (
     "NodePorts",
     "NodeResourcesFit",
     "GPU",
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
     "PodTopologySpread",
     "InterPodAffinity",
 )
@@ -40,6 +44,7 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "NodeResourcesLeastAllocated",
     "NodeResourcesMostAllocated",
     "NodeResourcesBalancedAllocation",
+    "NodeResourcesGPUAware",
     "NodeAffinity",
     "TaintToleration",
     "GPUBinpack",
@@ -49,8 +54,15 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "InterPodAffinity",
 )
 RESOURCE_SCORERS: frozenset[str] = frozenset(
-    {"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated", "NodeResourcesBalancedAllocation"}
+    {
+        "NodeResourcesLeastAllocated",
+        "NodeResourcesMostAllocated",
+        "NodeResourcesBalancedAllocation",
+        "NodeResourcesGPUAware",
+    }
 )
+# How a cycle chooses among nodes of the best score (scheduling.tieBreak).
+TIE_BREAKS: tuple[str, ...] = ("random", "nodeOrder")
 # The factors a priority policy weighs; the scheduler computes each one per pending pod.
 POLICY_FACTORS: tuple[str, ...] = (
     "userLevel",
@@ -135,7 +147,7 @@ class ScoreSpec:
 
 
 DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
-    ScoreSpec("NodeResourcesLeastAllocated", 1, DEFAULT_SCORE_RESOURCES),
+    ScoreSpec("NodeResourcesGPUAware", 1, DEFAULT_SCORE_RESOURCES),
     ScoreSpec("NodeAffinity", 2),
     ScoreSpec("TaintToleration", 3),
     ScoreSpec("GPUBinpack", 3),
@@ -165,6 +177,7 @@ class SchedulingSettings:
     unschedulable_flush_seconds: float = 300.0
     event_repeat_seconds: float = 300.0
     percentage_of_nodes_to_score: int = 0  # 0: adaptive, as kube-scheduler's default
+    tie_break: str = "random"  # among nodes of the best score: "random" or "nodeOrder"
     gang_schedule_timeout_seconds: float = 60.0
     gang_topology_labels: tuple[str, ...] = ("topology.kubernetes.io/zone",)
     backfill: bool = True
@@ -446,6 +459,7 @@ _SCHEDULING_KEYS = (
     "unschedulableFlushSeconds",
     "eventRepeatSeconds",
     "percentageOfNodesToScore",
+    "tieBreak",
     "gangScheduleTimeoutSeconds",
     "gangTopologyLabels",
     "backfill",
@@ -585,6 +599,7 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
                                  lambda v, p: _number(v, p, minimum=0, inclusive=True)),
         percentage_of_nodes_to_score=get("percentageOfNodesToScore", d.percentage_of_nodes_to_score,
                                          lambda v, p: _integer(v, p, 0, 100)),
+        tie_break=get("tieBreak", d.tie_break, _tie_break),
         gang_schedule_timeout_seconds=get("gangScheduleTimeoutSeconds", d.gang_schedule_timeout_seconds,
                                           _positive),
         gang_topology_labels=get("gangTopologyLabels", d.gang_topology_labels, _label_keys),
@@ -605,6 +620,13 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
             _fail(maximum_key, f"must be >= {initial_key} ({initial}), got {maximum}")
         _fail(initial_key, f"must be <= {maximum_key} ({maximum}, the default), got {initial}")
     return settings
+
+
+def _tie_break(value: object, path: str) -> str:
+    text = _string(value, path)
+    if text not in TIE_BREAKS:
+        _fail(path, f"must be one of {', '.join(TIE_BREAKS)}, got {text!r}")
+    return text
 
 
 def _label_keys(value: object, path: str) -> tuple[str, ...]:

@@ -20,6 +20,13 @@ The binding's outcome is the attempt's outcome in kube-scheduler's metrics: a
 success counts the attempt as `scheduled` (from the start of its cycle to the
 end of the binding) and observes the pod's SLI latency and attempts; a binding
 the API server refused counts it as `error`.
+
+A pod with PersistentVolumeClaims first goes through VolumeBinding's PreBind
+(volume_prebind.py): its claims are bound or handed to their provisioner for
+the chosen node, and the binding waits until they are bound, as kube-scheduler
+waits. That wait can be long (a provisioner at work), so it holds no binding
+slot and does not count against the room the scheduling loop waits for; a
+failure there is handled as a refused binding (forget, requeue).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import ERROR, Metrics
+from ai_scheduler.scheduler.volume_prebind import VolumePreBind
 
 BIND_RETRY_INITIAL_SECONDS = 0.1
 BIND_RETRY_MAX_SECONDS = 2.0
@@ -84,6 +92,8 @@ class Binder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._room = asyncio.Event()
         self._room.set()
+        self.volumes = VolumePreBind(client, cache, logger, clock=clock)
+        self._volume_waits = 0  # bindings waiting in VolumeBinding's PreBind (they hold no slot)
         # Gang bookkeeping listens here (who was bound, whose binding failed).
         self.on_success: Callable[[PodRecord, str], None] | None = None
         self.on_failure: Callable[[PodRecord, ApiResult], None] | None = None
@@ -95,7 +105,7 @@ class Binder:
     async def wait_for_room(self) -> None:
         """Hold the scheduling loop while `concurrency` bindings are outstanding, so that
         assumptions never run far ahead of what the API server has accepted."""
-        while len(self._tasks) >= self.concurrency:
+        while len(self._tasks) - self._volume_waits >= self.concurrency:
             self._room.clear()
             await self._room.wait()
 
@@ -111,8 +121,17 @@ class Binder:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if len(self._tasks) < self.concurrency:
+        if len(self._tasks) - self._volume_waits < self.concurrency:
             self._room.set()
+
+    async def _prebind_volumes(self, pod: PodRecord, node: str) -> str:
+        """VolumeBinding's PreBind, outside the slots: '' once the claims are bound, else why not."""
+        self._volume_waits += 1
+        self._room.set()
+        try:
+            return await self.volumes.bind(pod, node)
+        finally:
+            self._volume_waits -= 1
 
     async def _prebind(self, pod: PodRecord, annotations: dict[str, str]) -> ApiResult | None:
         """PreBind: write the chosen devices on the pod; a failure here means nothing gets bound."""
@@ -143,6 +162,13 @@ class Binder:
     async def _bind(
         self, qp: QueuedPod, pod: PodRecord, node: str, annotations: dict[str, str], cycle_start: float
     ) -> None:
+        if pod.claims:
+            failure = await self._prebind_volumes(pod, node)
+            if failure:
+                self.log.warning("prebind.failed", pod=pod.key, uid=pod.uid, node=node, error=failure)
+                gone = self.cache.pod_state(pod.uid) is None  # deleted while it waited: not to be retried
+                self._failed(qp, pod, ApiResult(404 if gone else 500, {"message": failure}), cycle_start)
+                return
         async with self._slots:
             started = self._clock()
             retries = 0
@@ -182,9 +208,7 @@ class Binder:
             if self.log.enabled("debug"):
                 self.log.debug("bind.ok", pod=pod.key, node=node, bind_ms=round((now - started) * 1000, 3))
             return
-        self.cache.forget(pod.uid)
         self.metrics.bind_errors.labels(str(result.status)).inc()
-        self.metrics.attempt(ERROR, pod.scheduler_name, now - cycle_start)
         self.log.warning(
             "bind.failed",
             pod=pod.key,
@@ -194,6 +218,12 @@ class Binder:
             error=result.message,
             attempt=qp.attempts,
         )
+        self._failed(qp, pod, result, cycle_start)
+
+    def _failed(self, qp: QueuedPod, pod: PodRecord, result: ApiResult, cycle_start: float) -> None:
+        """A binding (or its PreBind) that will not happen: forget the assumption, requeue the pod."""
+        self.cache.forget(pod.uid)
+        self.metrics.attempt(ERROR, pod.scheduler_name, self._clock() - cycle_start)
         if result.status == 404:
             self.queue.delete(pod.uid)  # the pod is gone
         else:

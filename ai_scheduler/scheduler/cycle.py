@@ -56,10 +56,14 @@ class Decision:
     duration: float = 0.0
     gpu_ids: tuple[int, ...] = ()  # managed GPUs chosen on `node`
     gpu_uuids: tuple[str, ...] = ()
+    # What PostFilter (preemption) said when it could not help, kube-scheduler's `preemption: ...` verdict,
+    # which follows the filters' part of the message as it does in kube-scheduler's FitError.
+    post_filter: str = ""
 
     @property
     def message(self) -> str:
-        return fit_error_message(self.total_nodes, self.reasons, self.error)
+        text = fit_error_message(self.total_nodes, self.reasons, self.error)
+        return f"{text} {self.post_filter}" if self.post_filter else text
 
 
 def fit_error_message(total: int, reasons: dict[str, int], error: str = "") -> str:
@@ -85,6 +89,7 @@ class Framework:
         *,
         percentage_of_nodes_to_score: int = 0,
         rng: random.Random | None = None,
+        tie_break: str = "random",
     ) -> None:
         self.scheduler_name = scheduler_name
         self.filters = list(filters)
@@ -93,6 +98,9 @@ class Framework:
         self.static = StaticResults(cache)
         self.percentage = percentage_of_nodes_to_score
         self.rng = rng or random.Random()
+        # Among nodes of the best score: one at random (kube-scheduler's way), or the first in the node
+        # table ("nodeOrder"), so that pods that tie keep landing on the same nodes (see _pick).
+        self.stable_ties = tie_break == "nodeOrder"
         # kube-scheduler's nextStartNodeIndex: the row the next search starts from, so that every node
         # gets its turn when the search stops early.
         self.next_start = 0
@@ -138,6 +146,9 @@ class Framework:
 
         Failing nodes are added to `reasons`. As in kube-scheduler, a node is charged to the first
         filter it fails; a filter may charge one node several reasons (Insufficient cpu and memory).
+        The `blocked` masks (nodes kept for others by a reservation, or to avoid after a recent
+        preemption) come after every filter, on the nodes still alive: a node is charged to them only
+        when the pod could otherwise have used it, so that the message counts the filters' reasons.
         """
         cache = self.cache
         alive = cache.valid[window]
@@ -145,12 +156,6 @@ class Framework:
         looked_at = int(np.count_nonzero(alive))
         if not looked_at:
             return _NO_ROWS, 0
-        for mask, reason in blocked:  # nodes kept for others (reservations) or to avoid (recent preemption)
-            kept_off = alive & mask[window]
-            count = int(np.count_nonzero(kept_off))
-            if count:
-                reasons[reason] = reasons.get(reason, 0) + count
-                alive &= ~kept_off
         for plugin in self.filters:
             failed_any = None
             for reason, mask in plugin.run(pod, cache, alive, self.static, window):
@@ -164,6 +169,12 @@ class Framework:
                 alive &= ~failed_any
                 if not alive.any():
                     break
+        for mask, reason in blocked:  # nodes kept for others (reservations) or to avoid (recent preemption)
+            kept_off = alive & mask[window]
+            count = int(np.count_nonzero(kept_off))
+            if count:
+                reasons[reason] = reasons.get(reason, 0) + count
+                alive &= ~kept_off
         rows = np.flatnonzero(alive)
         if not isinstance(window, slice):
             return window[rows], looked_at
@@ -276,7 +287,7 @@ class Framework:
                 scores += values * scorer.weight
         best = int(scores.max())
         ties = np.flatnonzero(scores == best)
-        pick = int(ties[self.rng.randrange(ties.shape[0])]) if ties.shape[0] > 1 else int(ties[0])
+        pick = self._pick(rows, ties)
         names = cache.row_names
         top = [(names[int(rows[i])], int(scores[i])) for i in top_scores(scores, pick, ties)]
         gpu_ids: tuple[int, ...] = ()
@@ -293,6 +304,20 @@ class Framework:
             gpu_ids=gpu_ids,
             gpu_uuids=gpu_uuids,
         )
+
+    def _pick(self, rows: np.ndarray, ties: np.ndarray) -> int:
+        """The index (into `rows`) of the chosen node among `ties`, the indices of the best score.
+
+        Random spreads equal nodes' load, as kube-scheduler does; node order (the lowest row of the
+        node table, whatever row the search started from) keeps choosing the same node while it stays
+        among the best, which packs: with scores that prefer busy nodes, pods that tie on empty nodes
+        all open the same one instead of one each.
+        """
+        if ties.shape[0] == 1:
+            return int(ties[0])
+        if self.stable_ties:
+            return int(ties[int(np.argmin(rows[ties]))])
+        return int(ties[self.rng.randrange(ties.shape[0])])
 
 
 def top_scores(scores: np.ndarray, pick: int, ties: np.ndarray, count: int = TOP_SCORES_LOGGED) -> list[int]:

@@ -27,9 +27,12 @@ import numpy as np
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
+from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
+from ai_scheduler.cache.volumes import RESOURCES as VOLUME_RESOURCES
 from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
 from ai_scheduler.config import Config, ConfigError, ConfigWatcher
 from ai_scheduler.config.keys import changed_keys, within
@@ -43,7 +46,13 @@ from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics, StateCollector
-from ai_scheduler.scheduler.plugins import build_filters, build_scores, reads_workloads, waits_for_other_pods
+from ai_scheduler.scheduler.plugins import (
+    build_filters,
+    build_scores,
+    reads_volumes,
+    reads_workloads,
+    waits_for_other_pods,
+)
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard, JournalingBinder
@@ -73,6 +82,7 @@ def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) 
             cache,
             percentage_of_nodes_to_score=config.scheduling.percentage_of_nodes_to_score,
             rng=rng,
+            tie_break=config.scheduling.tie_break,
         )
     return frameworks
 
@@ -103,6 +113,7 @@ class Scheduler:
         self.tenancy = Tenancy(config)
         self.cache.tenancy = self.tenancy
         self.gangs = GangRegistry()
+        self.budgets = DisruptionBudgets()  # PodDisruptionBudgets, which preemption respects
         self.priorities = PriorityEngine(config, self.tenancy, self.cache, self._job_members)
         self.queue = SchedulingQueue(
             initial_backoff=settings.initial_backoff_seconds,
@@ -179,6 +190,7 @@ class Scheduler:
             self.feedback,
             self.log,
             self.metrics,
+            self.budgets,
         )
         binder.on_success = self._bound
         binder.on_failure = lambda pod, result: gang_scheduler.bind_failed(pod, result.message)
@@ -223,6 +235,15 @@ class Scheduler:
                 self.log,
                 on_relist=self._on_relist,
             ),
+            # PodDisruptionBudgets: preemption takes the pods they protect last, as kube-scheduler does.
+            DISRUPTION_BUDGETS: Informer(
+                self.client,
+                DISRUPTION_BUDGETS,
+                self.budgets.apply,
+                self.budgets.replace,
+                self.log,
+                on_relist=self._on_relist,
+            ),
             # Optional: without the PodGroup CRD, label-declared gangs still work.
             "podgroups": Informer(
                 self.client,
@@ -235,6 +256,7 @@ class Scheduler:
             ),
         }
         self._watch_workloads(start=False)
+        self._watch_volumes(start=False)
         self._apply_api_settings()
         monitor = self.monitor = ApiMonitor(
             self.client,
@@ -441,6 +463,35 @@ class Scheduler:
             if start:
                 self._tasks.append(asyncio.create_task(informer.run(), name=f"informer-{resource}"))
 
+    def _watch_volumes(self, *, start: bool) -> None:
+        """Informers for PersistentVolumes, PersistentVolumeClaims and StorageClasses, once a profile filters
+        with VolumeBinding (at start, or from the reload that brings such a profile). The default profile
+        does, so in practice they always run, as kube-scheduler always watches them. Any change wakes the
+        pods with claims (kube's queueing hints for these kinds), and only them."""
+        if VOLUME_RESOURCES[0] in self.informers or not any(map(reads_volumes, self.config.profiles)):
+            return
+        for resource in VOLUME_RESOURCES:
+            informer: Informer[dict[str, Any]] = Informer(
+                self.client,
+                resource,
+                functools.partial(self._on_volume_event, resource),
+                functools.partial(self._replace_volumes, resource),
+                self.log,
+                on_relist=self._on_relist,
+            )
+            informer.watch_idle = self.config.scheduling.watch_idle_seconds
+            self.informers[resource] = informer
+            if start:
+                self._tasks.append(asyncio.create_task(informer.run(), name=f"informer-{resource}"))
+
+    def _on_volume_event(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
+        self.cache.volumes.apply(resource, kind, obj)
+        self.queue.move_matching("VolumeChange", lambda pod: bool(pod.claims))
+
+    def _replace_volumes(self, resource: str, items: list[dict[str, Any]]) -> None:
+        self.cache.volumes.replace(resource, items)
+        self.queue.move_matching("VolumeRelist", lambda pod: bool(pod.claims))
+
     def _on_podgroup_event(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":
             self.gangs.remove_podgroup(obj)
@@ -507,12 +558,17 @@ class Scheduler:
             self.binder.submit(qp, pod, decision)
             self._log_decision(qp, pod, decision, "scheduled", {})
         else:
+            # PostFilter first, as kube-scheduler runs it: when preemption cannot help, its verdict ends
+            # the Unschedulable message.
+            plan = None
+            if self.preemptor is not None:
+                verdict = self.preemptor.post_filter(pod, framework, decision)
+                plan, decision.post_filter = verdict.plan, verdict.message
             message = decision.message
             self.queue.requeue(qp, unschedulable=True, reason=message)
             self.feedback.unschedulable(pod, message)
             self._log_decision(qp, pod, decision, "unschedulable", {})
             if not decision.error and self.preemptor is not None:
-                plan = self.preemptor.plan(pod, framework)  # PostFilter
                 if plan is not None:
                     self.preemptor.execute(pod, plan)
                 elif self.config.scheduling.reservation:
@@ -667,6 +723,7 @@ class Scheduler:
         self.priorities.reconfigure(config)
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         self._watch_workloads(start=True)
+        self._watch_volumes(start=True)
         # Pods of a profile that came or went join or leave the queue; the others are counted in the
         # queue their namespace now gives them.
         for state in list(self.cache.pods.values()):

@@ -76,7 +76,9 @@ class GangScheduler:
         self.reserver = reserver
         self.sort_key = sort_key
         self.reserving = reserving
-        self._blocked: np.ndarray | None = None  # nodes reserved for someone ahead of the gang being tried
+        # Nodes reserved for someone ahead of the gang being tried, with the reason they are charged: after
+        # the filters (Framework.schedule's `blocked`), so that a member's message counts every node.
+        self._blocked: tuple[tuple[np.ndarray, str], ...] = ()
         self._clock = clock
         self._domains: tuple[int, dict[str, list[tuple[str, np.ndarray]]]] = (-1, {})
         # The members the attempt in progress took out of the queue (empty between attempts): if the attempt
@@ -159,7 +161,11 @@ class GangScheduler:
             self._wait(gang, members, f"gang {gang.key}: {refusal}", placed, needed)
             return 0, "waiting"
         key = self.sort_key(members[0])
-        self._blocked = self.reserver.blocked_rows(members[0].pod, key) if self.reserving() else None
+        blocked = self.reserver.blocked_rows(members[0].pod, key) if self.reserving() else None
+        current = self.reserver.current
+        self._blocked = () if blocked is None or current is None else (
+            (blocked, f"node(s) reserved for {current.holder}"),
+        )
         outcome = self._place_in_domains(gang, members, needed, framework)
         if outcome is None:
             if self.reserving():
@@ -243,10 +249,7 @@ class GangScheduler:
         for i, member in enumerate(members):
             if len(placements) + (len(members) - i) < needed:
                 break  # the rest could not reach the quorum
-            allowed = mask
-            if self._blocked is not None:
-                allowed = ~self._blocked if mask is None else mask & ~self._blocked
-            decision = framework.schedule(member.pod, allowed)
+            decision = framework.schedule(member.pod, mask, self._blocked)
             if decision.node is None:
                 first_failure = first_failure or decision
                 continue

@@ -12,16 +12,37 @@ Who may be a victim:
 A victim in a gang takes its whole gang with it (all placed members, on any
 node); a gang with a member that may not be preempted is not touched.
 
-Which node: the one where the pod fits after removing the fewest, lowest
-priority victims — kube-scheduler's order: lowest highest-victim priority,
-then fewest victims, then lowest sum of priorities. The victims get the
-`DisruptionTarget` condition and a `Preempted` event naming the preemptor and
-are deleted gracefully; the preemptor is nominated to the node, whose freed
-room is held for it (other pods see it as taken) until it is placed. Both the
-condition's message and the event speak as the preemptor's profile (its
-schedulerName), as kube-scheduler's do.
+Which victims on a node: kube-scheduler's DefaultPreemption
+(selectVictimsOnNode). Every eligible pod is removed; if the pod still does not
+fit, the node cannot help. Otherwise they are given back ("reprieved") one by
+one while the pod still fits: first those whose eviction would break a
+PodDisruptionBudget (cache.disruption: they are taken last), then the others;
+within each, our reclaim victims after the priority ones, and the most
+important pods (highest priority, then earliest started) first. A gang is
+reprieved or taken whole.
 
-Every `plan()` is one PostFilter run, counted in
+Which node: kube's pickOneNodeForPreemption — fewest victims that break a
+budget, then the lowest highest-victim priority, then the lowest sum of
+priorities, then the fewest victims, then the latest start among the
+highest-priority victims; the first node in table order on a full tie.
+
+When preemption cannot help, `post_filter()` says why in kube's words, which
+the daemon appends to the Unschedulable message as kube-scheduler's
+PostFilter does (` preemption: 0/3 nodes are available: 3 No preemption
+victims found for incoming pod.`, ` preemption: not eligible due to
+preemptionPolicy=Never.`). Only resources are made room for: a node that fails
+any other filter is one where preemption "is not helpful" (kube would also try
+victims against host ports and pod anti-affinity; we do not). A pod already
+nominated waits for the victims of its earlier preemption to leave ("a
+terminating pod on the nominated node") rather than preempting again.
+
+The victims get the `DisruptionTarget` condition and a `Preempted` event
+naming the preemptor and are deleted gracefully; the preemptor is nominated to
+the node, whose freed room is held for it (other pods see it as taken) until it
+is placed. Both the condition's message and the event speak as the
+preemptor's profile (its schedulerName), as kube-scheduler's do.
+
+Every `post_filter()` is one PostFilter run, counted in
 `scheduler_preemption_attempts_total` whatever it finds; every preemption
 carried out observes its number of victims in `scheduler_preemption_victims`.
 """
@@ -29,19 +50,25 @@ carried out observes its number of victims in `scheduler_preemption_victims`.
 from __future__ import annotations
 
 import asyncio
+import enum
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
 from ai_scheduler.log import JsonLogger, rfc3339
-from ai_scheduler.scheduler.cycle import Framework, resourceless
+from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
 from ai_scheduler.scheduler.feedback import Feedback, pod_reference
 from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.plugins.resource_fit import TOO_MANY_PODS, NodeResourcesFit, insufficient
 
 NOMINATION_SECONDS = 300.0  # a nomination not used by then is dropped, and the room freed for others
 RECENT_VICTIM_SECONDS = 300.0  # a preempted workload's pods keep off the node it was preempted from
@@ -52,15 +79,135 @@ def workload_of(pod: PodRecord) -> str:
     return f"{pod.namespace}/{','.join(sorted(pod.owners)) or pod.name}"
 
 
+# kube-scheduler's words for a PostFilter that found nothing (pkg/scheduler/framework/preemption and
+# plugins/defaultpreemption); the daemon puts "preemption: " before them.
+NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
+NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominated node."
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+POST_FILTER_PREFIX = "preemption: "
+_PRIORITY_OFFSET = 2**31  # kube adds MaxInt32+1 to each victim's priority in the sum: never negative
+
+
+class VictimKind(enum.Enum):
+    PRIORITY = "priority"  # lower priority, same group (or none)
+    RECLAIM = "reclaim"  # another group's borrowed quota, taken back for a group below its min
+
+
+@dataclass(slots=True)
+class VictimGroup:
+    """Pods evicted together: a pod on the node, with the rest of its gang wherever they run."""
+
+    pods: list[PodRecord]  # pods[0] is the one on the node that made it a candidate
+    kind: VictimKind
+    frees: dict[str, int]  # what its pods on the node give back there
+
+
+@dataclass(slots=True)
+class Selection:
+    """selectVictimsOnNode's answer: the victims (most important first) and how many of them break a
+    PodDisruptionBudget; or, when the node cannot help, why (`reasons`, in the filters' words)."""
+
+    victims: list[VictimGroup] = field(default_factory=list)
+    violations: int = 0
+    reasons: tuple[str, ...] = ()
+
+
+def _start_seconds(pod: PodRecord) -> float:
+    """kube's GetPodStartTime: status.startTime; a pod not started yet counts as started now (latest)."""
+    if not pod.started:
+        return math.inf
+    try:
+        return datetime.fromisoformat(pod.started).timestamp()
+    except ValueError:
+        return math.inf
+
+
+def importance(pod: PodRecord) -> tuple[int, float]:
+    """Sort key, most important first: kube's MoreImportantPod (higher priority, then started earlier)."""
+    return (-pod.priority, _start_seconds(pod))
+
+
+def _fits(free: dict[str, int], need: dict[str, int]) -> bool:
+    return all(free[r] >= amount for r, amount in need.items())
+
+
+def select_victims(
+    need: dict[str, int],
+    free: dict[str, int],
+    groups: Sequence[VictimGroup],
+    budgets: DisruptionBudgets,
+) -> Selection:
+    """The fewest, least important victims on one node that make room for `need` given what is `free`.
+
+    kube-scheduler's selectVictimsOnNode on resources: remove every candidate; if the pod still does not
+    fit, the node cannot help. Then reprieve them while the pod fits: those that would break a budget
+    first, so that they are taken last, then the others; reclaim victims after priority ones; the most
+    important first.
+    """
+    if not groups:
+        return Selection(reasons=(NO_VICTIMS,))
+    room = dict(free)
+    for group in groups:
+        for r, amount in group.frees.items():
+            room[r] += amount
+    if not _fits(room, need):
+        short = [r for r, amount in need.items() if room[r] < amount]
+        return Selection(reasons=tuple(TOO_MANY_PODS if r == PODS else insufficient(r) for r in short))
+    ordered = sorted(groups, key=lambda g: importance(g.pods[0]))
+    violating = budgets.violating([pod for group in ordered for pod in group.pods])
+    breaks = [sum(pod.uid in violating for pod in group.pods) for group in ordered]
+    order = sorted(
+        range(len(ordered)),
+        key=lambda i: (not breaks[i], ordered[i].kind is VictimKind.RECLAIM, importance(ordered[i].pods[0])),
+    )
+    selection = Selection()
+    for i in order:
+        group = ordered[i]
+        for r, amount in group.frees.items():
+            room[r] -= amount
+        if _fits(room, need):
+            continue  # reprieved
+        for r, amount in group.frees.items():
+            room[r] += amount
+        selection.victims.append(group)
+        selection.violations += breaks[i]
+    selection.victims.sort(key=lambda g: importance(g.pods[0]))
+    return selection
+
+
 @dataclass(slots=True)
 class Plan:
     node: str
     victims: list[PodRecord] = field(default_factory=list)
-    reason: str = "priority"
+    reason: VictimKind = VictimKind.PRIORITY
+    violations: int = 0  # victims whose eviction breaks a PodDisruptionBudget
 
-    def cost(self) -> tuple[int, int, int]:
+    def cost(self) -> tuple[int, int, int, int, float]:
+        """pickOneNodeForPreemption's criteria, in its order; the lowest cost wins."""
         priorities = [v.priority for v in self.victims]
-        return (max(priorities, default=-(2**31)), len(priorities), sum(priorities))
+        highest = max(priorities, default=-(2**31))
+        starts = [_start_seconds(v) for v in self.victims if v.priority == highest]
+        return (
+            self.violations,
+            highest,
+            sum(p + _PRIORITY_OFFSET for p in priorities),
+            len(priorities),
+            -min(starts, default=-math.inf),  # the latest earliest start among the highest-priority victims
+        )
+
+
+def pick_one_node(plans: Sequence[Plan]) -> Plan | None:
+    """kube-scheduler's pickOneNodeForPreemption: the plan of least `cost()`, the first one on a tie."""
+    return min(plans, key=Plan.cost, default=None)
+
+
+@dataclass(slots=True)
+class Verdict:
+    """What PostFilter found: a plan, or kube-scheduler's words for why preemption cannot help."""
+
+    plan: Plan | None = None
+    message: str = ""  # "" when a plan was found; otherwise starts with "preemption: "
 
 
 class Preemptor:
@@ -73,8 +220,10 @@ class Preemptor:
         feedback: Feedback,
         logger: JsonLogger,
         metrics: Metrics,
+        budgets: DisruptionBudgets,
     ) -> None:
         self.cache = cache
+        self.budgets = budgets
         self.tenancy = tenancy
         self.gangs = gangs
         self.client = client
@@ -84,32 +233,58 @@ class Preemptor:
         self._nominated_at: dict[str, float] = {}
         self._recent_victims: dict[str, tuple[str, float]] = {}  # workload -> (node, when)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._shadow: tuple[Framework, Framework] | None = None  # a profile, and it without NodeResourcesFit
 
     # ------------------------------------------------------------------ choosing
-    def plan(self, pod: PodRecord, framework: Framework) -> Plan | None:
-        """The best node and victims for `pod`, or None when preemption cannot help."""
+    def post_filter(self, pod: PodRecord, framework: Framework, decision: Decision) -> Verdict:
+        """PostFilter after the cycle `decision` found no node: the best node and victims for `pod`, or
+        why preemption cannot help (kube-scheduler's DefaultPreemption message)."""
         self.metrics.preemption_attempts.inc()
-        if not pod.preempts or pod.uid in self.cache.nominations:
-            return None  # preemptionPolicy Never, or victims of an earlier preemption are still leaving
+        if not pod.preempts:
+            return Verdict(message=POST_FILTER_PREFIX + NOT_ELIGIBLE_NEVER)
+        if pod.uid in self.cache.nominations:  # the victims of its earlier preemption are still leaving
+            return Verdict(message=POST_FILTER_PREFIX + NOT_ELIGIBLE_TERMINATING)
+        total = self.cache.node_count
+        if decision.error:  # PreFilter refused the pod: no node can help
+            return Verdict(message=POST_FILTER_PREFIX + fit_error_message(total, {NOT_HELPFUL: total}))
         reclaiming = self._below_min(pod)
-        by_node: dict[str, list[tuple[PodRecord, str]]] = {}
+        by_node: dict[str, list[tuple[PodRecord, VictimKind]]] = {}
         for state in self.cache.pods.values():
             if state.node and not state.assumed:
                 kind = self._eligible(pod, state.record, reclaiming)
-                if kind:
+                if kind is not None:
                     by_node.setdefault(state.node, []).append((state.record, kind))
-        if not by_node:
-            return None
-        rows, _ = framework.feasible_rows(resourceless(pod))  # nodes that fail for resources alone
-        best: Plan | None = None
+        rows, _ = self._without_fit(framework).feasible_rows(resourceless(pod))
+        reasons: dict[str, int] = {}
+        if rows.shape[0] < total:
+            reasons[NOT_HELPFUL] = total - int(rows.shape[0])
+        plans: list[Plan] = []
         for row in rows.tolist():
             candidates = by_node.get(self.cache.row_names[row])
             if not candidates:
+                reasons[NO_VICTIMS] = reasons.get(NO_VICTIMS, 0) + 1
                 continue
-            plan = self._plan_on(pod, int(row), candidates, reclaiming)
-            if plan is not None and (best is None or plan.cost() < best.cost()):
-                best = plan
-        return best
+            plan, why = self._plan_on(pod, int(row), candidates, reclaiming)
+            if plan is None:
+                for reason in why:
+                    reasons[reason] = reasons.get(reason, 0) + 1
+            else:
+                plans.append(plan)
+        best = pick_one_node(plans)
+        if best is not None:
+            return Verdict(best)
+        return Verdict(message=POST_FILTER_PREFIX + fit_error_message(total, reasons))
+
+    def _without_fit(self, framework: Framework) -> Framework:
+        """The profile without NodeResourcesFit: the nodes where only resources (pod slots included) keep
+        the pod out are where removing pods can help. It shares the profile's cached static results."""
+        held = self._shadow
+        if held is None or held[0] is not framework:
+            filters = [f for f in framework.filters if not isinstance(f, NodeResourcesFit)]
+            shadow = Framework(framework.scheduler_name, filters, [], self.cache)
+            shadow.static = framework.static
+            held = self._shadow = (framework, shadow)
+        return held[1]
 
     def _below_min(self, pod: PodRecord) -> set[str]:
         """Resources for which the pod's group is under its guaranteed min (it may reclaim them)."""
@@ -121,61 +296,62 @@ class Preemptor:
         wanted = quota_amounts(pod)
         return {r for r, floor in group.min.items() if wanted.get(r) and used.get(r, 0) < floor}
 
-    def _eligible(self, preemptor: PodRecord, victim: PodRecord, reclaiming: set[str]) -> str:
-        """'priority', 'reclaim' or '' (may not be preempted by this pod)."""
+    def _eligible(self, preemptor: PodRecord, victim: PodRecord, reclaiming: set[str]) -> VictimKind | None:
+        """Why `victim` may be preempted by this pod; None if it may not."""
         if victim.deleting or victim.terminal:
-            return ""
+            return None
         mine = self.tenancy.tenant_of(preemptor).group
         theirs = self.tenancy.tenant_of(victim).group
         if theirs == mine and victim.priority < preemptor.priority:
-            return "priority"
+            return VictimKind.PRIORITY
         if reclaiming and theirs != mine and theirs in self.tenancy.config.groups:
             floor = self.tenancy.config.groups[theirs].min
             used = self.tenancy.used("group", theirs)
             amounts = quota_amounts(victim)
             if any(amounts.get(r) and used.get(r, 0) > floor.get(r, 0) for r in reclaiming):
-                return "reclaim"
+                return VictimKind.RECLAIM
         if not theirs and not mine and victim.priority < preemptor.priority:
-            return "priority"
-        return ""
+            return VictimKind.PRIORITY
+        return None
 
     def _plan_on(
-        self, pod: PodRecord, row: int, candidates: list[tuple[PodRecord, str]], reclaiming: set[str]
-    ) -> Plan | None:
+        self, pod: PodRecord, row: int, candidates: list[tuple[PodRecord, VictimKind]], reclaiming: set[str]
+    ) -> tuple[Plan | None, tuple[str, ...]]:
+        """The plan for one node, or None and why it cannot help."""
         cache = self.cache
         node = cache.row_names[row]
         need = {**pod.requests, PODS: 1}
         cols = {r: cache.column(r) for r in need}
-        if any(c < 0 for c in cols.values()):
-            return None
+        if any(c < 0 for c in cols.values()):  # a resource no node has
+            return None, tuple(insufficient(r) for r, c in cols.items() if c < 0)
         used = cache.requested[row] + cache.nominated[row]
         free = {r: int(cache.allocatable[row, c] - used[c]) for r, c in cols.items()}
-        plan = Plan(node)
+        groups: list[VictimGroup] = []
         taken: set[str] = set()
-        # Reclaimed pods first, then by ascending priority, newest first among equals.
-        candidates = sorted(
-            candidates, key=lambda item: (item[1] != "reclaim", item[0].priority, item[0].creation)
-        )
         for victim, kind in candidates:
-            if all(free[r] >= need[r] for r in need):
-                break
             if victim.uid in taken:
                 continue
-            group = self._whole_gang(victim, pod, reclaiming)
-            if group is None:
+            members = self._whole_gang(victim, pod, reclaiming)
+            if members is None:
                 continue
-            for member in group:
+            frees = dict.fromkeys(need, 0)
+            for member in members:
                 taken.add(member.uid)
-                plan.victims.append(member)
-                if kind == "reclaim":
-                    plan.reason = "reclaim"
                 member_state = cache.pod_state(member.uid)
                 if member_state is not None and member_state.node == node:
                     for r in need:
-                        free[r] += member.requests.get(r, 0) if r != PODS else 1
-        if not all(free[r] >= need[r] for r in need):
-            return None
-        return plan
+                        frees[r] += member.requests.get(r, 0) if r != PODS else 1
+            groups.append(VictimGroup([victim, *(m for m in members if m.uid != victim.uid)], kind, frees))
+        selection = select_victims(need, free, groups, self.budgets)
+        if selection.reasons:
+            return None, selection.reasons
+        plan = Plan(node, violations=selection.violations)
+        for group in selection.victims:
+            plan.victims.extend(group.pods)
+            if group.kind is VictimKind.RECLAIM:
+                plan.reason = VictimKind.RECLAIM
+        return plan, ()
+
 
     def _whole_gang(
         self, victim: PodRecord, preemptor: PodRecord, reclaiming: set[str]
@@ -189,7 +365,7 @@ class Preemptor:
             state = self.cache.pod_state(uid)
             if state is None or not state.node or state.assumed:
                 continue
-            if not self._eligible(preemptor, state.record, reclaiming):
+            if self._eligible(preemptor, state.record, reclaiming) is None:
                 return None
             members.append(state.record)
         return members
@@ -212,7 +388,8 @@ class Preemptor:
             preemptor=pod.key,
             priority=pod.priority,
             node=plan.node,
-            reason=plan.reason,
+            reason=plan.reason.value,
+            pdb_violations=plan.violations,
             victims=victims,
         )
         task = asyncio.create_task(self._evict(pod, plan))
@@ -221,7 +398,7 @@ class Preemptor:
 
     async def _evict(self, pod: PodRecord, plan: Plan) -> None:
         message = f"{pod.scheduler_name}: preempting to accommodate a higher priority pod {pod.key}"
-        if plan.reason == "reclaim":
+        if plan.reason is VictimKind.RECLAIM:
             message = f"{pod.scheduler_name}: reclaiming the guaranteed quota of {pod.key}'s group"
         await self.client.patch_pod_status(
             pod.namespace, pod.name, {"status": {"nominatedNodeName": plan.node}}

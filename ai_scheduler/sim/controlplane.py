@@ -7,7 +7,7 @@ modules (versions in `hack/kube/go.mod`):
 
 ```
  etcd ◄── kube-apiserver ◄──┬── kube-controller-manager  (namespaces, GC, node lifecycle,
-   (loopback ports,          │                            service accounts)
+   (loopback ports,          │                            service accounts, PV binding)
     chosen free at start)    ├── kwok                     (keeps kwok nodes Ready and leased;
                              │                            pods: Running on bind, Succeeded after
                              │                            `sim.ai-scheduler.io/duration`, deleted)
@@ -56,8 +56,9 @@ BUILD_SCRIPT = REPO / "hack" / "kube" / "build.sh"
 
 # The controllers a test cluster needs: namespace deletion, garbage collection, node lifecycle
 # (the not-ready taint comes off once kwok reports Ready), and the service accounts that pod
-# admission requires. Workload controllers stay off: no Deployment or DaemonSet from deploy/
-# creates pods that nothing could run.
+# admission requires, and the PV controller with the protection controllers (claims and volumes are bound
+# as on a real cluster, and deleted once unused; no provisioner runs: a test plays one). Workload
+# controllers stay off: no Deployment or DaemonSet from deploy/ creates pods that nothing could run.
 CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
@@ -66,6 +67,9 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "pod-garbage-collector-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
 )
 
 # Audit every request at the Metadata level: who called which verb on what, no bodies.

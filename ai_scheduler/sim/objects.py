@@ -107,11 +107,13 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
              init_containers: list[dict[str, Any]] | None = None,
              overhead: dict[str, str] | None = None,
              ports: list[dict[str, Any]] | None = None,
-             topology_spread: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+             topology_spread: list[dict[str, Any]] | None = None,
+             volumes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A one-container Pod ("main", busybox); `duration` makes the simulated kubelet finish it.
 
     `ports` are the container's ContainerPorts, e.g. `[{"containerPort": 8080, "hostPort": 8080}]`;
-    `topology_spread` its `topologySpreadConstraints`.
+    `topology_spread` its `topologySpreadConstraints`; `volumes` its `volumes`, e.g.
+    `[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]`.
     """
     requests: dict[str, str] = {}
     if cpu is not None:
@@ -149,6 +151,8 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
         spec["overhead"] = dict(overhead)
     if topology_spread:
         spec["topologySpreadConstraints"] = [dict(c) for c in topology_spread]
+    if volumes:
+        spec["volumes"] = [dict(v) for v in volumes]
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         metadata["labels"] = dict(labels)
@@ -160,6 +164,80 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
     if all_annotations:
         metadata["annotations"] = all_annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def make_pdb(name: str, match_labels: dict[str, str], *, namespace: str = "default",
+             max_unavailable: int | str | None = None, min_available: int | str | None = None,
+             disruptions_allowed: int | None = None,
+             disrupted_pods: list[str] | None = None) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget selecting `match_labels`. `disruptions_allowed` and
+    `disrupted_pods` fill its status as the disruption controller would (none runs in the test
+    clusters); a new budget's status reads as no disruption allowed."""
+    spec: dict[str, Any] = {"selector": {"matchLabels": dict(match_labels)}}
+    if max_unavailable is not None:
+        spec["maxUnavailable"] = max_unavailable
+    if min_available is not None:
+        spec["minAvailable"] = min_available
+    pdb: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    status: dict[str, Any] = {}
+    if disruptions_allowed is not None:
+        status["disruptionsAllowed"] = disruptions_allowed
+    if disrupted_pods:
+        status["disruptedPods"] = dict.fromkeys(disrupted_pods, "2026-01-01T00:00:00Z")
+    if status:
+        pdb["status"] = status
+    return pdb
+
+
+def make_storage_class(name: str, *, provisioner: str = "example.com/csi",
+                       binding_mode: str = "WaitForFirstConsumer",
+                       allowed_topologies: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A StorageClass (`binding_mode` Immediate or WaitForFirstConsumer)."""
+    obj: dict[str, Any] = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                           "metadata": {"name": name}, "provisioner": provisioner,
+                           "volumeBindingMode": binding_mode, "reclaimPolicy": "Delete"}
+    if allowed_topologies:
+        obj["allowedTopologies"] = list(allowed_topologies)
+    return obj
+
+
+def make_pvc(name: str, *, namespace: str = "default", storage: str = "1Gi", storage_class: str | None = None,
+             access_modes: tuple[str, ...] = ("ReadWriteOnce",), volume_name: str | None = None,
+             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A PersistentVolumeClaim."""
+    spec: dict[str, Any] = {"accessModes": list(access_modes),
+                            "resources": {"requests": {"storage": storage}}}
+    if storage_class is not None:
+        spec["storageClassName"] = storage_class
+    if volume_name is not None:
+        spec["volumeName"] = volume_name
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata, "spec": spec}
+
+
+def make_pv(name: str, *, storage: str = "1Gi", storage_class: str = "",
+            access_modes: tuple[str, ...] = ("ReadWriteOnce",), node_affinity: dict[str, Any] | None = None,
+            claim_ref: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A PersistentVolume (a hostPath one: the API server needs a source); `node_affinity` is its
+    `spec.nodeAffinity.required`, e.g. `{"nodeSelectorTerms": [{"matchExpressions": [...]}]}`."""
+    spec: dict[str, Any] = {"capacity": {"storage": storage}, "accessModes": list(access_modes),
+                            "hostPath": {"path": f"/mnt/{name}"}, "persistentVolumeReclaimPolicy": "Retain",
+                            "storageClassName": storage_class}
+    if node_affinity is not None:
+        spec["nodeAffinity"] = {"required": node_affinity}
+    if claim_ref is not None:
+        spec["claimRef"] = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", **claim_ref}
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": metadata, "spec": spec}
 
 
 def kubeconfig(url: str) -> dict[str, Any]:

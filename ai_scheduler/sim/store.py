@@ -115,6 +115,13 @@ DEFAULT_TYPES: tuple[ResourceType, ...] = (
     ResourceType("replicationcontrollers", "ReplicationController", has_status=True),
     ResourceType("replicasets", "ReplicaSet", "apps", "v1", has_status=True),
     ResourceType("statefulsets", "StatefulSet", "apps", "v1", has_status=True),
+    # Kept, not acted on (no disruption controller fills their status): preemption reads them.
+    ResourceType("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", has_status=True),
+    # Kept for VolumeBinding; no PV controller or provisioner runs (a test plays them).
+    ResourceType("persistentvolumes", "PersistentVolume", namespaced=False, has_status=True),
+    ResourceType("persistentvolumeclaims", "PersistentVolumeClaim", has_status=True),
+    ResourceType("storageclasses", "StorageClass", "storage.k8s.io", "v1", namespaced=False),
+    ResourceType("csinodes", "CSINode", "storage.k8s.io", "v1", namespaced=False),
 )
 
 

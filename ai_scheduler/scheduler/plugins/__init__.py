@@ -14,14 +14,19 @@ from ai_scheduler.scheduler.plugins.node_name import NodeName
 from ai_scheduler.scheduler.plugins.node_ports import NodePorts
 from ai_scheduler.scheduler.plugins.node_ready import NodeReady
 from ai_scheduler.scheduler.plugins.node_unschedulable import NodeUnschedulable
+from ai_scheduler.scheduler.plugins.node_volume_limits import NodeVolumeLimits
 from ai_scheduler.scheduler.plugins.pod_topology_spread import PodTopologySpreadFilter, PodTopologySpreadScore
 from ai_scheduler.scheduler.plugins.resource_allocation import (
     BalancedAllocation,
+    GpuAwareAllocation,
     LeastAllocated,
     MostAllocated,
 )
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter, TaintTolerationScore
+from ai_scheduler.scheduler.plugins.volume_binding import VolumeBinding
+from ai_scheduler.scheduler.plugins.volume_restrictions import VolumeRestrictions
+from ai_scheduler.scheduler.plugins.volume_zone import VolumeZone
 
 FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
     "NodeUnschedulable": lambda _config, _profile: NodeUnschedulable(),
@@ -35,6 +40,10 @@ FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
         config.gpu.staleness_seconds,
         spread=any(s.name == "GPUSpread" and s.weight > 0 for s in profile.scores),
     ),
+    "VolumeRestrictions": lambda _config, _profile: VolumeRestrictions(),
+    "NodeVolumeLimits": lambda _config, _profile: NodeVolumeLimits(),
+    "VolumeBinding": lambda _config, _profile: VolumeBinding(),
+    "VolumeZone": lambda _config, _profile: VolumeZone(),
     "InterPodAffinity": lambda _config, _profile: InterPodAffinityFilter(),
     "PodTopologySpread": lambda _config, _profile: PodTopologySpreadFilter(),
 }
@@ -43,6 +52,7 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "NodeResourcesLeastAllocated": lambda weight, resources: LeastAllocated(weight, resources),
     "NodeResourcesMostAllocated": lambda weight, resources: MostAllocated(weight, resources),
     "NodeResourcesBalancedAllocation": lambda weight, resources: BalancedAllocation(weight, resources),
+    "NodeResourcesGPUAware": lambda weight, resources: GpuAwareAllocation(weight, resources),
     "NodeAffinity": lambda weight, _resources: NodeAffinityScore(weight),
     "TaintToleration": lambda weight, _resources: TaintTolerationScore(weight),
     "GPUBinpack": lambda weight, _resources: GpuBinpack(weight),
@@ -66,6 +76,15 @@ def reads_workloads(profile: Profile) -> bool:
     """Whether the profile scores with PodTopologySpread, whose system default constraints read the
     selectors of Services, ReplicationControllers, ReplicaSets and StatefulSets (the daemon watches them)."""
     return any(spec.name == "PodTopologySpread" and spec.weight > 0 for spec in profile.scores)
+
+
+VOLUME_FILTERS = ("VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone")
+
+
+def reads_volumes(profile: Profile) -> bool:
+    """Whether the profile filters with a volume plugin, which read PersistentVolumes, their claims,
+    StorageClasses and CSINodes (the daemon watches them)."""
+    return any(name in profile.filters for name in VOLUME_FILTERS)
 
 
 def waits_for_other_pods(pod: PodRecord) -> bool:

@@ -222,43 +222,20 @@ class GpuBinpack(ScorePlugin):
         return scores
 
 
-def gpu_nodes(cache: SchedulerCache, rows: np.ndarray) -> np.ndarray:
-    """Which of `rows` have GPUs: managed ones, or device-plugin `nvidia.com/gpu` in allocatable."""
+def gpu_nodes(cache: SchedulerCache, rows: np.ndarray, allocatable: np.ndarray | None = None) -> np.ndarray:
+    """Which of `rows` have GPUs: managed ones, or device-plugin `nvidia.com/gpu` in allocatable.
+
+    `allocatable`: the rows' lines of `cache.allocatable`, when the caller has them already.
+    """
     has_gpus: np.ndarray = cache.gpus.managed[rows]  # fancy indexing: a copy, safe to update
     col = cache.column(DEVICE_PLUGIN_GPU)
     if col >= 0:
-        has_gpus |= cache.allocatable[rows, col] > 0
+        has_gpus |= (cache.allocatable[rows, col] if allocatable is None else allocatable[:, col]) > 0
     return has_gpus
 
 
-def gpu_used_share(cache: SchedulerCache, rows: np.ndarray) -> np.ndarray:
-    """Per row, the share of its GPUs in use, in 0..MAX_NODE_SCORE (0 on nodes without GPUs).
-
-    Managed nodes count devices that are not wholly free; device-plugin nodes count requested
-    `nvidia.com/gpu` against allocatable; a node with both takes the larger share.
-    """
-    g = cache.gpus
-    devices = (g.total[rows] > 0).sum(axis=1)
-    used: np.ndarray = (devices - g.whole_free[rows].sum(axis=1)) * MAX_NODE_SCORE // np.maximum(devices, 1)
-    col = cache.column(DEVICE_PLUGIN_GPU)
-    if col >= 0:
-        allocatable = cache.allocatable[rows, col]
-        plugin = np.minimum(cache.requested[rows, col], allocatable) * MAX_NODE_SCORE // np.maximum(allocatable, 1)
-        used = np.maximum(used, plugin)
-    return used
-
-
 class GpuAvoidance(ScorePlugin):
-    """A pod that needs no GPU prefers nodes without GPUs, leaving GPU nodes to GPU work; on GPU nodes,
-    those whose GPUs are already in use.
-
-    Nodes without GPUs score 100. A GPU node scores at most half of that, in proportion to the share
-    of its GPUs in use: when the pod must go to a GPU node (there are no others, or they are full),
-    the cpu and memory it takes come from a node whose GPUs are busy, not from one with free GPUs
-    that a large GPU pod (8 GPUs and 64 cores) will need whole. Without the grading, such pods
-    spread over the GPU nodes with the most free cpu, which are the ones with free GPUs, and strand
-    them ("Insufficient cpu" on every node with 8 free GPUs).
-    """
+    """A pod that needs no GPU prefers nodes without GPUs, leaving GPU nodes to GPU work."""
 
     name = "GPUAvoidance"
 
@@ -268,10 +245,9 @@ class GpuAvoidance(ScorePlugin):
         if pod.requests.get(DEVICE_PLUGIN_GPU) or gpu_request(pod)[0] is not None:
             return None
         has_gpus = gpu_nodes(cache, rows)
-        if not has_gpus.any():
-            return None  # nothing to choose between: the same score everywhere ranks nodes as no score does
-        graded: np.ndarray = np.where(has_gpus, gpu_used_share(cache, rows) // 2, MAX_NODE_SCORE)
-        return graded
+        if not has_gpus.any() or has_gpus.all():
+            return None  # nothing to choose between: 0 (or 100) everywhere ranks the nodes as no score does
+        return np.where(has_gpus, 0, MAX_NODE_SCORE)
 
 
 class GpuSpread(GpuBinpack):

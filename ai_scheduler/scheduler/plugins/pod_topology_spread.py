@@ -87,10 +87,9 @@ def _per_node(per_domain: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return values
 
 
-def _row_counts(pod: PodRecord, selector: LabelSelector, cache: SchedulerCache) -> np.ndarray:
-    """Per node row, the counted pods of the pod's namespace that match `selector`, those being deleted
-    left out (kube's countPodsMatchSelector; an empty selector counts nothing there)."""
-    rows = cache.rows
+def _row_counts(pod: PodRecord, selector: LabelSelector, cache: SchedulerCache, rows: int) -> np.ndarray:
+    """Per node row (the first `rows`), the counted pods of the pod's namespace that match `selector`,
+    those being deleted left out (kube's countPodsMatchSelector; an empty selector counts nothing)."""
     if selector.everything or selector.nothing:
         return np.zeros(rows, dtype=np.int64)
     counts = sum_rows(cache.assigned.groups_in_namespace(pod.namespace, selector), rows)
@@ -133,6 +132,20 @@ class _NodeInclusion:
         return passing
 
 
+def _whole_table(mask: np.ndarray, rows: int) -> np.ndarray:
+    """A mask over the rows below `row_limit`, padded to the whole table (for a window that reaches past)."""
+    whole = np.zeros(rows, dtype=bool)
+    whole[: mask.shape[0]] = mask
+    return whole
+
+
+def _keys(constraints: tuple[SpreadConstraint, ...]) -> list[str]:
+    return [c.topology_key for c in constraints]
+
+
+_NO_DOMAINS = np.zeros(0, dtype=np.int64)
+
+
 def _state_key(pod: PodRecord, cache: SchedulerCache, *extra: Hashable) -> tuple[Hashable, ...]:
     return (
         pod.uid,
@@ -141,7 +154,7 @@ def _state_key(pod: PodRecord, cache: SchedulerCache, *extra: Hashable) -> tuple
         id(pod.labels),
         cache.assigned.version,
         cache.static_version,
-        cache.rows,
+        cache.row_limit,
         *extra,
     )
 
@@ -174,6 +187,8 @@ class PodTopologySpreadFilter(FilterPlugin):
         state = self._state
         if state is None or state.key != key:
             state = self._state = _FilterState(key, self._masks(pod, cache, static, constraints))
+        if isinstance(window, slice) and (window.stop is None or window.stop > cache.row_limit):
+            return [(reason, _whole_table(mask, cache.rows)[window]) for reason, mask in state.masks]
         return [(reason, mask[window]) for reason, mask in state.masks]
 
     def _masks(
@@ -183,33 +198,37 @@ class PodTopologySpreadFilter(FilterPlugin):
         static: StaticResults,
         constraints: tuple[SpreadConstraint, ...],
     ) -> list[tuple[str, np.ndarray]]:
-        rows = cache.rows
-        columns = [cache.domains(c.topology_key) for c in constraints]
-        has_all = cache.valid.copy()  # kube counts only nodes that carry every constraint's key
+        # Rows past `row_limit` never held a node: the masks stop there, as every window does.
+        rows = cache.row_limit
+        columns = [(ids[:rows], domains) for ids, domains in map(cache.domains, _keys(constraints))]
+        has_all = cache.valid[:rows].copy()  # kube counts only nodes that carry every constraint's key
         for ids, _ in columns:
             has_all &= ids >= 0
-        charged = np.zeros(rows, dtype=bool)
-        missing_label = np.zeros(rows, dtype=bool)
-        too_skewed = np.zeros(rows, dtype=bool)
+        missing_label: np.ndarray | None = None
+        too_skewed: np.ndarray | None = None
         counts_of: dict[LabelSelector, np.ndarray] = {}
         for constraint, (ids, domains) in zip(constraints, columns, strict=True):
             counts = counts_of.get(constraint.selector)
             if counts is None:
-                counts = counts_of[constraint.selector] = _row_counts(pod, constraint.selector, cache)
+                counts = counts_of[constraint.selector] = _row_counts(pod, constraint.selector, cache, rows)
             eligible = self._inclusion.mask(pod, constraint, static, has_all)
             at = ids[eligible]
-            per_domain = np.bincount(at, weights=counts[eligible], minlength=domains).astype(np.int64)
+            per_domain = np.bincount(at, weights=counts[eligible], minlength=domains)
             present = np.bincount(at, minlength=domains) > 0
             eligible_domains = int(np.count_nonzero(present))
             minimum = int(per_domain[present].min()) if eligible_domains >= constraint.min_domains else 0
             own = 1 if constraint.selector.matches(pod.labels) else 0
+            # The verdict per domain, then per node; a node without the key (-1) picks the padding.
+            over = np.append(per_domain + (own - minimum) > constraint.max_skew, False)
             missing = ids < 0
-            skewed = (_per_node(per_domain, ids) + own - minimum > constraint.max_skew) & ~missing
-            missing &= ~charged
-            skewed &= ~charged
-            missing_label |= missing
-            too_skewed |= skewed
-            charged |= missing | skewed
+            skewed = over[ids]
+            if missing_label is None or too_skewed is None:
+                missing_label, too_skewed = missing, skewed
+            else:  # a node is charged the first constraint it fails
+                charged = missing_label | too_skewed
+                missing_label |= missing & ~charged
+                too_skewed |= skewed & ~charged
+        assert missing_label is not None and too_skewed is not None
         masks = []
         if missing_label.any():
             masks.append((MISSING_LABEL, missing_label))
@@ -281,21 +300,26 @@ class PodTopologySpreadScore(ScorePlugin):
         *,
         require_all: bool,
     ) -> _ScoreState:
-        columns = [cache.domains(c.topology_key) for c in constraints]
-        has_all = cache.valid.copy()
+        rows = cache.row_limit  # the scored rows are below it
+        columns = [(ids[:rows], domains) for ids, domains in map(cache.domains, _keys(constraints))]
+        valid = cache.valid[:rows]
+        has_all = valid.copy()
         for ids, _ in columns:
             has_all &= ids >= 0
-        counted = has_all if require_all else cache.valid
+        counted = has_all if require_all else valid
         counts: list[np.ndarray] = []
         per_domain: list[np.ndarray] = []
         for constraint, (ids, domains) in zip(constraints, columns, strict=True):
-            row_counts = _row_counts(pod, constraint.selector, cache)
+            row_counts = _row_counts(pod, constraint.selector, cache, rows)
+            counts.append(row_counts)
+            if constraint.topology_key == HOSTNAME_KEY:  # scored by the node's own count: no domains
+                per_domain.append(_NO_DOMAINS)
+                continue
             eligible = self._inclusion.mask(pod, constraint, static, counted) & (ids >= 0)
             at = ids[eligible]
             per_domain.append(
                 np.bincount(at, weights=row_counts[eligible], minlength=domains).astype(np.int64)
             )
-            counts.append(row_counts)
         ids_of = [ids for ids, _ in columns]
         return _ScoreState(key, constraints, require_all, has_all, ids_of, counts, per_domain)
 

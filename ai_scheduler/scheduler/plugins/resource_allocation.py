@@ -5,6 +5,16 @@ happen where they happen there. cpu and memory use the non-zero request
 defaults for pods without requests; any other resource (nvidia.com/gpu, ...)
 is scored only when the pod requests it, so that a cpu-only pod is not drawn
 to GPU nodes by their idle GPUs.
+
+The default is neither: NodeResourcesGPUAware packs on GPU nodes and spreads
+on the others (issue 13). On a GPU node the cpu and memory matter most next to
+free GPUs, since a pod of 8 GPUs and 64 cores needs all of them on one node.
+Spreading there sends every pod that lands on GPU nodes (CPU-only pods once
+the CPU nodes are full, small GPU pods' cpu) to the GPU node with the most
+free cpu, which is the one whose GPUs are free, until no node with 8 free GPUs
+has 64 free cores; packing keeps idle GPU nodes whole, as MostAllocated does,
+while CPU nodes keep kube-scheduler's spreading. benchmarks/gpu_packing.py
+(`--workload large`) measures the three side by side.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import numpy as np
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.plugins.gpu import gpu_nodes
 
 ALWAYS_SCORED = frozenset({"cpu", "memory", "ephemeral-storage"})
 
@@ -28,6 +39,18 @@ class _ResourceAllocation(ScorePlugin):
     @staticmethod
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def _scores(
+        self,
+        requested: np.ndarray,
+        allocatable: np.ndarray,
+        cache: SchedulerCache,
+        rows: np.ndarray,
+        node_allocatable: np.ndarray,
+    ) -> np.ndarray:
+        """Per row and scored resource, the score in 0..MAX_NODE_SCORE (`allocatable` has no zeros);
+        `node_allocatable` holds the rows' whole lines of the cache's allocatable table."""
+        return self._resource_score(requested, allocatable)
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
@@ -49,14 +72,17 @@ class _ResourceAllocation(ScorePlugin):
             return np.zeros(rows.shape[0], dtype=np.int64)
         # All scored resources at once, one (rows x resources) block: a decision's cost is mostly numpy's
         # fixed cost per call, so one pass over the block is cheaper than one pass per resource.
-        allocatable = cache.allocatable.take(rows, axis=0)[:, cols]
+        node_allocatable = cache.allocatable.take(rows, axis=0)
+        allocatable = node_allocatable[:, cols]
         requested = cache.score_requested.take(rows, axis=0)[:, cols] + np.array(amounts, dtype=np.int64)
         weight_vector = np.array(weights, dtype=np.int64)
         has = allocatable > 0  # a node without the resource neither scores nor weighs for it
         if has.all():  # the usual case: every node has every scored resource
-            scores: np.ndarray = self._resource_score(requested, allocatable) @ weight_vector // sum(weights)
+            per_resource = self._scores(requested, allocatable, cache, rows, node_allocatable)
+            scores: np.ndarray = per_resource @ weight_vector // sum(weights)
             return scores
-        per_resource = self._resource_score(requested, np.maximum(allocatable, 1)) * has
+        per_resource = self._scores(requested, np.maximum(allocatable, 1), cache, rows, node_allocatable)
+        per_resource *= has
         total = per_resource @ weight_vector
         weight_sum = has.astype(np.int64) @ weight_vector
         result: np.ndarray = np.where(weight_sum > 0, total // np.maximum(weight_sum, 1), 0)
@@ -83,6 +109,33 @@ class MostAllocated(_ResourceAllocation):
     @staticmethod
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
         scores: np.ndarray = np.minimum(requested, allocatable) * MAX_NODE_SCORE // allocatable
+        return scores
+
+
+class GpuAwareAllocation(_ResourceAllocation):
+    """Pack on GPU nodes (MostAllocated), spread on the others (LeastAllocated): see the module's text.
+
+    A GPU node has managed GPUs or `nvidia.com/gpu` in allocatable. The two are never weighed against
+    each other for a GPU pod (only GPU nodes fit it); for a CPU-only pod GPUAvoidance, weighted above
+    this score, keeps it on CPU nodes while they have room.
+    """
+
+    name = "NodeResourcesGPUAware"
+
+    def _scores(
+        self,
+        requested: np.ndarray,
+        allocatable: np.ndarray,
+        cache: SchedulerCache,
+        rows: np.ndarray,
+        node_allocatable: np.ndarray,
+    ) -> np.ndarray:
+        # MostAllocated counts the part in use after the pod, LeastAllocated the part left free: one
+        # formula over the block, choosing per row which part (no second pass, no branch per case).
+        on_gpu_node = gpu_nodes(cache, rows, node_allocatable)
+        taken = np.minimum(requested, allocatable)
+        counted = np.where(on_gpu_node[:, None], taken, allocatable - taken)
+        scores: np.ndarray = counted * MAX_NODE_SCORE // allocatable
         return scores
 
 

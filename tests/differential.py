@@ -1,0 +1,414 @@
+"""Random scheduling cases whose outcome does not depend on tie-breaks, for the differential test.
+
+`tests/test_e2e_differential.py` runs every case twice on one real control plane, once under
+kube-scheduler and once under ai-scheduler, and compares what any correct scheduler must agree on.
+Scores differ between any two schedulers (and kube-scheduler breaks ties at random), so a case is
+built such that *which* node a pod takes never changes *how many* pods can be placed, nor, once no
+more fit, why each node refuses the next one:
+
+- every incoming pod of a case is the same pod (1 cpu, 1Gi; the same labels, tolerations, node
+  selector and constraint), so any order of placement is as good as another;
+- node-level filters are static: a taint the pods do or do not tolerate, a disk label the pods may
+  select, a zone the pods may exclude by node affinity, a cordoned node;
+- one "family" per case adds what depends on other pods:
+  `fit` (capacity only), `hostport` (hostPort 8080, existing pods on some nodes holding it over TCP,
+  or over UDP, which does not conflict), `anti-host` / `anti-zone` (required anti-affinity of the
+  pods to their own kind; existing pods of that kind, or existing pods whose own anti-affinity
+  selects the incoming ones, block a domain), `affinity-zone` (required affinity to `db` pods in the
+  same zone; sometimes the pods are `db` pods themselves, and the first may then go anywhere),
+  `spread-zone` / `spread-host` (DoNotSchedule topology spread of the pods' own kind, maxSkew 1 or 2,
+  sometimes minDomains above the number of domains; untolerated or cordoned nodes stay domains,
+  nodeTaintsPolicy being Ignore);
+- where the node that takes a pod could change the reason another node gives later (a zone's pod
+  landing on a node with one free slot turns that node's "anti-affinity" into "Insufficient cpu"),
+  the family gets ample capacity, so that no node of the case ever runs out.
+
+`expected_bound` simulates a case with random choices several times and refuses a case whose count
+of placed pods differs between choices: the generator's claim of independence is checked, not
+assumed, and the count is a third opinion beside the two schedulers'.
+
+Cases share one cluster. Each case has its own nodes per scheduler (names, zones and a case label
+prefixed by `c<index>-<copy>`), its pods are pinned to them by a node selector on the case label
+(with nodeAffinityPolicy Honor that also keeps spread domains to the case's nodes), and all its label
+values carry the case's prefix, so that no selector of one case matches a pod of another. The two
+copies of a case are in two namespaces (`diff-kube`, `diff-ai`), which affinity terms and spread
+constraints default to.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import yaml
+
+from ai_scheduler.sim import make_node, make_pod
+
+FAMILIES = ("fit", "hostport", "anti-host", "anti-zone", "affinity-zone", "spread-zone", "spread-host")
+ZONE = "topology.kubernetes.io/zone"
+HOSTNAME = "kubernetes.io/hostname"
+CASE_LABEL = "diff.ai-scheduler.io/case"
+ROLE_LABEL = "diff.ai-scheduler.io/role"
+DISK_LABEL = "diff.ai-scheduler.io/disk"
+TAINT = {"key": "diff.ai-scheduler.io/dedicated", "value": "gpu", "effect": "NoSchedule"}
+HOST_PORT = 8080
+AMPLE_CPU = 16
+PREEMPTION_PART = " preemption: "
+# kube-scheduler v1.36 says `node(s) had untolerated taint(s)`; ai-scheduler names the taint, as the
+# contract's example message and older kube-scheduler versions do: `... untolerated taint {key: value}`.
+KUBE_UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
+UNTOLERATED_TAINT_PREFIX = "node(s) had untolerated taint {"
+
+
+@dataclass
+class NodeSpec:
+    zone: int
+    cpu: int  # whole cpus; pods take 1 each
+    memory_gi: int  # pods take 1Gi each
+    tainted: bool = False
+    cordoned: bool = False
+    ssd: bool = True
+
+
+@dataclass
+class ExistingPod:
+    """A pod bound by the test itself (`nodeName`) before the incoming pods arrive.
+
+    kind: `peer` (labelled as the incoming pods), `peer-anti` (also carries their anti-affinity),
+    `guard` (another label, with anti-affinity against the incoming pods), `db` (what `affinity-zone`
+    pods look for), `port` (holds hostPort 8080/TCP), `port-udp` (8080/UDP: no conflict), `other`."""
+
+    node: int
+    kind: str
+
+
+@dataclass
+class Case:
+    index: int
+    family: str
+    nodes: list[NodeSpec]
+    existing: list[ExistingPod]
+    incoming: int
+    tolerates: bool = False
+    wants_ssd: bool = False
+    excluded_zone: int | None = None
+    max_skew: int = 1
+    min_domains: int | None = None
+    self_db: bool = False  # affinity-zone: the incoming pods are db pods themselves
+
+    def yaml(self) -> str:
+        return yaml.safe_dump(asdict(self), sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------- generator
+
+def generate(seed: int, index: int) -> Case:
+    """Case `index` of run `seed`: the same pair always gives the same case."""
+    rng = random.Random(f"{seed}/{index}")
+    while True:
+        case = _draw(rng, index)
+        if expected_bound(case, rng) is not None:
+            return case
+
+
+def _draw(rng: random.Random, index: int) -> Case:
+    family = rng.choice(FAMILIES)
+    ample = family in ("anti-zone", "affinity-zone", "spread-zone", "spread-host")
+    zones = rng.randint(1, 3)
+    nodes = []
+    for _ in range(rng.randint(2, 5)):
+        cpu = AMPLE_CPU if ample else rng.choice((1, 2, 3, 4))
+        memory = rng.choice((cpu, 2)) if not ample and rng.random() < 0.2 else 64
+        nodes.append(NodeSpec(zone=rng.randrange(zones), cpu=cpu, memory_gi=memory,
+                              tainted=rng.random() < 0.2, cordoned=rng.random() < 0.1,
+                              ssd=rng.random() < 0.7))
+    case = Case(index=index, family=family, nodes=nodes, existing=[], incoming=rng.randint(2, 7),
+                tolerates=rng.random() < 0.5, wants_ssd=rng.random() < 0.3)
+    if rng.random() < 0.2 and zones > 1:
+        case.excluded_zone = rng.randrange(zones)
+    kinds = {
+        "fit": ["other"],
+        "hostport": ["port", "port-udp", "other"],
+        "anti-host": ["peer", "peer-anti", "guard", "other"],
+        "anti-zone": ["peer", "peer-anti", "guard", "other"],
+        "affinity-zone": ["db", "other"],
+        "spread-zone": ["peer", "other"],
+        "spread-host": ["peer", "other"],
+    }[family]
+    used = [0] * len(nodes)
+    for _ in range(rng.randint(0, 4)):
+        node = rng.randrange(len(nodes))
+        limit = min(nodes[node].cpu, nodes[node].memory_gi) - (2 if ample else 0)
+        kind = rng.choice(kinds)
+        if used[node] < limit and not (kind == "port" and ExistingPod(node, kind) in case.existing):
+            used[node] += 1
+            case.existing.append(ExistingPod(node=node, kind=kind))
+    if family.startswith("spread"):
+        case.max_skew = rng.choice((1, 2))
+        if rng.random() < 0.25:
+            case.min_domains = len(_domains(case)) + 1
+    if family == "affinity-zone":
+        case.self_db = rng.random() < 0.3
+    return case
+
+
+# ---------------------------------------------------------------------------------------------- semantics
+
+def statically_feasible(case: Case, node: int) -> bool:
+    """Whether an incoming pod passes the filters that do not look at other pods."""
+    spec = case.nodes[node]
+    return (not spec.cordoned and (case.tolerates or not spec.tainted) and (spec.ssd or not case.wants_ssd)
+            and spec.zone != case.excluded_zone)
+
+
+def eligible(case: Case, node: int) -> bool:
+    """Whether a node counts as a spread domain of the pods: their node selector and node affinity
+    (nodeAffinityPolicy Honor); taints and cordons do not matter (nodeTaintsPolicy Ignore)."""
+    spec = case.nodes[node]
+    return (spec.ssd or not case.wants_ssd) and spec.zone != case.excluded_zone
+
+
+def domain_of(case: Case, node: int) -> int:
+    """The node's domain for the family's topology key (its zone, or the node itself)."""
+    return case.nodes[node].zone if case.family in ("anti-zone", "affinity-zone", "spread-zone") else node
+
+
+def _domains(case: Case) -> set[int]:
+    return {domain_of(case, n) for n in range(len(case.nodes)) if eligible(case, n)}
+
+
+def _blocks(kind: str) -> bool:
+    return kind in ("peer", "peer-anti", "guard")
+
+
+def _counted_by_spread(kind: str) -> bool:
+    return kind in ("peer", "peer-anti")
+
+
+def allowed(case: Case, node: int, placed: Counter[int]) -> bool:
+    """Whether one more incoming pod may go to `node`, `placed` incoming pods being on each node."""
+    if not statically_feasible(case, node):
+        return False
+    spec = case.nodes[node]
+    on_node = [e for e in case.existing if e.node == node]
+    if len(on_node) + placed[node] + 1 > min(spec.cpu, spec.memory_gi):
+        return False
+    family = case.family
+    if family == "hostport":
+        return placed[node] == 0 and not any(e.kind == "port" for e in on_node)
+    if family in ("anti-host", "anti-zone"):
+        domain = domain_of(case, node)
+        same = [n for n in range(len(case.nodes)) if domain_of(case, n) == domain]
+        return not any(placed[n] for n in same) and not any(
+            _blocks(e.kind) for e in case.existing if e.node in same)
+    if family == "affinity-zone":
+        db_nodes = {e.node for e in case.existing if e.kind == "db"}
+        if case.self_db:
+            db_nodes |= {n for n, count in placed.items() if count}
+        if not db_nodes:
+            return case.self_db  # kube-scheduler: a pod matching its own terms, when no pod does
+        return any(case.nodes[n].zone == spec.zone for n in db_nodes)
+    if family.startswith("spread"):
+        counts = Counter({d: 0 for d in _domains(case)})
+        for e in case.existing:
+            if _counted_by_spread(e.kind) and eligible(case, e.node):
+                counts[domain_of(case, e.node)] += 1
+        for n, count in placed.items():
+            counts[domain_of(case, n)] += count
+        minimum = min(counts.values())
+        if case.min_domains is not None and len(counts) < case.min_domains:
+            minimum = 0
+        return counts[domain_of(case, node)] + 1 - minimum <= case.max_skew
+    return True
+
+
+def expected_bound(case: Case, rng: random.Random, trials: int = 6) -> int | None:
+    """How many incoming pods any correct scheduler places, or None when that depends on choices."""
+    results = set()
+    for _ in range(trials):
+        placed: Counter[int] = Counter()
+        for _ in range(case.incoming):
+            options = [n for n in range(len(case.nodes)) if allowed(case, n, placed)]
+            if not options:
+                break
+            placed[rng.choice(options)] += 1
+        results.add(sum(placed.values()))
+    return results.pop() if len(results) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------------- objects
+
+def prefix(case: Case, copy: str) -> str:
+    return f"c{case.index}-{copy}"
+
+
+def node_name(case: Case, copy: str, node: int) -> str:
+    return f"{prefix(case, copy)}-n{node}"
+
+
+def nodes_for(case: Case, copy: str) -> list[dict[str, Any]]:
+    """The case's nodes for one scheduler, taints included (the test sets them after creation, which
+    also takes off the not-ready taint that admission puts on every new node)."""
+    p = prefix(case, copy)
+    return [
+        make_node(node_name(case, copy, i), cpu=str(spec.cpu), memory=f"{spec.memory_gi}Gi",
+                  labels={CASE_LABEL: p, ZONE: f"{p}-z{spec.zone}", DISK_LABEL: "ssd" if spec.ssd else "hdd"},
+                  taints=[dict(TAINT)] if spec.tainted else None, unschedulable=spec.cordoned)
+        for i, spec in enumerate(case.nodes)
+    ]
+
+
+def _app(case: Case, copy: str, kind: str) -> str:
+    return f"{prefix(case, copy)}-{kind}"
+
+
+def _term(case: Case, copy: str, kind: str, key: str) -> dict[str, Any]:
+    return {"labelSelector": {"matchLabels": {"app": _app(case, copy, kind)}}, "topologyKey": key}
+
+
+def _anti(case: Case, copy: str) -> dict[str, Any]:
+    key = ZONE if case.family == "anti-zone" else HOSTNAME
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        _term(case, copy, "peer", key)]}}
+
+
+def pods_for(case: Case, copy: str, namespace: str, scheduler: str) -> tuple[list[dict[str, Any]],
+                                                                              list[dict[str, Any]]]:
+    """(existing pods, bound by nodeName; incoming pods, in the order to create them)."""
+    p = prefix(case, copy)
+    existing = []
+    for i, pod in enumerate(case.existing):
+        kind = "peer" if pod.kind == "peer-anti" else pod.kind
+        port_protocol = {"port": "TCP", "port-udp": "UDP"}.get(pod.kind)
+        existing.append(make_pod(
+            f"{p}-e{i}", namespace=namespace, cpu="1", memory="1Gi", scheduler_name=scheduler,
+            labels={"app": _app(case, copy, kind), CASE_LABEL: p, ROLE_LABEL: "existing"},
+            node_name=node_name(case, copy, pod.node),
+            affinity=_anti(case, copy) if pod.kind in ("peer-anti", "guard") else None,
+            ports=[{"containerPort": HOST_PORT, "hostPort": HOST_PORT, "protocol": port_protocol}]
+            if port_protocol else None,
+        ))
+    affinity: dict[str, Any] = {}
+    required = [{"key": CASE_LABEL, "operator": "In", "values": [p]}]
+    if case.excluded_zone is not None:
+        required.append({"key": ZONE, "operator": "NotIn", "values": [f"{p}-z{case.excluded_zone}"]})
+    affinity["nodeAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": required}]}}
+    if case.family in ("anti-host", "anti-zone"):
+        affinity.update(_anti(case, copy))
+    if case.family == "affinity-zone":
+        affinity["podAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [
+            _term(case, copy, "db", ZONE)]}
+    kind = "db" if case.self_db else "peer" if case.family != "affinity-zone" else "web"
+    spread = None
+    if case.family.startswith("spread"):
+        constraint: dict[str, Any] = {
+            "maxSkew": case.max_skew, "topologyKey": ZONE if case.family == "spread-zone" else HOSTNAME,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": _app(case, copy, "peer")}},
+        }
+        if case.min_domains is not None:
+            constraint["minDomains"] = case.min_domains
+        spread = [constraint]
+    ports = [{"containerPort": HOST_PORT, "hostPort": HOST_PORT}] if case.family == "hostport" else None
+    incoming = [
+        make_pod(f"{p}-p{i}", namespace=namespace, cpu="1", memory="1Gi", scheduler_name=scheduler,
+                 labels={"app": _app(case, copy, kind), CASE_LABEL: p, ROLE_LABEL: "incoming"},
+                 node_selector={DISK_LABEL: "ssd"} if case.wants_ssd else None,
+                 tolerations=[{**TAINT, "operator": "Equal"}] if case.tolerates else None,
+                 affinity=affinity, topology_spread=spread,
+                 ports=ports)
+        for i in range(case.incoming)
+    ]
+    return existing, incoming
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+def violations(case: Case, copy: str, bound: dict[str, str]) -> tuple[list[str], int]:
+    """What a placement of the incoming pods (pod name -> node name) breaks, and how many checks ran.
+
+    Holds for any valid placement, whatever the order: each pod on a node of its case that passes
+    the static filters, no node over capacity, one pod per free host port, no domain with two pods
+    that anti-affinity keeps apart, every affinity pod in a zone with a db pod, and every spread
+    domain that got pods within maxSkew of the final minimum (a domain's last pod went in when the
+    minimum was at most what it is at the end)."""
+    names = {node_name(case, copy, i): i for i in range(len(case.nodes))}
+    placed: Counter[int] = Counter()
+    problems: list[str] = []
+    checks = 0
+    for pod, node in sorted(bound.items()):
+        checks += 1
+        if node not in names:
+            problems.append(f"{pod} on {node}, not a node of its case")
+            continue
+        placed[names[node]] += 1
+        checks += 1
+        if not statically_feasible(case, names[node]):
+            problems.append(f"{pod} on {node}, which its taints, selector, node affinity or cordon exclude")
+    for n in range(len(case.nodes)):
+        spec = case.nodes[n]
+        on_node = [e for e in case.existing if e.node == n]
+        checks += 1
+        if len(on_node) + placed[n] > min(spec.cpu, spec.memory_gi):
+            problems.append(f"node {n} over capacity: {len(on_node)} existing + {placed[n]} placed")
+        if case.family == "hostport":
+            checks += 1
+            holders = placed[n] + sum(e.kind == "port" for e in on_node)
+            if holders > 1:
+                problems.append(f"node {n}: {holders} pods hold hostPort {HOST_PORT}/TCP")
+    if case.family in ("anti-host", "anti-zone"):
+        per_domain: Counter[int] = Counter()
+        for n, count in placed.items():
+            per_domain[domain_of(case, n)] += count
+        for domain, count in per_domain.items():
+            checks += 1
+            blocked = any(_blocks(e.kind) and domain_of(case, e.node) == domain for e in case.existing)
+            if count > 1 or (count and blocked):
+                problems.append(f"domain {domain}: {count} placed pods, existing peer or guard: {blocked}")
+    if case.family == "affinity-zone":
+        db_zones = {case.nodes[e.node].zone for e in case.existing if e.kind == "db"}
+        if case.self_db and not db_zones:
+            db_zones = {case.nodes[n].zone for n in placed}
+            checks += 1
+            if len(db_zones) > 1:
+                problems.append(f"self-affine db pods in zones {sorted(db_zones)}")
+        for n in placed:
+            checks += 1
+            if case.nodes[n].zone not in db_zones:
+                problems.append(f"pod on node {n} (zone {case.nodes[n].zone}), no db pod in that zone")
+    if case.family.startswith("spread"):
+        counts = Counter({d: 0 for d in _domains(case)})
+        for e in case.existing:
+            if _counted_by_spread(e.kind) and eligible(case, e.node):
+                counts[domain_of(case, e.node)] += 1
+        for n, count in placed.items():
+            counts[domain_of(case, n)] += count
+        minimum = min(counts.values(), default=0)
+        if case.min_domains is not None and len(counts) < case.min_domains:
+            minimum = 0
+        for domain in {domain_of(case, n) for n in placed}:
+            checks += 1
+            if counts[domain] - minimum > case.max_skew:
+                problems.append(f"domain {domain}: {counts[domain]} pods, minimum {minimum}, "
+                                f"maxSkew {case.max_skew}")
+    return problems, checks
+
+
+def reasons(message: str) -> tuple[str, Counter[str]]:
+    """An Unschedulable message's node total ("0/N") and its filter reasons counted, without
+    kube-scheduler's preemption verdict: `0/9 nodes are available: 5 A, 4 B.` -> ("0/9", {A: 5, B: 4})."""
+    head = message.partition(PREEMPTION_PART)[0].strip()
+    match = re.match(r"(\d+/\d+) nodes are available: (.*?)\.?$", head)
+    if not match:
+        return head, Counter()
+    counted: Counter[str] = Counter()
+    for part in re.split(r", (?=\d+ )", match.group(2)):
+        number, _, reason = part.partition(" ")
+        if reason.startswith(UNTOLERATED_TAINT_PREFIX):
+            reason = KUBE_UNTOLERATED_TAINT  # a deliberate difference: see the README
+        counted[reason] += int(number) if number.isdigit() else 0
+    return match.group(1), counted
