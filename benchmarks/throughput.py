@@ -23,7 +23,10 @@ per second once the scheduler has bound a probe pod instead. Prints both and the
 In-process (`--in-process`): the scheduling core alone (queue, filters,
 scores, assume) with no API server, to measure the decision cost per pod;
 `--percentage-of-nodes-to-score 100` scores every feasible node instead of the
-adaptive share.
+adaptive share; `--resource-score NAME` puts another resource scorer in the
+default profile's in place of NodeResourcesGPUAware (e.g.
+NodeResourcesLeastAllocated, the default before issue 13), and `--tie-break
+nodeOrder` sets scheduling.tieBreak.
 """
 
 from __future__ import annotations
@@ -658,8 +661,18 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     from ai_scheduler.scheduler.daemon import build_frameworks
 
     config = default_config()
+    scheduling: dict[str, Any] = {"tieBreak": args.tie_break}
     if args.percentage_of_nodes_to_score is not None:
-        config = parse_config({"scheduling": {"percentageOfNodesToScore": args.percentage_of_nodes_to_score}})
+        scheduling["percentageOfNodesToScore"] = args.percentage_of_nodes_to_score
+    scores = [
+        {
+            "name": args.resource_score if spec.name == "NodeResourcesGPUAware" else spec.name,
+            "weight": spec.weight,
+            **({"resources": dict(spec.resources)} if spec.resources else {}),
+        }
+        for spec in config.profiles[0].scores
+    ]
+    config = parse_config({"profiles": [{"scores": scores}], "scheduling": scheduling})
     cache = SchedulerCache()
     for i in range(args.nodes):
         cache.set_node(NodeRecord.from_api(kwok_node(f"bench-node-{i}")))
@@ -685,6 +698,8 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": args.nodes,
         "pods": args.pods,
         "percentage_of_nodes_to_score": config.scheduling.percentage_of_nodes_to_score,
+        "resource_score": args.resource_score,
+        "tie_break": args.tie_break,
         "pods_per_s": round(args.pods / total, 1),
         "decision_ms": {k: round(v, 4) for k, v in percentiles(durations).items()},
         "peak_rss_mib": round(peak_rss_mib(), 1),
@@ -741,6 +756,15 @@ def main() -> None:
         "--percentage-of-nodes-to-score",
         type=int,
         help="with --in-process: scheduling.percentageOfNodesToScore (default: the config's, 0 = adaptive)",
+    )
+    parser.add_argument(
+        "--resource-score",
+        default="NodeResourcesGPUAware",
+        choices=("NodeResourcesGPUAware", "NodeResourcesLeastAllocated", "NodeResourcesMostAllocated"),
+        help="with --in-process: the default profile's resource scorer (default: the default's)",
+    )
+    parser.add_argument(
+        "--tie-break", default="random", choices=("random", "nodeOrder"), help="with --in-process"
     )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", action="store_true", help="print only the JSON result")

@@ -4,18 +4,19 @@ Real backend only: the reference is the kube-scheduler binary, which needs a rea
 list, watch and bind through (it speaks protobuf and uses informers, leases and subresources that
 the simulated server does not try to copy).
 
-Rounds of cases in one cluster: `tests/differential.py` draws the cases (nodes with zones, disk labels,
-taints, capacities and cordons; existing pods bound by name; incoming pods with tolerations, node
-selector, node affinity, host ports, required pod affinity and anti-affinity, or DoNotSchedule
-topology spread) so that the outcome does not depend on tie-breaks. Every case gets two copies on
-nodes of their own, one for each scheduler, and both schedulers run at the same time on a round of
-cases (`AI_SCHEDULER_DIFF_BATCH`, default 100; the round's pods, nodes and events are deleted before
-the next: a single batch of 200 cases, about 1,400 nodes, left both schedulers' messages changing for
-minutes on a loaded 2-core machine): kube-scheduler with a profile named `diff-kube-scheduler` holding the plugins ai-scheduler has
-(its volume plugins, ImageLocality and DynamicResources disabled: no pod here has volumes, images
-to prefer or claims), ai-scheduler with the same filters in kube-scheduler's order and its scores
-with kube-scheduler's weights; percentageOfNodesToScore 100 in both; ai-scheduler's reservations
-(which kube-scheduler lacks) off.
+Rounds of cases in one cluster: `tests/differential.py` draws the cases (nodes with zones, disk
+labels, taints, capacities and cordons; existing pods bound by name; incoming pods with
+tolerations, node selector, node affinity, host ports, required pod affinity and anti-affinity, or
+DoNotSchedule topology spread) so that the outcome does not depend on tie-breaks. Every case gets
+two copies on nodes of their own, one for each scheduler, and both schedulers run at the same time
+on a round of cases: kube-scheduler with a profile named `diff-kube-scheduler` holding the plugins
+ai-scheduler has (its volume plugins, ImageLocality and DynamicResources disabled: no pod here has
+volumes, images to prefer or claims), ai-scheduler with the same filters in kube-scheduler's order
+and its scores with kube-scheduler's weights; percentageOfNodesToScore 100 in both; ai-scheduler's
+reservations (which kube-scheduler lacks) off. A round (`AI_SCHEDULER_DIFF_BATCH`, default 100
+cases) has its pods, nodes and events deleted before the next; a single batch of 200 cases (about
+1,400 nodes) left both schedulers' Unschedulable messages changing for minutes on a loaded 2-core
+machine.
 
 Compared per case, once both have settled:
 - how many pods each placed, and the count the case's own simulation gives (any valid placement
@@ -25,9 +26,11 @@ Compared per case, once both have settled:
   in the total; the other cases' nodes are refused for the same reasons in both copies;
 - that every placement, by either scheduler, keeps every constraint (`differential.violations`).
 
-`AI_SCHEDULER_DIFF_SEED` (default 13) picks the cases, `AI_SCHEDULER_DIFF_CASES` (default 200) how many,
+`AI_SCHEDULER_DIFF_SEED` (default 13) picks the cases, `AI_SCHEDULER_DIFF_CASES` (default 200) how
+many,
 `AI_SCHEDULER_DIFF_ONLY=3,17` runs just those cases of the seed. A failure prints each mismatching
-case as YAML with both outcomes and the command that runs it again.
+case as YAML with both outcomes (for the first few, also ai-scheduler's decisions and the events of
+the case's pods) and the command that runs it again.
 """
 
 from __future__ import annotations
@@ -218,12 +221,13 @@ async def _settle(api: KubeClient, expected: int, kube: subprocess.Popen[bytes],
 
 
 async def _clean_up(api: KubeClient, nodes: dict[str, dict[str, Any]]) -> None:
-    """Delete a round's pods (incoming first, so that nothing is left to schedule while the rest go),
+    """Delete a round's pods (pending ones first, so that nothing is left to schedule while the rest go),
     its nodes and its events, many at a time: the fixture's collection deletes go one object at a
     time on the server, and would take longer than a request may over thousands of objects."""
-    for role in ("incoming", "existing"):
+    for role, bound in (("incoming", False), ("incoming", True), ("existing", True)):
         pods, _ = await api.list("pods", label_selector=f"{ROLE_LABEL}={role}")
-        ours = [p["metadata"] for p in pods if p["metadata"]["namespace"] in NAMESPACES.values()]
+        ours = [p["metadata"] for p in pods if p["metadata"]["namespace"] in NAMESPACES.values()
+                and bool(p["spec"].get("nodeName")) == bound]
         await _bounded(api.delete_pod(m["namespace"], m["name"], grace_period_seconds=0) for m in ours)
     await _bounded(api.delete_node(name) for name in nodes)
     for namespace in NAMESPACES.values():

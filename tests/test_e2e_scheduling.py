@@ -122,9 +122,9 @@ async def test_unschedulable_pod_gets_condition_and_event_then_lands_on_new_node
     ]
     await create_all(api, nodes, [make_pod("big", cpu="16", memory="8Gi")])
     expected = (
-        "0/3 nodes are available: 2 Insufficient cpu, 2 Insufficient memory, "
-        "1 node(s) had untolerated taint {dedicated: infra}. "
-        f"preemption: 0/3 nodes are available: 2 {NO_VICTIMS}, 1 {NOT_HELPFUL}."
+        "0/3 nodes are available: 1 node(s) had untolerated taint {dedicated: infra}, "
+        "2 Insufficient cpu, 2 Insufficient memory. "
+        f"preemption: 0/3 nodes are available: 1 {NOT_HELPFUL}, 2 {NO_VICTIMS}."
     )
     await wait_for(
         lambda: pod_condition(cluster, "big").get("message") == expected,

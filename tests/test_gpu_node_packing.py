@@ -7,7 +7,9 @@ hand from those two formulas. The stranding scenario is the one the issue
 measured: CPU-only pods that spill onto GPU nodes must not take the cpu that a
 pod of 8 GPUs and 64 cores needs next to a node's 8 free GPUs.
 `scheduling.tieBreak: nodeOrder` picks the first node of the node table among
-the best; `random` one at random (kube-scheduler's way).
+the best; `random` one at random (kube-scheduler's way). Packing fills nodes,
+so the search for feasible nodes widens its first window after meeting full
+ones (a cost measure only: the same nodes are kept).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ai_scheduler.config import default_config
 from ai_scheduler.config.schema import DEFAULT_SCORE_RESOURCES
 from ai_scheduler.log import rfc3339
 from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.framework import ScorePlugin
+from ai_scheduler.scheduler.framework import ScorePlugin, StaticResults
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.plugins.gpu import gpu_nodes
 from ai_scheduler.scheduler.plugins.resource_allocation import (
@@ -202,8 +204,8 @@ def _spill_then_large(fw: Framework) -> str | None:
     decision = fw.schedule(large)
     if decision.node is None:
         assert decision.message == (
-            "0/3 nodes are available: 3 Insufficient cpu, 1 Insufficient memory, "
-            "1 Insufficient nvidia.com/gpu."
+            "0/3 nodes are available: 1 Insufficient memory, 1 Insufficient nvidia.com/gpu, "
+            "3 Insufficient cpu."
         )
     return decision.node
 
@@ -245,3 +247,36 @@ def test_random_tie_break_spreads_over_the_tied_nodes() -> None:
     cache = cluster(*(node(f"n{i}") for i in range(6)))
     fw = framework(cache, [], tie_break="random", seed=3)
     assert len({fw.schedule(pod(f"p{i}", cpu="1")).node for i in range(30)}) > 1
+
+
+# ------------------------------------------------------------------------------ search window margin
+class RowsScored(ScorePlugin):
+    """No opinion; notes which rows each cycle scored."""
+
+    name = "RowsScored"
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.seen: list[list[int]] = []
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        self.seen.append(rows.tolist())
+        return None
+
+
+def test_a_search_that_met_full_nodes_widens_the_next_window_but_keeps_the_same_nodes() -> None:
+    """Packing fills nodes; a search that met some looks at a few more rows next time, in one window,
+    and still keeps the first `wanted` feasible nodes in search order (420 of 1,000)."""
+    cache = cluster(*(node(f"n{i}", cpu="1" if i < 10 else "8") for i in range(1000)))
+    seen = RowsScored()
+    fw = framework(cache, [seen])
+    first = fw.schedule(pod("p", cpu="2"))
+    assert first.feasible == 420 and seen.seen[0] == list(range(10, 430))
+    assert first.reasons == {"Insufficient cpu": 10}
+    assert (fw.last_looked_at, fw.last_found) == (420 + 64, 410 + 64)  # a second window of 64 rows
+    second = fw.schedule(pod("q", cpu="2"))
+    assert second.feasible == 420 and seen.seen[1] == list(range(430, 850))
+    # one window: 420 rows, and 4 x 10/484 of them (34) plus 16 more
+    assert second.evaluated == 420 + 4 * 420 * 10 // 484 + 16 and fw.next_start == 850

@@ -435,7 +435,7 @@ def test_each_insufficient_resource_is_counted_on_the_same_node() -> None:
     decision = fw.schedule(pod(cpu="3", memory="8Gi"))
     assert decision.node is None
     assert decision.reasons == {"Insufficient cpu": 1, "Insufficient memory": 2}
-    assert decision.message == "0/2 nodes are available: 2 Insufficient memory, 1 Insufficient cpu."
+    assert decision.message == "0/2 nodes are available: 1 Insufficient cpu, 2 Insufficient memory."
 
 
 def test_usage_of_bound_pods_is_subtracted_and_the_boundary_fits() -> None:
@@ -625,14 +625,15 @@ def test_full_message_for_a_mixed_cluster() -> None:
     decision = framework(cache).schedule(p)
     assert decision.node is None and decision.total_nodes == 6 and decision.feasible == 0
     assert decision.message == (
-        "0/6 nodes are available: 3 Insufficient cpu, 1 Insufficient memory, "
+        "0/6 nodes are available: 1 Insufficient memory, "
         "1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {k: v}, "
-        "1 node(s) were unschedulable.")
+        "1 node(s) were unschedulable, 3 Insufficient cpu.")
 
 
-def test_fit_error_message_orders_by_count_then_text() -> None:
+def test_fit_error_message_sorts_the_count_reason_strings_as_kube_scheduler_does() -> None:
+    # FitError.Error() sorts "count reason" strings (sort.Strings), so "10 ..." comes before "2 ...".
     assert fit_error_message(12, {"b": 1, "a": 1, "Insufficient cpu": 10, "z": 2}) == (
-        "0/12 nodes are available: 10 Insufficient cpu, 2 z, 1 a, 1 b.")
+        "0/12 nodes are available: 1 a, 1 b, 10 Insufficient cpu, 2 z.")
 
 
 def test_empty_cluster_and_invalid_pod() -> None:

@@ -378,5 +378,5 @@ def test_a_reserved_node_is_charged_only_when_the_pod_could_otherwise_use_it() -
     )
     assert decision.node is None
     assert decision.message == (
-        "0/3 nodes are available: 2 node(s) reserved for gang default/g, 1 Insufficient cpu."
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) reserved for gang default/g."
     )

@@ -227,10 +227,13 @@ def gpu_nodes(cache: SchedulerCache, rows: np.ndarray, allocatable: np.ndarray |
 
     `allocatable`: the rows' lines of `cache.allocatable`, when the caller has them already.
     """
-    has_gpus: np.ndarray = cache.gpus.managed[rows]  # fancy indexing: a copy, safe to update
     col = cache.column(DEVICE_PLUGIN_GPU)
-    if col >= 0:
-        has_gpus |= (cache.allocatable[rows, col] if allocatable is None else allocatable[:, col]) > 0
+    if col < 0:
+        has_gpus = np.zeros(rows.shape[0], dtype=bool)
+    else:
+        has_gpus = (cache.allocatable[rows, col] if allocatable is None else allocatable[:, col]) > 0
+    if cache.gpus.nodes:  # some node is managed (most clusters have none: no need to read the column)
+        has_gpus |= cache.gpus.managed[rows]
     return has_gpus
 
 

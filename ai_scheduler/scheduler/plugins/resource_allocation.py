@@ -130,9 +130,13 @@ class GpuAwareAllocation(_ResourceAllocation):
         rows: np.ndarray,
         node_allocatable: np.ndarray,
     ) -> np.ndarray:
-        # MostAllocated counts the part in use after the pod, LeastAllocated the part left free: one
-        # formula over the block, choosing per row which part (no second pass, no branch per case).
+        # MostAllocated counts the part in use after the pod, LeastAllocated the part left free: on a
+        # mixed set of rows, one formula over the block that chooses per row which part.
         on_gpu_node = gpu_nodes(cache, rows, node_allocatable)
+        if on_gpu_node.all():  # a cluster of GPU nodes only: no rows to choose between
+            return MostAllocated._resource_score(requested, allocatable)
+        if not on_gpu_node.any():  # or of nodes without GPUs (or a pod that only they fit)
+            return LeastAllocated._resource_score(requested, allocatable)
         taken = np.minimum(requested, allocatable)
         counted = np.where(on_gpu_node[:, None], taken, allocatable - taken)
         scores: np.ndarray = counted * MAX_NODE_SCORE // allocatable
