@@ -355,6 +355,8 @@ async def test_bind_failures_after_quorum_are_retried_and_a_lost_member_fails_th
         cluster.proxy.forward()
     await wait_for(lambda: bound_count(cluster, "flaky") == 2, what="both members bound")
     assert stored_pod(cluster, "flaky-1")["spec"]["nodeName"] == free
+    # The test's own binding is seen before the scheduler's answer (409) comes back through the proxy.
+    await wait_for(lambda: running.log_lines("bind.failed"), what="the scheduler's binding refused")
     assert [line["code"] for line in running.log_lines("bind.failed")] == [409]
     await wait_for(lambda: podgroup_status(cluster, "flaky").get("phase") == "Running", what="gang running")
     assert_not_overcommitted(cluster)

@@ -63,7 +63,10 @@ async def test_a_policies_give_different_orders_and_a_reload_switches_live(
 
     write_config(path, "by-priority")
     await wait_for(lambda: running.log_lines("config.reloaded"), what="the new policy applied")
-    await create_all(api, [], [job("blocker", 1, 0, duration=0.5)])
+    # The blocker holds the slot until all three y jobs are waiting (creating them can take a second on a
+    # loaded real API server); then they run in the new policy's order. It outranks them, so that none of
+    # them preempts it for the node's one pod slot.
+    await create_all(api, [], [job("blocker", 1, 10, duration=2.0)])
     await wait_for(lambda: bind_order(running, {"blocker"}), what="blocker running")
     await create_all(api, [], [job("y1", 1, 1), job("y2", 2, 2), job("y3", 3, 3)])
     await wait_for(lambda: len(bind_order(running, {"y1", "y2", "y3"})) == 3, what="y jobs run")

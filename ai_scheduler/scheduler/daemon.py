@@ -21,6 +21,7 @@ import contextlib
 import functools
 import random
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -449,19 +450,7 @@ class Scheduler:
         if WORKLOAD_RESOURCES[0] in self.informers or not any(map(reads_workloads, self.config.profiles)):
             return
         workloads = self.cache.workloads
-        for resource in WORKLOAD_RESOURCES:
-            informer: Informer[dict[str, Any]] = Informer(
-                self.client,
-                resource,
-                functools.partial(workloads.apply, resource),
-                functools.partial(workloads.replace, resource),
-                self.log,
-                on_relist=self._on_relist,
-            )
-            informer.watch_idle = self.config.scheduling.watch_idle_seconds
-            self.informers[resource] = informer
-            if start:
-                self._tasks.append(asyncio.create_task(informer.run(), name=f"informer-{resource}"))
+        self._add_informers(WORKLOAD_RESOURCES, workloads.apply, workloads.replace, start=start)
 
     def _watch_volumes(self, *, start: bool) -> None:
         """Informers for PersistentVolumes, PersistentVolumeClaims and StorageClasses, once a profile filters
@@ -470,12 +459,23 @@ class Scheduler:
         pods with claims (kube's queueing hints for these kinds), and only them."""
         if VOLUME_RESOURCES[0] in self.informers or not any(map(reads_volumes, self.config.profiles)):
             return
-        for resource in VOLUME_RESOURCES:
+        self._add_informers(VOLUME_RESOURCES, self._on_volume_event, self._replace_volumes, start=start)
+
+    def _add_informers(
+        self,
+        resources: Sequence[str],
+        on_event: Callable[[str, str, dict[str, Any]], None],
+        on_replace: Callable[[str, list[dict[str, Any]]], None],
+        *,
+        start: bool,
+    ) -> None:
+        """Informers for resources added after start-up, their handlers told which resource spoke."""
+        for resource in resources:
             informer: Informer[dict[str, Any]] = Informer(
                 self.client,
                 resource,
-                functools.partial(self._on_volume_event, resource),
-                functools.partial(self._replace_volumes, resource),
+                functools.partial(on_event, resource),
+                functools.partial(on_replace, resource),
                 self.log,
                 on_relist=self._on_relist,
             )
