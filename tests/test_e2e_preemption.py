@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster
-from conftest import StartScheduler, create_all, fast_config, owner_job, wait_for
+from conftest import StartScheduler, create_all, fast_config, owner_job, stored_pod, wait_for
 from test_e2e_gangs import member, podgroup
 from test_e2e_scheduling import assert_not_overcommitted, events_for, pod_condition
 
@@ -158,7 +158,11 @@ async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
     running = await start_scheduler()
     rng = random.Random(5)
     nodes = [make_node(f"n{i}", cpu="8", memory="32Gi") for i in range(4)]
-    pods = [
+    # Every slot first taken by a lowest-priority pod, so that the churn meets full nodes whatever the
+    # pace of the API server (on a loaded machine, a queue sorted by priority could otherwise drain
+    # without ever finding lower-priority pods in the way).
+    fillers = [make_pod(f"f{i}", cpu="1", memory="256Mi", priority=0, duration=3.0) for i in range(32)]
+    pods = fillers + [
         make_pod(
             f"p{i}",
             cpu="1",
@@ -168,8 +172,12 @@ async def test_e_no_preemption_cascade_in_a_mixed_priority_churn(
         )
         for i in range(500)
     ]
-    await create_all(api, nodes, [])
-    await create_all(api, [], pods)
+    await create_all(api, nodes, fillers)
+    await wait_for(
+        lambda: all(stored_pod(cluster, f["metadata"]["name"])["spec"].get("nodeName") for f in fillers),
+        what="every slot taken by a filler",
+    )
+    await create_all(api, [], pods[len(fillers):])
 
     def settled() -> bool:
         left = cluster.store.list("pods")
