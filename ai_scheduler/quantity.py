@@ -38,8 +38,9 @@ _PATTERN = re.compile(
     r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?$"
 )
 
-# Resources measured in thousandths, as kube-scheduler's MilliValue does for cpu.
-MILLI_RESOURCES = frozenset({"cpu"})
+# Resources measured in thousandths, as kube-scheduler's MilliValue does for cpu; and the quota resource of
+# managed GPU fractions (cache/tenancy.py), so that a quota of "1.5" of them is 1.5 GPUs.
+MILLI_RESOURCES = frozenset({"cpu", "ai-scheduler.io/gpu-fraction"})
 
 # Largest amount (in units: millicores, bytes, devices) a quantity stands for; beyond it amounts saturate.
 # 2**53 is 8 PiB of memory or 9e12 cores, exact as a float, and 1,023 amounts at the bound still sum within

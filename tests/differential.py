@@ -19,9 +19,19 @@ more fit, why each node refuses the next one:
   `spread-zone` / `spread-host` (DoNotSchedule topology spread of the pods' own kind, maxSkew 1 or 2,
   sometimes minDomains above the number of domains; untolerated or cordoned nodes stay domains,
   nodeTaintsPolicy being Ignore);
+- or one of the volume families: `pv-bound` (one claim shared by all the pods, bound to a volume
+  pinned to a zone by its node affinity (VolumeBinding) or by its zone label (VolumeZone)),
+  `pvc-immediate` (an unbound claim of an Immediate class that nothing provisions: the pods wait in
+  PreFilter), `rwop` (one ReadWriteOncePod claim, sometimes already used by an existing pod: one
+  pod at most runs), `wffc-local` (a claim per pod, of a WaitForFirstConsumer class without a
+  provisioner, and local volumes pinned to some of the case's nodes: a node takes as many pods as it
+  has free volumes and room), `volume-limit` (a claim per pod bound to its own CSI volume; CSINodes
+  give some nodes an attach limit, which existing pods with CSI volumes of their own use up);
 - where the node that takes a pod could change the reason another node gives later (a zone's pod
   landing on a node with one free slot turns that node's "anti-affinity" into "Insufficient cpu"),
-  the family gets ample capacity, so that no node of the case ever runs out.
+  the family gets ample capacity, so that no node of the case ever runs out. (In `wffc-local` and
+  `volume-limit` each node's final state is fixed whatever the order: as many pods as both its room
+  and its volumes allow, once the pods outnumber what the case can take.)
 
 `expected_bound` simulates a case with random choices several times and refuses a case whose count
 of placed pods differs between choices: the generator's claim of independence is checked, not
@@ -32,7 +42,8 @@ prefixed by `c<index>-<copy>`), its pods are pinned to them by a node selector o
 (with nodeAffinityPolicy Honor that also keeps spread domains to the case's nodes), and all its label
 values carry the case's prefix, so that no selector of one case matches a pod of another. The two
 copies of a case are in two namespaces (`diff-kube`, `diff-ai`), which affinity terms and spread
-constraints default to.
+constraints default to. Cluster-scoped volume objects (PersistentVolumes, CSINodes) carry the prefix
+in their names; the storage classes are shared by all cases (`STORAGE_CLASSES`).
 """
 
 from __future__ import annotations
@@ -45,9 +56,11 @@ from typing import Any
 
 import yaml
 
-from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
 
-FAMILIES = ("fit", "hostport", "anti-host", "anti-zone", "affinity-zone", "spread-zone", "spread-host")
+FAMILIES = ("fit", "hostport", "anti-host", "anti-zone", "affinity-zone", "spread-zone", "spread-host",
+            "pv-bound", "pvc-immediate", "rwop", "wffc-local", "volume-limit")
+VOLUME_FAMILIES = FAMILIES[7:]
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 CASE_LABEL = "diff.ai-scheduler.io/case"
@@ -61,6 +74,13 @@ PREEMPTION_PART = " preemption: "
 # contract's example message and older kube-scheduler versions do: `... untolerated taint {key: value}`.
 KUBE_UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
 UNTOLERATED_TAINT_PREFIX = "node(s) had untolerated taint {"
+LOCAL_CLASS = "diff-local"  # WaitForFirstConsumer, no provisioner: only the case's local volumes
+IMMEDIATE_CLASS = "diff-immediate"  # Immediate, no provisioner: its claims stay unbound
+CSI_DRIVER = "diff.csi.ai-scheduler.io"
+STORAGE_CLASSES = (
+    make_storage_class(LOCAL_CLASS, provisioner="kubernetes.io/no-provisioner"),
+    make_storage_class(IMMEDIATE_CLASS, provisioner="kubernetes.io/no-provisioner", binding_mode="Immediate"),
+)
 
 
 @dataclass
@@ -98,6 +118,11 @@ class Case:
     max_skew: int = 1
     min_domains: int | None = None
     self_db: bool = False  # affinity-zone: the incoming pods are db pods themselves
+    volume_zone: int | None = None  # pv-bound: the zone of the shared volume
+    volume_by_label: bool = False  # pv-bound: pinned by its zone label (VolumeZone), not node affinity
+    local_volumes: list[int] | None = None  # wffc-local: the node of each local volume
+    # volume-limit: each node's CSI attach limit (None: no CSINode)
+    volume_limits: list[int | None] | None = None
 
     def yaml(self) -> str:
         return yaml.safe_dump(asdict(self), sort_keys=False)
@@ -137,13 +162,16 @@ def _draw(rng: random.Random, index: int) -> Case:
         "affinity-zone": ["db", "other"],
         "spread-zone": ["peer", "other"],
         "spread-host": ["peer", "other"],
-    }[family]
+        "rwop": ["rwop", "other"],
+        "volume-limit": ["csi", "csi", "other"],
+    }.get(family, ["other"])
     used = [0] * len(nodes)
     for _ in range(rng.randint(0, 4)):
         node = rng.randrange(len(nodes))
         limit = min(nodes[node].cpu, nodes[node].memory_gi) - (2 if ample else 0)
         kind = rng.choice(kinds)
-        if used[node] < limit and not (kind == "port" and ExistingPod(node, kind) in case.existing):
+        taken = kind in ("port", "rwop") and any(e.kind == kind for e in case.existing)
+        if used[node] < limit and not taken:
             used[node] += 1
             case.existing.append(ExistingPod(node=node, kind=kind))
     if family.startswith("spread"):
@@ -152,6 +180,13 @@ def _draw(rng: random.Random, index: int) -> Case:
             case.min_domains = len(_domains(case)) + 1
     if family == "affinity-zone":
         case.self_db = rng.random() < 0.3
+    if family == "pv-bound":
+        case.volume_zone = rng.randrange(zones)
+        case.volume_by_label = rng.random() < 0.4
+    if family == "wffc-local":
+        case.local_volumes = sorted(rng.randrange(len(nodes)) for _ in range(rng.randint(0, 2 * len(nodes))))
+    if family == "volume-limit":
+        case.volume_limits = [rng.choice((None, 0, 1, 2, 3)) for _ in nodes]
     return case
 
 
@@ -161,7 +196,7 @@ def statically_feasible(case: Case, node: int) -> bool:
     """Whether an incoming pod passes the filters that do not look at other pods."""
     spec = case.nodes[node]
     return (not spec.cordoned and (case.tolerates or not spec.tainted) and (spec.ssd or not case.wants_ssd)
-            and spec.zone != case.excluded_zone)
+            and spec.zone != case.excluded_zone and case.volume_zone in (None, spec.zone))
 
 
 def eligible(case: Case, node: int) -> bool:
@@ -222,7 +257,24 @@ def allowed(case: Case, node: int, placed: Counter[int]) -> bool:
         if case.min_domains is not None and len(counts) < case.min_domains:
             minimum = 0
         return counts[domain_of(case, node)] + 1 - minimum <= case.max_skew
-    return True
+    return placed[node] + 1 <= volume_room(case, node) - (sum(placed.values()) - placed[node]
+                                                          if family == "rwop" else 0)
+
+
+def volume_room(case: Case, node: int) -> int:
+    """How many incoming pods the node's volumes allow, other pods aside (rwop: in the whole case)."""
+    family = case.family
+    if family == "pvc-immediate":
+        return 0
+    if family == "rwop":
+        return 0 if any(e.kind == "rwop" for e in case.existing) else 1
+    if family == "wffc-local":
+        return (case.local_volumes or []).count(node)
+    if family == "volume-limit":
+        limit = (case.volume_limits or [])[node]
+        if limit is not None:
+            return max(0, limit - sum(e.kind == "csi" and e.node == node for e in case.existing))
+    return AMPLE_CPU * 8
 
 
 def expected_bound(case: Case, rng: random.Random, trials: int = 6) -> int | None:
@@ -261,6 +313,85 @@ def nodes_for(case: Case, copy: str) -> list[dict[str, Any]]:
     ]
 
 
+def _volume(claim: str) -> list[dict[str, Any]]:
+    return [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
+
+
+def _csi_volume(name: str, claim: str, namespace: str) -> dict[str, Any]:
+    volume = make_pv(name, claim_ref={"namespace": namespace, "name": claim})
+    del volume["spec"]["hostPath"]
+    volume["spec"]["csi"] = {"driver": CSI_DRIVER, "volumeHandle": name}
+    return volume
+
+
+@dataclass
+class VolumeObjects:
+    """A case copy's volume objects, to create before its pods: `claims` are created after `volumes`;
+    `bound` names the claims the PV controller must have bound before the pods come."""
+
+    volumes: list[dict[str, Any]]
+    claims: list[dict[str, Any]]
+    csi_nodes: list[dict[str, Any]]
+    bound: list[str]
+
+
+def claim_of(case: Case, copy: str, pod: int | None = None, existing: int | None = None) -> str | None:
+    """The claim an incoming pod (by index) or an existing one mounts, if any."""
+    p = prefix(case, copy)
+    if existing is not None:
+        kind = case.existing[existing].kind
+        return f"{p}-data" if kind == "rwop" else f"{p}-e{existing}-data" if kind == "csi" else None
+    if case.family in ("pv-bound", "pvc-immediate", "rwop"):
+        return f"{p}-data"
+    if case.family in ("wffc-local", "volume-limit"):
+        return f"{p}-data{pod}"
+    return None
+
+
+def volumes_for(case: Case, copy: str, namespace: str) -> VolumeObjects:
+    p = prefix(case, copy)
+    found = VolumeObjects([], [], [], [])
+    shared = f"{p}-data"
+    if case.family in ("pv-bound", "rwop"):
+        modes = ("ReadWriteOncePod",) if case.family == "rwop" else ("ReadWriteMany",)
+        zone = f"{p}-z{case.volume_zone}"
+        in_zone = {"key": ZONE, "operator": "In", "values": [zone]}
+        affinity = {"nodeSelectorTerms": [{"matchExpressions": [in_zone]}]}
+        pinned = case.family == "pv-bound" and not case.volume_by_label
+        found.volumes.append(make_pv(
+            f"{p}-pv", access_modes=modes, claim_ref={"namespace": namespace, "name": shared},
+            node_affinity=affinity if pinned else None,
+            labels={ZONE: zone} if case.family == "pv-bound" and case.volume_by_label else None))
+        found.claims.append(make_pvc(shared, namespace=namespace, storage_class="", access_modes=modes,
+                                     volume_name=f"{p}-pv"))
+        found.bound.append(shared)
+    if case.family == "pvc-immediate":
+        found.claims.append(make_pvc(shared, namespace=namespace, storage_class=IMMEDIATE_CLASS))
+    if case.family == "wffc-local":
+        for k, node in enumerate(case.local_volumes or []):
+            host = {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": HOSTNAME, "operator": "In", "values": [node_name(case, copy, node)]}]}]}
+            found.volumes.append(make_pv(f"{p}-lv{k}", storage_class=LOCAL_CLASS, node_affinity=host))
+        found.claims += [make_pvc(f"{p}-data{i}", namespace=namespace, storage_class=LOCAL_CLASS)
+                         for i in range(case.incoming)]
+    if case.family == "volume-limit":
+        claims = [f"{p}-data{i}" for i in range(case.incoming)]
+        claims += [f"{p}-e{i}-data" for i, e in enumerate(case.existing) if e.kind == "csi"]
+        for claim in claims:
+            found.volumes.append(_csi_volume(f"{claim}-pv", claim, namespace))
+            found.claims.append(make_pvc(claim, namespace=namespace, storage_class="",
+                                         volume_name=f"{claim}-pv"))
+            found.bound.append(claim)
+        for n, limit in enumerate(case.volume_limits or []):
+            if limit is not None:
+                name = node_name(case, copy, n)
+                found.csi_nodes.append({
+                    "apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": name},
+                    "spec": {"drivers": [{"name": CSI_DRIVER, "nodeID": name,
+                                          "allocatable": {"count": limit}}]}})
+    return found
+
+
 def _app(case: Case, copy: str, kind: str) -> str:
     return f"{prefix(case, copy)}-{kind}"
 
@@ -290,6 +421,7 @@ def pods_for(case: Case, copy: str, namespace: str, scheduler: str) -> tuple[lis
             affinity=_anti(case, copy) if pod.kind in ("peer-anti", "guard") else None,
             ports=[{"containerPort": HOST_PORT, "hostPort": HOST_PORT, "protocol": port_protocol}]
             if port_protocol else None,
+            volumes=_volume(claim) if (claim := claim_of(case, copy, existing=i)) else None,
         ))
     affinity: dict[str, Any] = {}
     required = [{"key": CASE_LABEL, "operator": "In", "values": [p]}]
@@ -320,7 +452,7 @@ def pods_for(case: Case, copy: str, namespace: str, scheduler: str) -> tuple[lis
                  node_selector={DISK_LABEL: "ssd"} if case.wants_ssd else None,
                  tolerations=[{**TAINT, "operator": "Equal"}] if case.tolerates else None,
                  affinity=affinity, topology_spread=spread,
-                 ports=ports)
+                 ports=ports, volumes=_volume(claim) if (claim := claim_of(case, copy, pod=i)) else None)
         for i in range(case.incoming)
     ]
     return existing, incoming
@@ -332,10 +464,12 @@ def violations(case: Case, copy: str, bound: dict[str, str]) -> tuple[list[str],
     """What a placement of the incoming pods (pod name -> node name) breaks, and how many checks ran.
 
     Holds for any valid placement, whatever the order: each pod on a node of its case that passes
-    the static filters, no node over capacity, one pod per free host port, no domain with two pods
-    that anti-affinity keeps apart, every affinity pod in a zone with a db pod, and every spread
-    domain that got pods within maxSkew of the final minimum (a domain's last pod went in when the
-    minimum was at most what it is at the end)."""
+    the static filters (a bound volume's zone among them), no node over capacity or over what its
+    volumes allow (free local volumes, CSI attach limit; one pod in all for a ReadWriteOncePod
+    claim), one pod per free host port, no domain with two pods that anti-affinity keeps apart,
+    every affinity pod in a zone with a db pod, and every spread domain that got pods within maxSkew
+    of the final minimum (a domain's last pod went in when the minimum was at most what it is at the
+    end)."""
     names = {node_name(case, copy, i): i for i in range(len(case.nodes))}
     placed: Counter[int] = Counter()
     problems: list[str] = []
@@ -360,6 +494,16 @@ def violations(case: Case, copy: str, bound: dict[str, str]) -> tuple[list[str],
             holders = placed[n] + sum(e.kind == "port" for e in on_node)
             if holders > 1:
                 problems.append(f"node {n}: {holders} pods hold hostPort {HOST_PORT}/TCP")
+        if case.family in ("wffc-local", "volume-limit", "pvc-immediate"):
+            checks += 1
+            if placed[n] > volume_room(case, n):
+                problems.append(f"node {n}: {placed[n]} placed pods, its volumes allow "
+                                f"{volume_room(case, n)}")
+    if case.family == "rwop":
+        checks += 1
+        if sum(placed.values()) > volume_room(case, 0):
+            problems.append(f"{sum(placed.values())} pods placed with one ReadWriteOncePod claim, "
+                            f"held already: {volume_room(case, 0) == 0}")
     if case.family in ("anti-host", "anti-zone"):
         per_domain: Counter[int] = Counter()
         for n, count in placed.items():
@@ -408,7 +552,10 @@ def reasons(message: str) -> tuple[str, Counter[str]]:
     counted: Counter[str] = Counter()
     for part in re.split(r", (?=\d+ )", match.group(2)):
         number, _, reason = part.partition(" ")
+        if not number.isdigit():  # PreFilter's message, for the pod rather than per node
+            counted[part] = 0
+            continue
         if reason.startswith(UNTOLERATED_TAINT_PREFIX):
             reason = KUBE_UNTOLERATED_TAINT  # a deliberate difference: see the README
-        counted[reason] += int(number) if number.isdigit() else 0
+        counted[reason] += int(number)
     return match.group(1), counted

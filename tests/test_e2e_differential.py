@@ -6,15 +6,17 @@ the simulated server does not try to copy).
 
 Rounds of cases in one cluster: `tests/differential.py` draws the cases (nodes with zones, disk
 labels, taints, capacities and cordons; existing pods bound by name; incoming pods with
-tolerations, node selector, node affinity, host ports, required pod affinity and anti-affinity, or
-DoNotSchedule topology spread) so that the outcome does not depend on tie-breaks. Every case gets
-two copies on nodes of their own, one for each scheduler, and both schedulers run at the same time
-on a round of cases: kube-scheduler with a profile named `diff-kube-scheduler` holding the plugins
-ai-scheduler has (its volume plugins, ImageLocality and DynamicResources disabled: no pod here has
-volumes, images to prefer or claims), ai-scheduler with the same filters in kube-scheduler's order
-and its scores with kube-scheduler's weights; percentageOfNodesToScore 100 in both; ai-scheduler's
-reservations (which kube-scheduler lacks) off. A round (`AI_SCHEDULER_DIFF_BATCH`, default 100
-cases) has its pods, nodes and events deleted before the next; a single batch of 200 cases (about
+tolerations, node selector, node affinity, host ports, required pod affinity and anti-affinity,
+DoNotSchedule topology spread, or PersistentVolumeClaims: bound to zonal volumes, unbound Immediate,
+ReadWriteOncePod, WaitForFirstConsumer with local volumes, CSI volumes under CSINode attach limits)
+so that the outcome does not depend on tie-breaks. Every case gets two copies on nodes of their
+own, one for each scheduler, and both schedulers run at the same time on a round of cases:
+kube-scheduler with a profile named `diff-kube-scheduler` holding the plugins ai-scheduler has
+(ImageLocality and DynamicResources disabled: no pod here has images to prefer or resource claims),
+ai-scheduler with the same filters in kube-scheduler's order and its scores with kube-scheduler's
+weights; percentageOfNodesToScore 100 in both; ai-scheduler's reservations (which kube-scheduler
+lacks) off. A round (`AI_SCHEDULER_DIFF_BATCH`, default 100 cases) has its pods, volume objects,
+nodes and events deleted before the next; a single batch of 200 cases (about
 1,400 nodes) left both schedulers' Unschedulable messages changing for minutes on a loaded 2-core
 machine.
 
@@ -51,13 +53,16 @@ from conftest import RunningScheduler, StartScheduler
 from differential import (
     CASE_LABEL,
     ROLE_LABEL,
+    STORAGE_CLASSES,
     Case,
+    VolumeObjects,
     expected_bound,
     generate,
     nodes_for,
     pods_for,
     reasons,
     violations,
+    volumes_for,
 )
 
 from ai_scheduler.api.kube import KubeClient
@@ -72,8 +77,7 @@ QUIET_POLLS = 3
 DETAILED_FAILURES = 8
 
 # kube-scheduler's plugins that ai-scheduler does not have, and that no pod here would need.
-KUBE_DISABLED = ("ImageLocality", "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding", "VolumeZone",
-                 "DynamicResources")
+KUBE_DISABLED = ("ImageLocality", "DynamicResources")
 KUBE_CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
@@ -101,7 +105,8 @@ def ai_config() -> Config:
         "server": {"port": 0, "bindAddress": "127.0.0.1"},
         "profiles": [{
             "filters": ["NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts",
-                        "NodeResourcesFit", "PodTopologySpread", "InterPodAffinity"],
+                        "NodeResourcesFit", "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding",
+                        "VolumeZone", "PodTopologySpread", "InterPodAffinity"],
             "scores": [
                 {"name": "TaintToleration", "weight": 3},
                 {"name": "NodeAffinity", "weight": 2},
@@ -220,7 +225,7 @@ async def _settle(api: KubeClient, expected: int, kube: subprocess.Popen[bytes],
         await asyncio.sleep(1)
 
 
-async def _clean_up(api: KubeClient, nodes: dict[str, dict[str, Any]]) -> None:
+async def _clean_up(api: KubeClient, nodes: dict[str, dict[str, Any]], volumes: list[VolumeObjects]) -> None:
     """Delete a round's pods (pending ones first, so that nothing is left to schedule while the rest go),
     its nodes and its events, many at a time: the fixture's collection deletes go one object at a
     time on the server, and would take longer than a request may over thousands of objects."""
@@ -229,10 +234,46 @@ async def _clean_up(api: KubeClient, nodes: dict[str, dict[str, Any]]) -> None:
         ours = [p["metadata"] for p in pods if p["metadata"]["namespace"] in NAMESPACES.values()
                 and bool(p["spec"].get("nodeName")) == bound]
         await _bounded(api.delete_pod(m["namespace"], m["name"], grace_period_seconds=0) for m in ours)
+    await _delete_volumes(api, volumes)
     await _bounded(api.delete_node(name) for name in nodes)
     for namespace in NAMESPACES.values():
         events = await _events(api, namespace)
-        await _bounded(_delete_event(api, namespace, e["metadata"]["name"]) for e in events)
+        await _bounded(_delete(api.core.delete_namespaced_event(e["metadata"]["name"], namespace,
+                                                                  _preload_content=False)) for e in events)
+
+
+async def _create_volumes(api: KubeClient, objects: list[VolumeObjects]) -> None:
+    """PVs, CSINodes, then claims; then wait until the PV controller has bound the claims meant to be
+    bound (a pod that came first would wait for them, and settle later than the test looks)."""
+    await _bounded(_created(api.create_persistent_volume(v)) for o in objects for v in o.volumes)
+    await _bounded(_created(api.create_csi_node(n)) for o in objects for n in o.csi_nodes)
+    await _bounded(_created(api.create_persistent_volume_claim(c)) for o in objects for c in o.claims)
+    wanted = {(c["metadata"]["namespace"], c["metadata"]["name"]) for o in objects for c in o.claims
+              if c["metadata"]["name"] in o.bound}
+    deadline = time.monotonic() + 120
+    while wanted:
+        claims, _ = await api.list("persistentvolumeclaims")
+        wanted -= {(c["metadata"]["namespace"], c["metadata"]["name"]) for c in claims
+                   if (c.get("status") or {}).get("phase") == "Bound"}
+        assert time.monotonic() < deadline, f"{len(wanted)} claims not bound, e.g. {sorted(wanted)[:5]}"
+        await asyncio.sleep(0.5)
+
+
+async def _created(call: Awaitable[Any]) -> None:
+    result = await call
+    assert result.ok, result.message
+
+
+async def _delete_volumes(api: KubeClient, objects: list[VolumeObjects]) -> None:
+    """Claims (their pods are gone), then volumes and CSINodes; the protection controllers let go of
+    the claims and volumes once nothing uses them."""
+    await _bounded(_delete(api.core.delete_namespaced_persistent_volume_claim(
+        c["metadata"]["name"], c["metadata"]["namespace"], _preload_content=False))
+        for o in objects for c in o.claims)
+    await _bounded(_delete(api.core.delete_persistent_volume(v["metadata"]["name"], _preload_content=False))
+                   for o in objects for v in o.volumes)
+    await _bounded(_delete(api.storage.delete_csi_node(n["metadata"]["name"], _preload_content=False))
+                   for o in objects for n in o.csi_nodes)
 
 
 async def _events(api: KubeClient, namespace: str) -> list[dict[str, Any]]:
@@ -243,8 +284,8 @@ async def _events(api: KubeClient, namespace: str) -> list[dict[str, Any]]:
     return list(body.get("items") or [])
 
 
-async def _delete_event(api: KubeClient, namespace: str, name: str) -> None:
-    response = await api.core.delete_namespaced_event(name, namespace, _preload_content=False)
+async def _delete(call: Awaitable[Any]) -> None:
+    response = await call
     async with response:
         await response.read()
 
@@ -353,10 +394,12 @@ async def _round(api: KubeClient, cluster: KubeCluster, kube: subprocess.Popen[b
     """One batch of cases, side by side: set up, let both schedulers settle, compare, clean up."""
     started = time.monotonic()
     nodes = {n["metadata"]["name"]: n for case in cases for copy in COPIES for n in nodes_for(case, copy)}
+    volumes = [volumes_for(case, copy, NAMESPACES[copy]) for case in cases for copy in COPIES]
     try:
         await _bounded(_create_node(api, n) for n in nodes.values())
         await _bounded(_set_taints(api, n) for n in nodes.values())
         await _untainted(api, nodes)
+        await _create_volumes(api, volumes)
         workloads = {(case.index, copy): pods_for(case, copy, NAMESPACES[copy], scheduler)
                      for case in cases for copy, scheduler in COPIES.items()}
         await _bounded(_create_pod(api, pod) for existing, _ in workloads.values() for pod in existing)
@@ -397,7 +440,7 @@ async def _round(api: KubeClient, cluster: KubeCluster, kube: subprocess.Popen[b
               + ", ".join(f"{COPIES[copy]} {at - started:.0f} s" for copy, at in sorted(settled_at.items()))
               + f"; {time.monotonic() - started:.0f} s")
     finally:
-        await _clean_up(api, nodes)
+        await _clean_up(api, nodes, volumes)
 
 
 @pytest.mark.backend("kube", reason="the reference, kube-scheduler, needs a real API server")
@@ -422,6 +465,8 @@ async def test_placements_and_reasons_agree_with_kube_scheduler(
     try:
         for namespace in NAMESPACES.values():
             assert (await api.create_namespace(namespace)).status in (201, 409)
+        for storage_class in STORAGE_CLASSES:
+            assert (await api.create_storage_class(storage_class)).status in (201, 409)
         for first in range(0, len(cases), batch):
             await _round(api, cluster, kube, ours, cases[first:first + batch], seed, tally)
     finally:

@@ -19,6 +19,7 @@ from ai_scheduler.agent import FakeNvml, NodeAgent
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.gpus import (
     GPU_COUNT_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
     GPU_IDS_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
     GPU_UUIDS_ANNOTATION,
@@ -38,10 +39,10 @@ class Agents:
     """One NodeAgent per managed node, each on its own fake DGX; a paused agent is replaced by a new one,
     as a restarted agent pod would be."""
 
-    def __init__(self, clients: dict[str, KubeClient]) -> None:
+    def __init__(self, clients: dict[str, KubeClient], nvml: dict[str, FakeNvml] | None = None) -> None:
         self.clients = clients
         nodes = list(clients)
-        self.nvml = {
+        self.nvml = nvml or {
             node: FakeNvml.dgx(count=8, memory_mib=81920, seed=node, islands=[[0, 1, 2, 3], [4, 5, 6, 7]])
             for node in nodes
         }
@@ -275,6 +276,52 @@ async def test_bad_gpu_requests_are_reported_on_the_pod(
         what="garbled reported",
     )
     assert not bound(cluster, "too-big") and not bound(cluster, "garbled")
+
+
+async def test_half_gpu_fractions_share_one_device_on_big_and_small_gpus(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """`gpu-fraction: "0.5"` is half of whichever device the pod gets: two such pods share one GPU, on a node
+    of 80 GiB GPUs as on a node of 16 GiB ones."""
+    sizes = {"h100": 81920, "t4": 16384}  # MiB per device
+    nodes = [make_node(name, cpu="64", memory="512Gi", labels={MANAGED_LABEL: "true"}) for name in sizes]
+    await create_all(api, nodes, [])
+    nvml = {
+        name: FakeNvml.dgx(count=2, memory_mib=mib, seed=name, islands=[[0, 1]])
+        for name, mib in sizes.items()
+    }
+    agents = Agents({name: await cluster.agent_client(name) for name in sizes}, nvml)
+    try:
+        for name in sizes:
+            await agents.agents[name].tick()  # the first report, before the scheduler starts
+            agents.start(name)
+        running = await start_scheduler(gpu_config())
+        pods = [
+            make_pod(
+                f"half-{name}-{i}",
+                cpu="500m",
+                memory="1Gi",
+                annotations={GPU_FRACTION_ANNOTATION: "0.5"},
+                node_selector={"kubernetes.io/hostname": name},
+            )
+            for name in sizes
+            for i in range(2)
+        ]
+        await create_all(api, [], pods)
+        await wait_for(lambda: len(bound(cluster, "half-")) == 4, what="the four halves bound")
+        table = running.scheduler.cache.gpus
+        for name, mib in sizes.items():
+            pair = bound(cluster, f"half-{name}-")
+            assert {p["spec"]["nodeName"] for p in pair} == {name}
+            ids = {p["metadata"]["annotations"][GPU_IDS_ANNOTATION] for p in pair}
+            assert len(ids) == 1, f"the two halves on {name} got devices {ids}"
+            device = int(ids.pop())
+            row = running.scheduler.cache.row_of(name)
+            assert table.share_free[row, device] == 0, "two halves fill the device"
+            assert table.nodes[row].shares[device] == mib * 2**20, "each half holds half of its memory"
+            assert table.whole_free[row, 1 - device], "the other device stays whole"
+    finally:
+        await agents.stop_all()
 
 
 @pytest.mark.backend("kube", reason="admission policies and RBAC exist only on a real API server")

@@ -75,6 +75,25 @@ async def test_equal_priority_never_preempts(
     assert running.log_lines("preemption") == [] and node_of(cluster, "first") == "n1"
 
 
+async def test_a_lower_priority_pod_holding_a_host_port_is_preempted_and_the_other_spared(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """kube-scheduler's DefaultPreemption for a filter other than resources: NodePorts."""
+    running = await start_scheduler()
+    port = [{"containerPort": 8080, "hostPort": 8080}]
+    await create_all(
+        api,
+        [make_node("n1", cpu="8", memory="16Gi")],
+        [make_pod("launcher", cpu="1", priority=0, ports=port), make_pod("worker", cpu="1", priority=0)],
+    )
+    await wait_for(lambda: node_of(cluster, "launcher") and node_of(cluster, "worker"), what="both placed")
+    await create_all(api, [], [make_pod("urgent", cpu="1", priority=100, ports=port)])
+    await wait_for(lambda: node_of(cluster, "urgent") == "n1", what="the preemptor placed")
+    [line] = running.log_lines("preemption")
+    assert [v["pod"] for v in line["victims"]] == ["default/launcher"]
+    assert node_of(cluster, "worker") == "n1"
+
+
 @pytest.mark.backend("sim", reason="a deleted pod must stay Terminating to be read; kwok finishes it at once")
 async def test_victims_get_the_disruption_target_condition(cluster: Cluster) -> None:
     # Without kubelets a deleted bound pod stays Terminating, so its conditions can be read.

@@ -65,6 +65,7 @@ from ai_scheduler.cache.gangs import (
 )
 from ai_scheduler.cache.gpus import (
     GPU_COUNT_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
     GPU_IDS_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
     GPU_UUIDS_ANNOTATION,
@@ -92,6 +93,7 @@ POD_ANNOTATIONS = (
     KOORDINATOR_MIN,
     GPU_COUNT_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
     GPU_IDS_ANNOTATION,
     ESTIMATE_ANNOTATION,
 )
@@ -123,15 +125,13 @@ READ_FROM_OTHER_OBJECTS = {
 }
 # Keys CONTRACT.md names that the code does not read yet, each with the issue that will make it read them.
 CONTRACT_NOT_READ_YET = {
-    "ai-scheduler.io/gpu-fraction": "issue 9, point 3: GPU fraction requests",
     "ai-scheduler.io/task-type": "task attributes for policies: no policy factor reads them yet",
     "ai-scheduler.io/workload-class": "task attributes for policies: no policy factor reads them yet",
 }
 # Keys of the contract (CONTRACT.md), as it lists them.
 CONTRACT_KEYS = frozenset({
     POD_GROUP_LABEL, LEGACY_POD_GROUP_LABEL, GROUP_NAME_LABEL, GROUP_MIN_LABEL, KOORDINATOR_NAME,
-    KOORDINATOR_MIN, MANAGED_LABEL, GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION,
-    "ai-scheduler.io/gpu-fraction",
+    KOORDINATOR_MIN, MANAGED_LABEL, GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, GPU_FRACTION_ANNOTATION,
     GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION, GPUS_ANNOTATION, UPDATED_ANNOTATION, USER_LABEL, QUEUE_LABEL,
     ESTIMATE_ANNOTATION, "ai-scheduler.io/task-type", "ai-scheduler.io/workload-class",
 })
@@ -240,7 +240,7 @@ ADVERSARIAL = (
     "1Ki", "1m", "20Gi", "80Gi", "81Gi", "true", "True", "false", "required", "Required", "null", "[]",
     "{}", '{"a": 1}', '[{"index": 0}]', "x" * 5000, "\u00fcn\u00efc\u00f6d\u00e9", "\U0001f680", "\x00",
     "a/b", "../..", "default", "prod", "batch", "alice", "nobody", "pg", "a.b-c", "0,1", "1,0,1", "0,,1",
-    "-1,0", "99",
+    "-1,0", "99", ".5", "1.0", "5e-1", "0.0", "1.0000001", "0.999", "1e-30",
 )
 DURATION_LIKE = st.from_regex(r"\A(?:[0-9]{1,4}(?:\.[0-9]{1,2})?(?:ms|s|m|h|d|us|ns)){1,3}\Z")
 QUANTITY_LIKE = st.from_regex(
@@ -272,6 +272,8 @@ _QUANTITY = re.compile(
     r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:[eE]([+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?"
 )
 _SUFFIX = {"": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+# A gpu-fraction: a plain decimal number, as both Go's ParseFloat and a suffix-less quantity read it (KAI).
+_FRACTION = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,18})?")
 _DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d))+")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 STALENESS = 10 * 365 * 86400  # gpu.stalenessSeconds: soak outlasts the default, and gpu-0's report is fixed
@@ -305,6 +307,16 @@ def quantity_units(text: str) -> Decimal | None:
     else:
         value = _BIG.scaleb(value, _SUFFIX[suffix or ""])
     return value.to_integral_value(rounding=ROUND_CEILING, context=_BIG)
+
+
+def fraction_value(text: str) -> Decimal | None:
+    """The README's gpu-fraction grammar: a decimal number, optionally with a decimal exponent."""
+    if not _FRACTION.fullmatch(text):
+        return None
+    try:
+        return Decimal(text)
+    except ArithmeticError:
+        return None
 
 
 def duration_seconds(text: str) -> float | None:
@@ -363,6 +375,10 @@ def expect(key: str, value: str) -> Expect:
             return INVALID
         # More than any GPU has is refused at once, naming the annotation.
         return VALID if units <= DEVICE_BYTES else Expect("unsatisfiable", names_key=True)
+    if key == GPU_FRACTION_ANNOTATION:
+        fraction = fraction_value(value)
+        # Above 0 and at most 1 of one GPU: gpu-0's devices are free, so any such share fits one.
+        return VALID if fraction is not None and 0 < fraction <= 1 else INVALID
     if key == GPU_IDS_ANNOTATION:
         return VALID  # on a pending pod: ours to write before binding
     if key == ESTIMATE_ANNOTATION:
@@ -625,6 +641,8 @@ def valid_values() -> st.SearchStrategy[tuple[dict[str, str], dict[str, str]]]:
         st.integers(1, DEVICES).map(lambda n: {GPU_COUNT_ANNOTATION: str(n)}),
         st.sampled_from(["1", "512Mi", "1Gi", "20Gi", "80Gi", "1.5Gi", "1e9", "81920Mi"]).map(
             lambda q: {GPU_MEMORY_ANNOTATION: q}),
+        st.sampled_from(["0.5", "1", "0.25", ".1", "1e-3", "5E-1", "+0.75", "1.", "0.333333"]).map(
+            lambda f: {GPU_FRACTION_ANNOTATION: f}),
     )
     optional = st.fixed_dictionaries({}, optional={
         USER_LABEL: st.sampled_from(["alice", "bob", "nobody", ""]),
@@ -650,7 +668,7 @@ def test_pod_with_only_valid_values_is_placed(core: Core, ledger: Ledger) -> Non
             ledger.record(key, value, "valid")
         outcome = core.attempt(fuzz_pod(labels, annotations))
         assert outcome.result == "scheduled", outcome.message
-        if GPU_COUNT_ANNOTATION in annotations or GPU_MEMORY_ANNOTATION in annotations:
+        if {GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, GPU_FRACTION_ANNOTATION} & annotations.keys():
             assert outcome.node == "gpu-0" and outcome.details["gpus"], outcome
 
     run_fuzz(ledger, 100, valid_values(), body)
@@ -835,7 +853,9 @@ def test_node_keys_take_any_value(core: Core, ledger: Ledger) -> None:
                     assert UPDATED_ANNOTATION in state.problem, state.problem
                 else:  # a time it took must be a sane one: not in the future past the staleness bound
                     assert state.updated is not None and state.updated <= time.time() + STALENESS, updated
-            for annotations in ({GPU_COUNT_ANNOTATION: "1"}, {GPU_MEMORY_ANNOTATION: "1Gi"}, {}):
+            asks = ({GPU_COUNT_ANNOTATION: "1"}, {GPU_MEMORY_ANNOTATION: "1Gi"},
+                    {GPU_FRACTION_ANNOTATION: "0.5"})
+            for annotations in (*asks, {}):
                 outcome = core.attempt(fuzz_pod({}, annotations))
                 assert outcome.result == "scheduled", outcome.message
                 if outcome.node == "fuzz-node" and annotations:

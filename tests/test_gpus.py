@@ -10,7 +10,9 @@ import pytest
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import (
+    FRACTION_UNITS,
     GPU_COUNT_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
     GPU_IDS_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
     GPUS_ANNOTATION,
@@ -19,8 +21,10 @@ from ai_scheduler.cache.gpus import (
     GpuRequest,
     gpu_request,
     parse_report,
+    share_need,
 )
 from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.cache.tenancy import GPU_FRACTION, quota_amounts
 from ai_scheduler.log import rfc3339
 from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.plugins.gpu import (
@@ -104,13 +108,21 @@ def plain_node(name: str, gpus: int = 0) -> NodeRecord:
 
 
 def gpu_pod(
-    name: str, *, count: int | None = None, memory: str | None = None, node: str = "", ids: str | None = None
+    name: str,
+    *,
+    count: int | None = None,
+    memory: str | None = None,
+    fraction: str | None = None,
+    node: str = "",
+    ids: str | None = None,
 ) -> PodRecord:
     annotations = {}
     if count is not None:
         annotations[GPU_COUNT_ANNOTATION] = str(count)
     if memory is not None:
         annotations[GPU_MEMORY_ANNOTATION] = memory
+    if fraction is not None:
+        annotations[GPU_FRACTION_ANNOTATION] = fraction
     if ids is not None:
         annotations[GPU_IDS_ANNOTATION] = ids
     spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
@@ -132,6 +144,11 @@ def framework(cache: SchedulerCache, staleness: float = 120.0) -> Framework:
 
 
 # ----------------------------------------------------------------------------------------- requests
+BAD_FRACTIONS = ("0", "-0.5", "1.01", "2", "NaN", "inf", "half", "500m", " 0.5", "", "0x1p-1",
+                 "1e" + "9" * 19)
+FRACTION_RULE = "must be a number above 0 and at most 1, such as 0.5"
+
+
 @pytest.mark.parametrize(
     ("annotations", "expected", "error"),
     [
@@ -141,6 +158,27 @@ def framework(cache: SchedulerCache, staleness: float = 120.0) -> Framework:
         ({GPU_MEMORY_ANNOTATION: "lots"}, None, "must be a positive quantity such as 10Gi, got 'lots'"),
         ({GPU_COUNT_ANNOTATION: "1", GPU_MEMORY_ANNOTATION: "1Gi"}, None, "set only one of"),
         ({}, None, ""),
+        ({GPU_FRACTION_ANNOTATION: "0.5"}, GpuRequest(fraction=FRACTION_UNITS // 2), ""),
+        ({GPU_FRACTION_ANNOTATION: ".25"}, GpuRequest(fraction=FRACTION_UNITS // 4), ""),
+        ({GPU_FRACTION_ANNOTATION: "5e-1"}, GpuRequest(fraction=FRACTION_UNITS // 2), ""),
+        ({GPU_FRACTION_ANNOTATION: "1"}, GpuRequest(fraction=FRACTION_UNITS), ""),
+        ({GPU_FRACTION_ANNOTATION: "0.1"}, GpuRequest(fraction=104857), ""),  # rounded down
+        ({GPU_FRACTION_ANNOTATION: "1e-12"}, GpuRequest(fraction=1), ""),  # at least one unit
+        *(
+            ({GPU_FRACTION_ANNOTATION: bad}, None, f"{FRACTION_RULE}, got {bad!r}")
+            for bad in BAD_FRACTIONS
+        ),
+        ({GPU_FRACTION_ANNOTATION: "0.5", GPU_MEMORY_ANNOTATION: "1Gi"}, None, "set only one of"),
+        (
+            {GPU_COUNT_ANNOTATION: "1", GPU_FRACTION_ANNOTATION: "0.5"},
+            None,
+            f"set only one of {GPU_COUNT_ANNOTATION} and {GPU_FRACTION_ANNOTATION}",
+        ),
+        (
+            {GPU_COUNT_ANNOTATION: "1", GPU_MEMORY_ANNOTATION: "1Gi", GPU_FRACTION_ANNOTATION: "0.5"},
+            None,
+            f"set only one of {GPU_COUNT_ANNOTATION}, {GPU_MEMORY_ANNOTATION} and {GPU_FRACTION_ANNOTATION}",
+        ),
     ],
 )
 def test_gpu_request(annotations: dict[str, str], expected: GpuRequest | None, error: str) -> None:
@@ -335,3 +373,135 @@ def test_a_share_finds_the_few_managed_nodes_of_a_large_cluster() -> None:
     assert decision.node == "gpu-a" and decision.gpu_ids == (3,), "best fit: the device with 20 GiB left"
     assert decision.feasible == 2 and decision.evaluated == 1002
     assert decision.reasons == {NOT_MANAGED: 1000}
+
+
+# ----------------------------------------------------------------------------------------- fractions
+@pytest.mark.parametrize("memory_gib", [80, 16])
+def test_two_half_gpu_pods_share_one_device_whatever_its_size(memory_gib: int) -> None:
+    cache = SchedulerCache()
+    cache.set_node(managed_node("n1", report(2, memory_gib=memory_gib)))
+    row = cache.row_of("n1")
+    fw = framework(cache)
+    placed = []
+    for name in ("a", "b"):
+        pod = gpu_pod(name, fraction="0.5")
+        decision = fw.schedule(pod)
+        assert decision.node == "n1", decision.message
+        cache.assume(pod, decision.node, decision.gpu_ids)
+        placed.append(decision.gpu_ids)
+    assert placed == [(0,), (0,)], "the second half takes the rest of the first device (best fit)"
+    assert list(cache.gpus.share_free[row, :2]) == [0, memory_gib * GI]
+    assert list(cache.gpus.whole_free[row, :2]) == [False, True]
+    # The device is full: a third half goes to the other one, and a whole GPU finds none left after it.
+    third = gpu_pod("c", fraction="0.5")
+    decision = fw.schedule(third)
+    assert decision.gpu_ids == (1,)
+    cache.assume(third, "n1", decision.gpu_ids)
+    blocked = fw.schedule(gpu_pod("whole", count=1))
+    assert blocked.node is None and blocked.reasons == {"Insufficient free GPUs": 1}
+    cache.forget("uid-a")
+    assert cache.gpus.share_free[row, 0] == memory_gib * GI // 2
+
+
+def test_fractions_that_add_up_to_more_than_one_do_not_share_a_device() -> None:
+    cache = SchedulerCache()
+    cache.set_node(managed_node("n1", report(2, memory_gib=80)))
+    fw = framework(cache)
+    big = gpu_pod("big", fraction="0.6")
+    first = fw.schedule(big)
+    assert first.gpu_ids == (0,)
+    cache.assume(big, "n1", first.gpu_ids)
+    assert fw.schedule(gpu_pod("half", fraction="0.5")).gpu_ids == (1,)
+    # On a node of one device, the half waits, with the reason a memory share gets.
+    single = SchedulerCache()
+    single.set_node(managed_node("n1", report(1, memory_gib=16)))
+    single.set_pod(gpu_pod("big", fraction="0.6", node="n1", ids="0"))
+    decision = framework(single).schedule(gpu_pod("half", fraction="0.5"))
+    assert decision.node is None and decision.reasons == {"Insufficient GPU memory": 1}
+    # Three thirds do fit one device: fractions are rounded down, never up.
+    thirds = SchedulerCache()
+    thirds.set_node(managed_node("n1", report(1, memory_gib=80)))
+    for name in ("t1", "t2"):
+        thirds.set_pod(gpu_pod(name, fraction="0.333333", node="n1", ids="0"))
+    assert framework(thirds).schedule(gpu_pod("t3", fraction="0.333333")).gpu_ids == (0,)
+
+
+def test_a_fraction_and_a_memory_share_coexist_on_one_device() -> None:
+    cache = SchedulerCache()
+    cache.set_node(managed_node("n1", report(2, memory_gib=80)))
+    row = cache.row_of("n1")
+    cache.set_pod(gpu_pod("mem", memory="40Gi", node="n1", ids="1"))
+    fw = framework(cache)
+    half = gpu_pod("half", fraction="0.5")
+    decision = fw.schedule(half)
+    assert decision.gpu_ids == (1,), "best fit: the device the memory share uses"
+    cache.assume(half, "n1", decision.gpu_ids)
+    assert cache.gpus.share_free[row, 1] == 0
+    # And the other way round: a memory share fills what a fraction leaves.
+    assert fw.schedule(gpu_pod("fill", memory="80Gi")).gpu_ids == (0,)
+    cache.set_pod(gpu_pod("quarter", fraction="0.25", node="n1", ids="0"))
+    assert cache.gpus.share_free[row, 0] == 60 * GI
+    assert fw.schedule(gpu_pod("rest", memory="60Gi")).gpu_ids == (0,)
+    assert fw.schedule(gpu_pod("more", memory="61Gi")).node is None
+
+
+def test_a_fraction_weighs_each_device_by_its_own_size() -> None:
+    import numpy as np
+
+    total = np.array([80, 16, 0]) * GI
+    free = np.array([80, 16, -1]) * GI
+    need = share_need(GpuRequest(fraction=FRACTION_UNITS // 2), total)
+    assert list(need[:2]) == [40 * GI, 8 * GI]
+    assert best_fit(free, need) == 1, "half of the small device leaves the least free memory"
+    # Across nodes: the best fit is the node whose device a half fills.
+    cache = SchedulerCache()
+    cache.set_node(managed_node("big", report(1, memory_gib=80)))
+    cache.set_node(managed_node("small", report(1, memory_gib=16)))
+    cache.set_pod(gpu_pod("held", fraction="0.5", node="small", ids="0"))
+    assert framework(cache).schedule(gpu_pod("p", fraction="0.5")).node == "small"
+
+
+def test_a_whole_fraction_takes_a_free_device_and_bound_fractions_are_charged_at_start() -> None:
+    cache = SchedulerCache()
+    cache.set_node(managed_node("n1", report(2, memory_gib=16)))
+    row = cache.row_of("n1")
+    cache.set_pod(gpu_pod("one", fraction="1", node="n1", ids="1"))
+    assert list(cache.gpus.share_free[row, :2]) == [16 * GI, 0]
+    assert list(cache.gpus.whole_free[row, :2]) == [True, False]
+    fw = framework(cache)
+    assert fw.schedule(gpu_pod("another", fraction="1")).gpu_ids == (0,)
+    # A device in use by another process is no longer wholly free for a fraction of 1.
+    busy = SchedulerCache()
+    busy.set_node(managed_node("n1", report(1, memory_gib=16, used_gib={0: 1})))
+    assert framework(busy).schedule(gpu_pod("p", fraction="1")).node is None
+    # gpu-ids naming a device the report lacks: charged as a share of the largest device known.
+    cache.set_pod(gpu_pod("odd", fraction="0.5", node="n1", ids="7"))
+    assert cache.gpus.assignments["uid-odd"].memory == 8 * GI
+    cache.remove_pod("uid-odd")
+    cache.remove_pod("uid-one")
+    assert cache.gpus.whole_free[row, 1]
+
+
+def test_a_fraction_counts_against_quotas_in_thousandths_of_a_gpu() -> None:
+    assert quota_amounts(gpu_pod("p", fraction="0.5"))[GPU_FRACTION] == 500
+    assert quota_amounts(gpu_pod("p", fraction="0.3333"))[GPU_FRACTION] == 333
+    assert quota_amounts(gpu_pod("p", fraction="1e-9"))[GPU_FRACTION] == 1
+    assert quota_amounts(gpu_pod("p", fraction="1"))[GPU_FRACTION] == 1000
+    from ai_scheduler.cache.tenancy import Tenancy
+    from ai_scheduler.config import parse_config
+
+    config = parse_config(
+        {
+            "groups": {"vision": {}},
+            "users": {"alice": {"group": "vision", "max": {GPU_FRACTION: "1.5"}}},
+            "namespaces": {"ml": {"user": "alice"}},
+        }
+    )
+    tenancy = Tenancy(config)
+    for name in ("a", "b"):
+        tenancy.charge(gpu_pod(name, fraction="0.5", node="n1", ids="0"))
+    pod = gpu_pod("c", fraction="0.75")
+    refusal = tenancy.quota_refusal(tenancy.tenant_of(pod), quota_amounts(pod))
+    assert refusal == f"exceeds quota of user alice: {GPU_FRACTION} 1/1500m"
+    small = gpu_pod("d", fraction="0.5")
+    assert tenancy.quota_refusal(tenancy.tenant_of(small), quota_amounts(small)) == ""

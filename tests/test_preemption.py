@@ -32,6 +32,7 @@ from ai_scheduler.scheduler.preemption import (
     NOT_HELPFUL,
     Plan,
     Preemptor,
+    ResourceRoom,
     VictimGroup,
     VictimKind,
     pick_one_node,
@@ -72,7 +73,7 @@ def select(
     used = sum(p.requests["cpu"] for p in pods)
     need = {"cpu": int(float(incoming_cpu) * 1000), PODS: 1}
     free = {"cpu": node_cpu - used, PODS: 110 - len(pods)}
-    selection = select_victims(need, free, [group(p) for p in pods], budgets)
+    selection = select_victims([group(p) for p in pods], budgets, ResourceRoom(need, free))
     assert not selection.reasons
     return sorted(g.pods[0].name for g in selection.victims), selection.violations
 
@@ -157,9 +158,10 @@ def test_budget_selectors_follow_kube_schedulers_reading() -> None:
 def test_a_node_that_cannot_fit_the_pod_even_empty_says_which_resource() -> None:
     need = {"cpu": 6000, PODS: 1}
     full = {"cpu": 0, PODS: 109}
-    selection = select_victims(need, full, [group(victim("a", VERY_LARGE))], DisruptionBudgets())
+    room = ResourceRoom(need, full)
+    selection = select_victims([group(victim("a", VERY_LARGE))], DisruptionBudgets(), room)
     assert selection.reasons == ("Insufficient cpu",) and not selection.victims
-    assert select_victims(need, full, [], DisruptionBudgets()).reasons == (NO_VICTIMS,)
+    assert select_victims([], DisruptionBudgets(), ResourceRoom(need, full)).reasons == (NO_VICTIMS,)
 
 
 # ---------------------------------------------------------------------------------- pickOneNodeForPreemption
@@ -351,6 +353,57 @@ def test_nodes_preemption_cannot_help_and_nodes_too_small_even_empty_are_counted
     assert decision.post_filter == (
         f"preemption: 0/3 nodes are available: 1 Insufficient cpu, 1 {NO_VICTIMS}, 1 {NOT_HELPFUL}."
     )
+
+
+# ------------------------------------------------------- filters other than resources (FilterRoom)
+PORT = [{"containerPort": 8080, "hostPort": 8080}]
+
+
+def test_a_lower_priority_pod_holding_the_host_port_is_preempted() -> None:
+    """kube's selectVictimsOnNode runs NodePorts again without the victims: the port holder goes, the
+    other low-priority pod on the node is reprieved (resources were never short)."""
+    holder = bound("holder", "n1", "1", LOW)
+    holder["spec"]["containers"][0]["ports"] = PORT
+    cluster = Cluster([make_node("n1", cpu="8")], [holder, bound("other", "n1", "1", LOW)])
+    decision, chosen = cluster.post_filter(make_pod("web", cpu="1", memory=None, priority=HIGH, ports=PORT))
+    assert decision.message.startswith("0/1 nodes are available: 1 node(s) didn't have free ports")
+    assert chosen is not None and chosen.node == "n1" and [v.name for v in chosen.victims] == ["holder"]
+    # The what-if left the cache as it was: the port is still held.
+    assert cluster.framework.schedule(PodRecord.from_api(make_pod("again", ports=PORT))).node is None
+
+
+def test_a_host_port_held_by_an_equal_priority_pod_finds_no_victims() -> None:
+    holder = bound("holder", "n1", "1", HIGH)
+    holder["spec"]["containers"][0]["ports"] = PORT
+    cluster = Cluster([make_node("n1", cpu="8")], [holder, bound("low", "n1", "1", LOW)])
+    decision, chosen = cluster.post_filter(make_pod("web", cpu="1", memory=None, priority=HIGH, ports=PORT))
+    assert chosen is None
+    assert decision.post_filter == (
+        "preemption: 0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    )
+
+
+def test_pod_anti_affinity_on_hostname_is_resolved_by_evicting_the_matching_pod() -> None:
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    nodes = [make_node("n1", cpu="8"), make_node("n2", cpu="8")]
+    pods = [bound("db-1", "n1", "1", LOW, {"app": "db"}), bound("db-2", "n2", "1", HIGH, {"app": "db"}),
+            bound("cache", "n1", "1", LOW, {"app": "cache"})]
+    cluster = Cluster(nodes, pods)
+    incoming = make_pod("db-3", cpu="1", memory=None, priority=HIGH, labels={"app": "x"}, affinity=anti)
+    decision, chosen = cluster.post_filter(incoming)
+    assert chosen is not None and chosen.node == "n1" and [v.name for v in chosen.victims] == ["db-1"]
+    assert decision.message == "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
+
+
+def test_pod_affinity_that_nothing_satisfies_is_not_helped_by_preemption() -> None:
+    affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "nowhere"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+    cluster = Cluster([make_node("n1", cpu="8")], [bound("low", "n1", "1", LOW)])
+    decision, chosen = cluster.post_filter(
+        make_pod("follower", cpu="1", memory=None, priority=HIGH, labels={"app": "f"}, affinity=affinity))
+    assert chosen is None
+    assert decision.post_filter == f"preemption: 0/1 nodes are available: 1 {NOT_HELPFUL}."
 
 
 def test_a_pod_that_may_not_preempt_says_so() -> None:

@@ -9,11 +9,13 @@ that can, `immediateSC` an Immediate one.
 
 from __future__ import annotations
 
+import io
 import random
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import (
@@ -24,6 +26,7 @@ from ai_scheduler.cache.volumes import (
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
+from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.cycle import Decision, Framework
 from ai_scheduler.scheduler.plugins.volume_binding import (
     BIND_CONFLICT,
@@ -35,7 +38,7 @@ from ai_scheduler.scheduler.plugins.volume_binding import (
     claim_not_found,
     prebind_plan,
 )
-from ai_scheduler.scheduler.volume_prebind import claim_ref_patch, selected_node_patch
+from ai_scheduler.scheduler.volume_prebind import VolumePreBind, claim_ref_patch, selected_node_patch
 from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
 
 NODES = {"node1": "bar", "node2": "baz"}
@@ -378,3 +381,42 @@ def test_prebind_says_why_when_the_node_no_longer_fits() -> None:
     cache = cluster([pvc("pvc-a")], [pv("pv-a", affinity="bar")])
     result = prebind_plan(pod("pvc-a"), cache.volumes, cache.node_record("node2") or NodeRecord())
     assert result == BIND_CONFLICT
+
+
+# ------------------------------------------------------------------ Reserve (AssumePodVolumes) and Unreserve
+def test_reserved_volumes_are_held_for_the_next_cycle_and_put_back_on_revert() -> None:
+    claims = [pvc("pvc-a"), pvc("pvc-b"), pvc("pvc-c", sc="provisionSC")]
+    cache = cluster(claims, [pv("pv-a", affinity="bar")])
+    prebind = VolumePreBind(cast(KubeClient, None), cache, JsonLogger(stream=io.BytesIO()))
+    first, second = pod("pvc-a", name="pod-a", uid="uid-a"), pod("pvc-b", name="pod-b", uid="uid-b")
+    assert feasible(cache, second) == ["node1"]
+
+    planned = prebind.assume(first, "node1")
+    assert isinstance(planned, NodeVolumes)
+    # pv-a is held as bound to pvc-a before any write: the next cycle does not give it to pvc-b ...
+    assert feasible(cache, second) == []
+    assert schedule(cache, second).message == f"0/2 nodes are available: 2 {BIND_CONFLICT}."
+    # ... and the write still says what kube's says for a volume that was not pre-bound.
+    [(volume, claim)] = planned.bindings
+    assert claim_ref_patch(volume, claim)["metadata"]["annotations"] == {ANN_BOUND_BY_CONTROLLER: "yes"}
+
+    provisioned = prebind.assume(pod("pvc-c", name="pod-c", uid="uid-c"), "node2")
+    assert cache.volumes.claims["default", "pvc-c"].selected_node == "node2"
+    assert feasible(cache, pod("pvc-c", name="pod-d", uid="uid-d")) == ["node2"]
+
+    prebind.revert(planned)
+    prebind.revert(provisioned)
+    assert feasible(cache, second) == ["node1"]
+    assert cache.volumes.claims["default", "pvc-c"].selected_node == ""
+
+
+def test_a_newer_object_from_the_watch_is_not_reverted() -> None:
+    cache = cluster([pvc("pvc-a")], [pv("pv-a", affinity="bar")])
+    prebind = VolumePreBind(cast(KubeClient, None), cache, JsonLogger(stream=io.BytesIO()))
+    planned = prebind.assume(pod("pvc-a"), "node1")
+    newer = pv("pv-a", affinity="bar", claim="pvc-a", phase="Bound")
+    newer["metadata"]["resourceVersion"] = "2"
+    cache.volumes.apply(PERSISTENT_VOLUMES, "MODIFIED", newer)
+    prebind.revert(planned)
+    assert cache.volumes.volumes["pv-a"].resource_version == "2"
+    assert cache.volumes.volumes["pv-a"].claim_ref == ("default", "pvc-a", "uid-pvc-a")

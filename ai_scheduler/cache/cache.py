@@ -12,9 +12,10 @@ counts until it is gone, as in kube-scheduler.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -434,6 +435,29 @@ class SchedulerCache:
             for state in self.pods.values():
                 if state.assumed and state.deadline is not None:
                     state.deadline += shift
+
+    @contextlib.contextmanager
+    def without(self, pods: Iterable[PodRecord]) -> Iterator[None]:
+        """For preemption's what-if: the placed `pods` off their nodes (resources, pod slots, host ports,
+        labels for affinity and spread, claims) while the block runs, then back as they were. Their
+        managed GPUs and quota use stay: preemption makes no room for those through this."""
+        off: list[tuple[int, str, PodRecord]] = []
+        try:
+            for pod in pods:
+                state = self.pods.get(pod.uid)
+                node = self.nodes.get(state.node) if state is not None and state.node else None
+                if state is None or node is None or node.row < 0:
+                    continue
+                off.append((node.row, state.node, state.record))
+                if state.record.claims or state.record.disks:
+                    self.volumes.count_users(state.record, state.node, -1)
+                self._apply(node.row, state.record, -1)
+            yield
+        finally:
+            for row, node_name, record in reversed(off):
+                self._apply(row, record, 1)
+                if record.claims or record.disks:
+                    self.volumes.count_users(record, node_name, 1)
 
     def forget(self, uid: str) -> bool:
         """Drop an assumption whose binding failed; the pod is pending again."""

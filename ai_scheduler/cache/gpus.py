@@ -1,9 +1,32 @@
 """GPUs that the scheduler assigns itself, on nodes labelled `ai-scheduler.io/gpu-managed: "true"`.
 
 The node agent reports each device in the node annotation `ai-scheduler.io/gpus`;
-pods ask with `ai-scheduler.io/gpu-count` (whole devices) or
-`ai-scheduler.io/gpu-memory` (a share of one device), and the scheduler writes
-the devices it chose into `ai-scheduler.io/gpu-ids` / `gpu-uuids` before binding.
+pods ask with `ai-scheduler.io/gpu-count` (whole devices),
+`ai-scheduler.io/gpu-memory` (a share of one device, in bytes) or
+`ai-scheduler.io/gpu-fraction` (a share of one device, as a part of it), and the
+scheduler writes the devices it chose into `ai-scheduler.io/gpu-ids` /
+`gpu-uuids` before binding.
+
+A fraction works as KAI Scheduler's `gpu-fraction` does, but for `1` (below):
+- its value is a plain decimal number (`0.5`, `.25`, `5e-1`; what both Go's
+  ParseFloat and a Kubernetes quantity without suffix read: no `500m`, spaces,
+  `inf` or `NaN`), greater than 0 and at most 1. KAI refuses `1` (a whole GPU is
+  asked for as such there); here `1` is a share of all of one device's memory,
+  which, like `gpu-memory` of a whole device, fits only a device no one uses;
+- it is exclusive with `gpu-count` and `gpu-memory` (one of the three at most);
+- on a device of M MiB it holds the fraction of M as a memory share, so that it
+  shares devices with `gpu-memory` pods, and two pods of `0.5` share one device
+  whatever its size. The fraction is kept in units of 2**-20 of a device
+  (`FRACTION_UNITS`), rounded down, and at least one unit: a unit of a device of
+  M MiB is exactly M bytes, so the share is the fraction of M MiB less than one
+  byte per MiB (never more, so that fractions that add up to at most 1 always fit
+  one free device together, as KAI's do);
+- the device is chosen as for `gpu-memory`: best fit on memory, each device by
+  its own size; a pod found bound at start is charged on the device its
+  `gpu-ids` name (the largest device known if the report does not name it);
+- quotas count it as resource `ai-scheduler.io/gpu-fraction` in thousandths of a
+  GPU (rounded down, at least 1m), beside `gpu-count` and `gpu-memory` (see
+  cache/tenancy.py).
 
 Per node row the table keeps, per device, the memory still free for shares
 and whether the device is wholly free, in numpy arrays parallel to the cache's
@@ -15,8 +38,10 @@ unavailable, with that reason; it never makes them wrong.
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from dataclasses import dataclass, field
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_FLOOR, Context, Decimal
 from typing import Any
 
 import numpy as np
@@ -31,6 +56,7 @@ GPUS_ANNOTATION = "ai-scheduler.io/gpus"
 UPDATED_ANNOTATION = "ai-scheduler.io/gpus-updated"
 GPU_COUNT_ANNOTATION = "ai-scheduler.io/gpu-count"
 GPU_MEMORY_ANNOTATION = "ai-scheduler.io/gpu-memory"
+GPU_FRACTION_ANNOTATION = "ai-scheduler.io/gpu-fraction"
 GPU_IDS_ANNOTATION = "ai-scheduler.io/gpu-ids"
 GPU_UUIDS_ANNOTATION = "ai-scheduler.io/gpu-uuids"
 
@@ -43,24 +69,74 @@ MAX_DEVICE_MIB = 2**24
 PCIE_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5}
 NVLINK_RANK = 0
 UNKNOWN_RANK = 6
+# A fraction of a device in these units: one unit of a device of M MiB is exactly M bytes.
+FRACTION_UNITS = 2**20
+# A decimal number as Go's ParseFloat and a suffix-less Kubernetes quantity both read it (an exponent of at
+# most 18 digits, as a quantity's int64 exponent).
+_FRACTION = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,18})?")
+_FRACTION_MATH = Context(prec=60, rounding=ROUND_FLOOR, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 @dataclass(frozen=True, slots=True)
 class GpuRequest:
-    """What a pod asks of managed GPUs: `count` whole devices, or `memory` bytes of one device."""
+    """What a pod asks of managed GPUs: `count` whole devices, `memory` bytes of one device, or `fraction`
+    of one device (in FRACTION_UNITS)."""
 
     count: int = 0
     memory: int = 0
+    fraction: int = 0
+
+    def fraction_bytes(self, total: int) -> int:
+        """Bytes the fraction holds on a device of `total` bytes (at least one)."""
+        return max(total // MIB * self.fraction, 1)
+
+
+def share_need(request: GpuRequest, total: np.ndarray) -> np.ndarray:
+    """Bytes a share takes on devices of `total` bytes each: its memory, or its fraction of each device."""
+    if not request.fraction:
+        return np.full_like(total, request.memory)
+    need: np.ndarray = np.maximum(total // MIB * request.fraction, 1)
+    return need
+
+
+def parse_fraction(text: str) -> int:
+    """A gpu-fraction value in FRACTION_UNITS (rounded down, at least 1); 0 unless a number in (0, 1]."""
+    if not _FRACTION.fullmatch(text):
+        return 0
+    try:
+        value = Decimal(text)
+        if not 0 < value <= 1:
+            return 0
+        units = _FRACTION_MATH.multiply(value, FRACTION_UNITS).to_integral_value(rounding=ROUND_FLOOR)
+    except ArithmeticError:  # an exponent past what Decimal holds: not a number we can use
+        return 0
+    return max(int(units), 1)
 
 
 def gpu_request(pod: PodRecord) -> tuple[GpuRequest | None, str]:
     """The pod's managed-GPU request (None if it has none) and an error for a malformed one."""
     count_text = pod.annotations.get(GPU_COUNT_ANNOTATION)
     memory_text = pod.annotations.get(GPU_MEMORY_ANNOTATION)
-    if count_text is None and memory_text is None:
+    fraction_text = pod.annotations.get(GPU_FRACTION_ANNOTATION)
+    given = [
+        key
+        for key, text in (
+            (GPU_COUNT_ANNOTATION, count_text),
+            (GPU_MEMORY_ANNOTATION, memory_text),
+            (GPU_FRACTION_ANNOTATION, fraction_text),
+        )
+        if text is not None
+    ]
+    if not given:
         return None, ""
-    if count_text is not None and memory_text is not None:
-        return None, f"set only one of {GPU_COUNT_ANNOTATION} and {GPU_MEMORY_ANNOTATION}"
+    if len(given) > 1:
+        return None, f"set only one of {', '.join(given[:-1])} and {given[-1]}"
+    if fraction_text is not None:
+        fraction = parse_fraction(fraction_text)
+        if not fraction:
+            bounds = "above 0 and at most 1, such as 0.5"
+            return None, f"{GPU_FRACTION_ANNOTATION} must be a number {bounds}, got {echo(fraction_text)}"
+        return GpuRequest(fraction=fraction), ""
     if count_text is not None:
         count = parse_go_int(count_text) or 0  # Go's Atoi: not " 2", "1_0" or other scripts' digits
         if count < 1:
@@ -170,7 +246,7 @@ def parse_time(text: str | None) -> float | None:
 class Assignment:
     row: int
     indices: tuple[int, ...]
-    memory: int  # bytes per device for a share; 0 for whole devices
+    memory: int  # bytes per device for a share (memory or fraction); 0 for whole devices
 
 
 @dataclass(slots=True)
@@ -294,12 +370,10 @@ class GpuTable:
         request, error = gpu_request(pod)
         if request is None or error:
             return
-        if chosen:
-            assignment: Assignment | None = Assignment(row, chosen, request.memory)
-        else:
-            assignment = self._from_annotation(row, pod, request)
-        if assignment is None:
+        indices = chosen or self._from_annotation(pod)
+        if indices is None:
             return
+        assignment = Assignment(row, indices, self._held(row, request, indices))
         state = self.nodes.setdefault(row, NodeGpus())
         for i in assignment.indices:
             if assignment.memory:
@@ -332,15 +406,24 @@ class GpuTable:
         self._recompute(assignment.row)
 
     @staticmethod
-    def _from_annotation(row: int, pod: PodRecord, request: GpuRequest) -> Assignment | None:
+    def _from_annotation(pod: PodRecord) -> tuple[int, ...] | None:
         text = pod.annotations.get(GPU_IDS_ANNOTATION)
         if not text:
             return None
         try:
-            indices = tuple(int(part) for part in text.split(",") if part.strip())
+            return tuple(int(part) for part in text.split(",") if part.strip())
         except ValueError:
             return None
-        return Assignment(row, indices, request.memory)
+
+    def _held(self, row: int, request: GpuRequest, indices: tuple[int, ...]) -> int:
+        """Bytes per device the pod holds: 0 for whole devices, a share's memory, or a fraction of the
+        device's memory (of the largest device known where the report does not name the device yet, so as
+        to count too much rather than too little)."""
+        if not request.fraction:
+            return request.memory
+        width = self.total.shape[1]
+        total = max((int(self.total[row, i]) for i in indices if 0 <= i < width), default=0)
+        return request.fraction_bytes(total or self.largest_device)
 
     def devices(self, row: int) -> list[Device]:
         state = self.nodes.get(row)

@@ -7,6 +7,12 @@ pods (bound or assumed, not finished) request, kept per user, group and queue
 as the cache attaches and detaches pods, so a quota check is a dictionary
 lookup. Quotas are two-level: a group's `max` (and `min`, the guarantee that
 reclaim restores) over the users' own `max`; a queue may have a quota too.
+
+Managed GPUs count under the annotation that asks for them: `gpu-count` in
+devices, `gpu-memory` in bytes, and `gpu-fraction` in thousandths of a GPU
+(rounded down, at least 1m: the device, and so its memory, is not known
+before placement), so `ai-scheduler.io/gpu-fraction: "2"` in a quota allows
+fractions adding up to two GPUs.
 """
 
 from __future__ import annotations
@@ -15,7 +21,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, gpu_request
+from ai_scheduler.cache.gpus import (
+    FRACTION_UNITS,
+    GPU_COUNT_ANNOTATION,
+    GPU_FRACTION_ANNOTATION,
+    GPU_MEMORY_ANNOTATION,
+    gpu_request,
+)
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config
 from ai_scheduler.messages import echo
@@ -27,6 +39,7 @@ DEFAULT_QUEUE = "default"
 # Quota names for managed GPUs are the pod annotations that request them.
 GPU_COUNT = GPU_COUNT_ANNOTATION
 GPU_MEMORY = GPU_MEMORY_ANNOTATION
+GPU_FRACTION = GPU_FRACTION_ANNOTATION  # in thousandths (quantity.MILLI_RESOURCES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +57,8 @@ def quota_amounts(pod: PodRecord) -> dict[str, int]:
     if request is not None:
         if request.count:
             amounts[GPU_COUNT] = request.count
+        elif request.fraction:
+            amounts[GPU_FRACTION] = max(request.fraction * 1000 // FRACTION_UNITS, 1)
         else:
             amounts[GPU_MEMORY] = request.memory
     return amounts

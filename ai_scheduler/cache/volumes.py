@@ -31,6 +31,7 @@ allocatable volume counts per node (`csi_limits`).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 from collections import Counter
@@ -309,6 +310,9 @@ class VolumeIndex:
         self.node_claims: dict[str, Counter[tuple[str, str]]] = {}
         self.node_disks: dict[str, Counter[InlineDisk]] = {}
         self.csi_limits: dict[str, dict[str, int]] = {}  # node -> CSI driver -> allocatable volume count
+        # Our assumptions (kube's assume cache): name -> (the informer's object, the assumed one).
+        self._assumed_volumes: dict[str, tuple[Volume, Volume]] = {}
+        self._assumed_claims: dict[tuple[str, str], tuple[Claim, Claim]] = {}
 
     def count_users(self, pod: PodRecord, node: str, sign: int) -> None:
         """The pod starts (1) or stops (-1) counting on `node`: the users of its claims and disks."""
@@ -384,6 +388,49 @@ class VolumeIndex:
         self._changed()
 
     # ------------------------------------------------------------------ our own writes, and reads
+    def assume_volume(self, volume: Volume, claim: Claim) -> Volume:
+        """AssumePodVolumes for a static match: the PV held as bound to the claim until our write's answer
+        or the watch brings a newer object, or `revert` puts the informer's one back."""
+        held = self.volumes.get(volume.name, volume)
+        assumed = dataclasses.replace(
+            held, claim_ref=(claim.namespace, claim.name, claim.uid), generation=next(_generations)
+        )
+        original = self._assumed_volumes.get(volume.name, (held, held))[0]
+        self._assumed_volumes[volume.name] = (original, assumed)
+        self._put_volume(assumed)
+        return assumed
+
+    def assume_claim(self, claim: Claim, node: str) -> Claim:
+        """AssumePodVolumes for a claim to provision: held with `node` as its selected node."""
+        held = self.claims.get(claim.key, claim)
+        annotations = {**held.annotations, ANN_SELECTED_NODE: node}
+        assumed = dataclasses.replace(held, annotations=annotations, generation=next(_generations))
+        original = self._assumed_claims.get(claim.key, (held, assumed))[0]
+        self._assumed_claims[claim.key] = (original, assumed)
+        self.claims[claim.key] = assumed
+        self._changed()
+        return assumed
+
+    def revert(self, volumes: Iterable[str], claims: Iterable[tuple[str, str]]) -> None:
+        """RevertAssumedPodVolumes: where an assumed object is still held (nothing newer came), the
+        informer's object it replaced is held again."""
+        for name in volumes:
+            pair = self._assumed_volumes.pop(name, None)
+            if pair is not None and self.volumes.get(name) is pair[1]:
+                self._put_volume(pair[0])
+        for key in claims:
+            claim_pair = self._assumed_claims.pop(key, None)
+            if claim_pair is not None and self.claims.get(key) is claim_pair[1]:
+                self.claims[key] = claim_pair[0]
+                self._changed()
+
+    def settle(self, volumes: Iterable[str], claims: Iterable[tuple[str, str]]) -> None:
+        """The writes were answered: nothing to put back any more."""
+        for name in volumes:
+            self._assumed_volumes.pop(name, None)
+        for key in claims:
+            self._assumed_claims.pop(key, None)
+
     def set_claim(self, claim: Claim) -> None:
         held = self.claims.get(claim.key)
         if held is None or _newer(held.resource_version, claim.resource_version):
@@ -394,8 +441,11 @@ class VolumeIndex:
         held = self.volumes.get(volume.name)
         if held is not None and not _newer(held.resource_version, volume.resource_version):
             return
-        if held is not None:
-            self._drop_volume(held.name)
+        self._put_volume(volume)
+
+    def _put_volume(self, volume: Volume) -> None:
+        if volume.name in self.volumes:
+            self._drop_volume(volume.name)
         self.volumes[volume.name] = volume
         self._by_class.setdefault(volume.storage_class, {})[volume.name] = volume
         self._changed()

@@ -676,7 +676,7 @@ def _parse_server(value: object, path: str) -> ServerSettings:
 
 
 def _quantity(resource: str, value: object, path: str) -> int:
-    """A Kubernetes quantity in the integer units quotas are kept in (millicores for cpu)."""
+    """A Kubernetes quantity in the integer units quotas are kept in (thousandths: cpu, GPU fractions)."""
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         _fail(path, f"must be a Kubernetes quantity such as 8, '500m' or '80Gi', got {_show(value)}")
     try:

@@ -45,6 +45,7 @@ from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import ERROR, Metrics
+from ai_scheduler.scheduler.plugins.volume_binding import NodeVolumes
 from ai_scheduler.scheduler.volume_prebind import VolumePreBind
 
 BIND_RETRY_INITIAL_SECONDS = 0.1
@@ -94,6 +95,7 @@ class Binder:
         self._room.set()
         self.volumes = VolumePreBind(client, cache, logger, clock=clock)
         self._volume_waits = 0  # bindings waiting in VolumeBinding's PreBind (they hold no slot)
+        self._volume_plans: dict[str, NodeVolumes | str] = {}  # reserved pods' volume plans, by uid
         # Gang bookkeeping listens here (who was bound, whose binding failed).
         self.on_success: Callable[[PodRecord, str], None] | None = None
         self.on_failure: Callable[[PodRecord, ApiResult], None] | None = None
@@ -109,13 +111,28 @@ class Binder:
             self._room.clear()
             await self._room.wait()
 
+    def reserve(self, pod: PodRecord, decision: Decision) -> None:
+        """Reserve (kube's point of that name): assume the pod on the chosen node in the cache, and its
+        volumes' bindings (VolumeBinding's AssumePodVolumes), before the next cycle looks."""
+        node = decision.node or ""
+        self.cache.assume(pod, node, decision.gpu_ids)
+        if pod.claims:
+            self._volume_plans[pod.uid] = self.volumes.assume(pod, node)
+
+    def unreserve(self, pod: PodRecord) -> None:
+        """Unreserve: undo `reserve` for a pod that will not be bound after all."""
+        self.cache.forget(pod.uid)
+        self.volumes.revert(self._volume_plans.pop(pod.uid, None))
+
     def submit(self, qp: QueuedPod, pod: PodRecord, decision: Decision) -> None:
-        """Bind in the background; at most `concurrency` requests are on the wire at once."""
+        """Bind a reserved pod in the background; at most `concurrency` requests are on the wire at once."""
         # The cycle that chose the node has just ended: it began `decision.duration` ago.
         cycle_start = self._clock() - decision.duration
-        task = asyncio.create_task(
-            self._bind(qp, pod, decision.node or "", gpu_annotations(decision), cycle_start)
-        )
+        node = decision.node or ""
+        volumes = self._volume_plans.pop(pod.uid, None)
+        if pod.claims and volumes is None:  # reserved by the cache alone (a caller that skipped `reserve`)
+            volumes = self.volumes.assume(pod, node)
+        task = asyncio.create_task(self._bind(qp, pod, node, gpu_annotations(decision), cycle_start, volumes))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -124,12 +141,12 @@ class Binder:
         if len(self._tasks) - self._volume_waits < self.concurrency:
             self._room.set()
 
-    async def _prebind_volumes(self, pod: PodRecord, node: str) -> str:
+    async def _prebind_volumes(self, pod: PodRecord, node: str, plan: NodeVolumes | str) -> str:
         """VolumeBinding's PreBind, outside the slots: '' once the claims are bound, else why not."""
         self._volume_waits += 1
         self._room.set()
         try:
-            return await self.volumes.bind(pod, node)
+            return await self.volumes.bind(pod, node, plan)
         finally:
             self._volume_waits -= 1
 
@@ -160,11 +177,18 @@ class Binder:
         return result
 
     async def _bind(
-        self, qp: QueuedPod, pod: PodRecord, node: str, annotations: dict[str, str], cycle_start: float
+        self,
+        qp: QueuedPod,
+        pod: PodRecord,
+        node: str,
+        annotations: dict[str, str],
+        cycle_start: float,
+        volumes: NodeVolumes | str | None,
     ) -> None:
-        if pod.claims:
-            failure = await self._prebind_volumes(pod, node)
+        if volumes is not None:
+            failure = await self._prebind_volumes(pod, node, volumes)
             if failure:
+                self.volumes.revert(volumes)
                 self.log.warning("prebind.failed", pod=pod.key, uid=pod.uid, node=node, error=failure)
                 gone = self.cache.pod_state(pod.uid) is None  # deleted while it waited: not to be retried
                 self._failed(qp, pod, ApiResult(404 if gone else 500, {"message": failure}), cycle_start)

@@ -88,16 +88,20 @@ class Feedback:
         self._series: dict[str, dict[str, _Series]] = {}  # involved uid -> reason -> series
         self._conditions: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) we wrote
         self._calls: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue(MAX_PENDING_CALLS)
-        self._workers = [asyncio.create_task(self._work()) for _ in range(workers)]
+        self._worker_count = workers
+        self._workers: list[asyncio.Task[None]] = []  # started with the first call (on the running loop)
 
     async def close(self, drain_seconds: float = 2.0) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._calls.join(), drain_seconds)
+        if self._workers:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._calls.join(), drain_seconds)
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
 
     def _submit(self, *call: Any) -> None:
+        if not self._workers:
+            self._workers = [asyncio.create_task(self._work()) for _ in range(self._worker_count)]
         try:
             self._calls.put_nowait(call)
         except asyncio.QueueFull:

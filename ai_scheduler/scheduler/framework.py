@@ -81,6 +81,9 @@ class DevicePicker(FilterPlugin):
         raise NotImplementedError
 
 
+REASON_JOIN = "\n"  # a static check's reasons, when one node fails for several at once
+
+
 class StaticFilterPlugin(FilterPlugin):
     """A filter over static node attributes, written per node and cached per pod signature."""
 
@@ -89,7 +92,7 @@ class StaticFilterPlugin(FilterPlugin):
         raise NotImplementedError
 
     def check(self, pod: PodRecord, node: NodeRecord) -> str | None:
-        """The reason this node cannot host the pod, or None."""
+        """The reason this node cannot host the pod (several joined by REASON_JOIN), or None."""
         raise NotImplementedError
 
     def run(
@@ -110,10 +113,33 @@ class StaticFilterPlugin(FilterPlugin):
         failing = codes[candidates]
         if not failing.any():
             return []
-        result = []
-        for code in np.unique(failing[failing > 0]):
-            result.append((reasons[code], codes == code))
-        return result
+        masks: dict[str, np.ndarray] = {}
+        for code in np.unique(failing[failing > 0]).tolist():
+            hit = codes == code
+            for reason in reasons[code].split(REASON_JOIN):
+                masks[reason] = masks[reason] | hit if reason in masks else hit
+        return list(masks.items())
+
+
+class StaticClaimFilterPlugin(StaticFilterPlugin):
+    """A static filter that looks only at pods with PersistentVolumeClaims, and whose PreFilter may
+    refuse a pod outright (VolumeBinding, VolumeZone): a caller that skips PreFilter gets every node
+    failing with PreFilter's reason."""
+
+    def run(
+        self,
+        pod: PodRecord,
+        cache: SchedulerCache,
+        candidates: np.ndarray,
+        static: StaticResults,
+        window: Window = ALL_ROWS,
+    ) -> Reasons:
+        if not pod.claims:
+            return []
+        refusal = self.prefilter(pod, cache)
+        if refusal:
+            return [(refusal, np.ones(candidates.shape[0], dtype=bool))]
+        return super().run(pod, cache, candidates, static, window)
 
 
 class ScorePlugin:

@@ -253,12 +253,12 @@ class GangScheduler:
             if decision.node is None:
                 first_failure = first_failure or decision
                 continue
-            self.cache.assume(member.pod, decision.node, decision.gpu_ids)
+            self.binder.reserve(member.pod, decision)
             placements.append((member, decision))
         if len(placements) >= needed:
             return placements, None
         for member, _ in placements:
-            self.cache.forget(member.pod.uid)
+            self.binder.unreserve(member.pod)
         if placements:
             self.log.info(
                 "gang.released",
@@ -316,7 +316,7 @@ class GangScheduler:
                 self.feedback.unschedulable(member.pod, decision.message)
                 self.log_decision(member, member.pod, decision, "unschedulable", {"gang": gang.key})
                 continue
-            self.cache.assume(member.pod, decision.node, decision.gpu_ids)
+            self.binder.reserve(member.pod, decision)
             self.binder.submit(member, member.pod, decision)
             self.log_decision(member, member.pod, decision, "scheduled", {"gang": gang.key, "elastic": True})
             started += 1

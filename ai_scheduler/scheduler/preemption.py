@@ -30,9 +30,15 @@ When preemption cannot help, `post_filter()` says why in kube's words, which
 the daemon appends to the Unschedulable message as kube-scheduler's
 PostFilter does (` preemption: 0/3 nodes are available: 3 No preemption
 victims found for incoming pod.`, ` preemption: not eligible due to
-preemptionPolicy=Never.`). Only resources are made room for: a node that fails
-any other filter is one where preemption "is not helpful" (kube would also try
-victims against host ports and pod anti-affinity; we do not). A pod already
+preemptionPolicy=Never.`). Room is made for resources and pod slots by
+arithmetic on what the node has free (ResourceRoom); a node that host ports,
+pod anti-affinity (the pod's or an existing pod's) or topology spread skew
+keep out is tried by running the profile's filters again on it with the
+victims taken off in the cache (FilterRoom), as kube does on a copy of the
+node; a node that any other filter refuses, or that fails pod affinity or a
+spread constraint's missing label, is one where preemption "is not helpful".
+As in kube, only pods on the node itself are victims: a zone's anti-affinity
+held by a pod on another node of the zone is not removed. A pod already
 nominated waits for the victims of its earlier preemption to leave ("a
 terminating pod on the nominated node") rather than preempting again.
 
@@ -56,7 +62,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
@@ -68,8 +76,17 @@ from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
 from ai_scheduler.scheduler.feedback import Feedback, pod_reference
 from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.plugins.inter_pod_affinity import AFFINITY_RULES, InterPodAffinityFilter
+from ai_scheduler.scheduler.plugins.node_ports import NodePorts
+from ai_scheduler.scheduler.plugins.pod_topology_spread import MISSING_LABEL, PodTopologySpreadFilter
 from ai_scheduler.scheduler.plugins.resource_fit import TOO_MANY_PODS, NodeResourcesFit, insufficient
 
+# The filters that removing pods from a node can satisfy (kube's Unschedulable, as opposed to
+# UnschedulableAndUnresolvable): resources and pod slots, host ports, pod anti-affinity (the pod's and
+# the existing pods'), topology spread skew.
+REMOVABLE = (NodeResourcesFit, NodePorts, InterPodAffinityFilter, PodTopologySpreadFilter)
+# Their reasons that removing pods cannot change.
+UNRESOLVABLE = frozenset({AFFINITY_RULES, MISSING_LABEL})
 NOMINATION_SECONDS = 300.0  # a nomination not used by then is dropped, and the room freed for others
 RECENT_VICTIM_SECONDS = 300.0  # a preempted workload's pods keep off the node it was preempted from
 
@@ -128,32 +145,90 @@ def importance(pod: PodRecord) -> tuple[int, float]:
     return (-pod.priority, _start_seconds(pod))
 
 
-def _fits(free: dict[str, int], need: dict[str, int]) -> bool:
-    return all(free[r] >= amount for r, amount in need.items())
+class Room(Protocol):
+    """What selectVictimsOnNode asks of a node while it removes and gives back victims."""
+
+    def remove(self, group: VictimGroup) -> None: ...
+
+    def restore(self, group: VictimGroup) -> None: ...
+
+    def blocked(self) -> tuple[str, ...]:
+        """Why the pod still does not fit with the groups removed so far (() when it fits)."""
+        ...
 
 
-def select_victims(
-    need: dict[str, int],
-    free: dict[str, int],
-    groups: Sequence[VictimGroup],
-    budgets: DisruptionBudgets,
-) -> Selection:
-    """The fewest, least important victims on one node that make room for `need` given what is `free`.
+class ResourceRoom:
+    """A node where only resources (pod slots included) keep the pod out: arithmetic on what is free."""
 
-    kube-scheduler's selectVictimsOnNode on resources: remove every candidate; if the pod still does not
-    fit, the node cannot help. Then reprieve them while the pod fits: those that would break a budget
-    first, so that they are taken last, then the others; reclaim victims after priority ones; the most
-    important first.
+    def __init__(self, need: dict[str, int], free: dict[str, int]) -> None:
+        self.need = need
+        self.room = dict(free)
+
+    def remove(self, group: VictimGroup) -> None:
+        for r, amount in group.frees.items():
+            self.room[r] += amount
+
+    def restore(self, group: VictimGroup) -> None:
+        for r, amount in group.frees.items():
+            self.room[r] -= amount
+
+    def blocked(self) -> tuple[str, ...]:
+        short = [r for r, amount in self.need.items() if self.room[r] < amount]
+        return tuple(TOO_MANY_PODS if r == PODS else insufficient(r) for r in short)
+
+
+class FilterRoom:
+    """A node that a filter other than NodeResourcesFit refuses (host ports, pod anti-affinity, topology
+    spread): the profile's filters are run again on the node with the removed groups' pods taken off it
+    in the cache (SchedulerCache.without), as kube-scheduler's selectVictimsOnNode runs its filters on a
+    copy of the node without them."""
+
+    def __init__(self, cache: SchedulerCache, framework: Framework, pod: PodRecord, row: int) -> None:
+        self.cache = cache
+        self.framework = framework
+        self.pod = pod
+        self.node = cache.row_names[row]
+        self.mask = np.zeros(cache.rows, dtype=bool)
+        self.mask[row] = True
+        self.removed: dict[int, VictimGroup] = {}
+
+    def remove(self, group: VictimGroup) -> None:
+        self.removed[id(group)] = group
+
+    def restore(self, group: VictimGroup) -> None:
+        self.removed.pop(id(group), None)
+
+    def blocked(self) -> tuple[str, ...]:
+        cache = self.cache
+        off = []
+        for group in self.removed.values():
+            for victim in group.pods:
+                state = cache.pod_state(victim.uid)
+                if state is not None and state.node == self.node:
+                    off.append(victim)
+        with cache.without(off):
+            rows, reasons = self.framework.feasible_rows(self.pod, self.mask)
+        if rows.shape[0]:
+            return ()
+        # Reasons that no eviction can change (kube's UnschedulableAndUnresolvable) say "not helpful".
+        return tuple(sorted({NOT_HELPFUL if r in UNRESOLVABLE else r for r in reasons}))
+
+
+def select_victims(groups: Sequence[VictimGroup], budgets: DisruptionBudgets, room: Room) -> Selection:
+    """The fewest, least important victims on one node that make `room` for the pod.
+
+    kube-scheduler's selectVictimsOnNode: remove every candidate; if the pod still does not fit, the
+    node cannot help. Then reprieve them while the pod fits: those that would break a budget first, so
+    that they are taken last, then the others; reclaim victims after priority ones; the most important
+    first.
     """
     if not groups:
         return Selection(reasons=(NO_VICTIMS,))
-    room = dict(free)
     for group in groups:
-        for r, amount in group.frees.items():
-            room[r] += amount
-    if not _fits(room, need):
-        short = [r for r, amount in need.items() if room[r] < amount]
-        return Selection(reasons=tuple(TOO_MANY_PODS if r == PODS else insufficient(r) for r in short))
+        room.remove(group)
+    blocked = room.blocked()
+    if blocked:
+        return Selection(reasons=blocked)
     ordered = sorted(groups, key=lambda g: importance(g.pods[0]))
     violating = budgets.violating([pod for group in ordered for pod in group.pods])
     breaks = [sum(pod.uid in violating for pod in group.pods) for group in ordered]
@@ -164,12 +239,10 @@ def select_victims(
     selection = Selection()
     for i in order:
         group = ordered[i]
-        for r, amount in group.frees.items():
-            room[r] -= amount
-        if _fits(room, need):
+        room.restore(group)
+        if not room.blocked():
             continue  # reprieved
-        for r, amount in group.frees.items():
-            room[r] += amount
+        room.remove(group)
         selection.victims.append(group)
         selection.violations += breaks[i]
     selection.victims.sort(key=lambda g: importance(g.pods[0]))
@@ -233,7 +306,7 @@ class Preemptor:
         self._nominated_at: dict[str, float] = {}
         self._recent_victims: dict[str, tuple[str, float]] = {}  # workload -> (node, when)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._shadow: tuple[Framework, Framework] | None = None  # a profile, and it without NodeResourcesFit
+        self._shadow: tuple[Framework, Framework, Framework] | None = None  # a profile, and its _shadows
 
     # ------------------------------------------------------------------ choosing
     def post_filter(self, pod: PodRecord, framework: Framework, decision: Decision) -> Verdict:
@@ -254,17 +327,25 @@ class Preemptor:
                 kind = self._eligible(pod, state.record, reclaiming)
                 if kind is not None:
                     by_node.setdefault(state.node, []).append((state.record, kind))
-        rows, _ = self._without_fit(framework).feasible_rows(resourceless(pod))
+        unresolvable, removable = self._shadows(framework)
+        rows, _ = unresolvable.feasible_rows(resourceless(pod))
         reasons: dict[str, int] = {}
         if rows.shape[0] < total:
             reasons[NOT_HELPFUL] = total - int(rows.shape[0])
+        # Of those, the nodes that only resources keep out, where the arithmetic of ResourceRoom will do.
+        helpful = np.zeros(self.cache.rows, dtype=bool)
+        helpful[rows] = True
+        passing, _ = removable.feasible_rows(resourceless(pod), helpful) if rows.shape[0] else (rows, {})
+        resource_only = np.zeros(self.cache.rows, dtype=bool)
+        resource_only[passing] = True
         plans: list[Plan] = []
         for row in rows.tolist():
             candidates = by_node.get(self.cache.row_names[row])
             if not candidates:
                 reasons[NO_VICTIMS] = reasons.get(NO_VICTIMS, 0) + 1
                 continue
-            plan, why = self._plan_on(pod, int(row), candidates, reclaiming)
+            room = None if resource_only[row] else FilterRoom(self.cache, framework, pod, int(row))
+            plan, why = self._plan_on(pod, int(row), candidates, reclaiming, room)
             if plan is None:
                 for reason in why:
                     reasons[reason] = reasons.get(reason, 0) + 1
@@ -275,16 +356,20 @@ class Preemptor:
             return Verdict(best)
         return Verdict(message=POST_FILTER_PREFIX + fit_error_message(total, reasons))
 
-    def _without_fit(self, framework: Framework) -> Framework:
-        """The profile without NodeResourcesFit: the nodes where only resources (pod slots included) keep
-        the pod out are where removing pods can help. It shares the profile's cached static results."""
+    def _shadows(self, framework: Framework) -> tuple[Framework, Framework]:
+        """The profile without the filters that removing pods can satisfy (REMOVABLE): a node it refuses
+        is one where preemption is not helpful; and the profile without NodeResourcesFit alone: a node it
+        takes is one where only resources keep the pod out. Both share the profile's static results."""
         held = self._shadow
         if held is None or held[0] is not framework:
-            filters = [f for f in framework.filters if not isinstance(f, NodeResourcesFit)]
-            shadow = Framework(framework.scheduler_name, filters, [], self.cache)
-            shadow.static = framework.static
-            held = self._shadow = (framework, shadow)
-        return held[1]
+            made = []
+            for kinds in (REMOVABLE, (NodeResourcesFit,)):
+                filters = [f for f in framework.filters if not isinstance(f, kinds)]
+                shadow = Framework(framework.scheduler_name, filters, [], self.cache)
+                shadow.static = framework.static
+                made.append(shadow)
+            held = self._shadow = (framework, made[0], made[1])
+        return held[1], held[2]
 
     def _below_min(self, pod: PodRecord) -> set[str]:
         """Resources for which the pod's group is under its guaranteed min (it may reclaim them)."""
@@ -315,9 +400,14 @@ class Preemptor:
         return None
 
     def _plan_on(
-        self, pod: PodRecord, row: int, candidates: list[tuple[PodRecord, VictimKind]], reclaiming: set[str]
+        self,
+        pod: PodRecord,
+        row: int,
+        candidates: list[tuple[PodRecord, VictimKind]],
+        reclaiming: set[str],
+        room: Room | None,
     ) -> tuple[Plan | None, tuple[str, ...]]:
-        """The plan for one node, or None and why it cannot help."""
+        """The plan for one node, or None and why it cannot help; `room` None: only resources matter."""
         cache = self.cache
         node = cache.row_names[row]
         need = {**pod.requests, PODS: 1}
@@ -342,7 +432,7 @@ class Preemptor:
                     for r in need:
                         frees[r] += member.requests.get(r, 0) if r != PODS else 1
             groups.append(VictimGroup([victim, *(m for m in members if m.uid != victim.uid)], kind, frees))
-        selection = select_victims(need, free, groups, self.budgets)
+        selection = select_victims(groups, self.budgets, room or ResourceRoom(need, free))
         if selection.reasons:
             return None, selection.reasons
         plan = Plan(node, violations=selection.violations)

@@ -35,7 +35,7 @@ from typing import Any
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import ESTIMATE_ANNOTATION as ESTIMATE_ANNOTATION
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import GPU_COUNT, GPU_MEMORY, Tenancy, quota_amounts
+from ai_scheduler.cache.tenancy import GPU_COUNT, GPU_FRACTION, GPU_MEMORY, Tenancy, quota_amounts
 from ai_scheduler.config import Config
 from ai_scheduler.quantity import MAX_DURATION_SECONDS as MAX_DURATION_SECONDS
 from ai_scheduler.quantity import parse_duration as parse_duration  # with the key: records refuse bad ones
@@ -43,11 +43,13 @@ from ai_scheduler.queue import QueuedPod
 
 
 def job_gpus(amounts: dict[str, int]) -> float:
-    """GPUs a pod asks for: device-plugin and managed whole GPUs, and shares as fractions of 80 GiB."""
+    """GPUs a pod asks for: device-plugin and managed whole GPUs, memory shares as fractions of 80 GiB,
+    and fractions (in thousandths) as they are."""
     return (
         amounts.get("nvidia.com/gpu", 0)
         + amounts.get(GPU_COUNT, 0)
         + amounts.get(GPU_MEMORY, 0) / (80 * 2**30)
+        + amounts.get(GPU_FRACTION, 0) / 1000
     )
 
 

@@ -101,7 +101,8 @@ class CycleGuard:
                 continue  # its binding is on the way and reports its own outcome
             # Each step on its own: whatever one of them raises, the next ones and the other pods still run.
             try:
-                if self.cache.forget(pod.uid):  # an assumption of this cycle that no binding will use
+                if self.cache.is_assumed(pod.uid):  # an assumption of this cycle that no binding will use
+                    self.binder.unreserve(pod)
                     released.append(pod.key)
             except Exception as nested:
                 self._recovery_failed(pod, "release", nested)

@@ -16,10 +16,17 @@ checkBindings):
   cleared, a claim or pod that went away, or the timeout end the wait with an
   error: the binder forgets the assumption and the pod is retried.
 
-The writes are JSON merge patches that carry the resourceVersion the decision
-was made on (kube sends Updates: the same optimistic concurrency), and their
-answers are applied to the cache at once, as kube's assume cache holds its
-writes, so that the next cycles see the PV taken and the claim's node chosen.
+The plan is made and *assumed* in the cycle that chose the node (`assume`,
+kube's AssumePodVolumes in Reserve): the PVs are held in the cache as bound
+to their claims and the claims to provision as having the node chosen, so that
+the next cycle, which runs before any write is answered, neither gives the
+same PV to another claim nor provisions a claim elsewhere. The writes are JSON
+merge patches that carry the resourceVersion the decision was made on (kube
+sends Updates: the same optimistic concurrency); their answers replace the
+assumed objects, as kube's assume cache holds its writes. A binding that fails
+before its writes landed puts the informer's objects back (`revert`, kube's
+RevertAssumedPodVolumes); written ones stay, as in kube, and the PV controller
+finishes them.
 """
 
 from __future__ import annotations
@@ -89,17 +96,37 @@ class VolumePreBind:
         self.poll = poll
         self._clock = clock
 
-    async def bind(self, pod: PodRecord, node_name: str) -> str:
-        """Write what the claims need on `node_name`, wait until they are bound: '' then, else the error."""
+    def assume(self, pod: PodRecord, node_name: str) -> NodeVolumes | str:
+        """AssumePodVolumes, in the cycle that chose the node (before any later cycle looks): what PreBind
+        will write, held in the cache at once (the PVs taken, the claims' node chosen); or why not."""
         node = self.cache.node_record(node_name)
         if node is None:
             return f'node "{node_name}" not found'
         plan = prebind_plan(pod, self.cache.volumes, node)
         if isinstance(plan, str):
+            return plan
+        index = self.cache.volumes
+        for volume, claim in plan.bindings:
+            index.assume_volume(volume, claim)
+        for claim in plan.provisions:
+            if claim.selected_node != node_name:
+                index.assume_claim(claim, node_name)
+        return plan
+
+    def revert(self, plan: NodeVolumes | str | None) -> None:
+        """RevertAssumedPodVolumes: the assumptions of a plan whose pod will not be bound there."""
+        if isinstance(plan, NodeVolumes):
+            self.cache.volumes.revert((v.name for v, _ in plan.bindings), (c.key for c in plan.provisions))
+
+    async def bind(self, pod: PodRecord, node_name: str, plan: NodeVolumes | str) -> str:
+        """Write what `assume` planned on `node_name`, wait until the claims are bound: '' then, else the
+        error."""
+        if isinstance(plan, str):
             return f"binding volumes: {plan}"
         if not plan.bindings and not plan.provisions:
             return ""  # every claim is bound already
         error = await self._write(plan, node_name)
+        self.cache.volumes.settle((v.name for v, _ in plan.bindings), (c.key for c in plan.provisions))
         if error:
             return f"binding volumes: {error}"
         self.log.info(

@@ -5,7 +5,9 @@ Managed GPUs (node label `ai-scheduler.io/gpu-managed`) are assigned by us:
 (HiveD's cells) stay whole: from the most fragmented island that can hold the
 request, then by PCIe closeness; `ai-scheduler.io/gpu-memory` takes a share of
 one device, by best fit (the device left with the least free memory), never
-on a device that a whole-GPU pod holds.
+on a device that a whole-GPU pod holds; `ai-scheduler.io/gpu-fraction` is such
+a share too, of the fraction of each device's own memory (cache/gpus.py), so
+best fit weighs every device by what the pod would take of it.
 
 GPUBinpack fills partly used nodes and devices first (for managed GPUs and
 device-plugin `nvidia.com/gpu` alike), so that whole nodes stay free for large
@@ -21,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gpus import GPU_MEMORY_ANNOTATION, Device, GpuRequest, gpu_request
+from ai_scheduler.cache.gpus import GPU_MEMORY_ANNOTATION, Device, GpuRequest, gpu_request, share_need
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.quantity import format_units
 from ai_scheduler.scheduler.framework import (
@@ -84,6 +86,10 @@ class GpuFilter(DevicePicker):
         if request.count:
             short = usable & (g.whole_free[window].sum(axis=1) < request.count)
             shortage = NO_WHOLE
+        elif request.fraction:
+            fits = (g.share_free[window] >= share_need(request, g.total[window])).any(axis=1)
+            short = usable & ~fits
+            shortage = NO_MEMORY
         else:
             short = usable & (g.share_free[window].max(axis=1) < request.memory)
             shortage = NO_MEMORY
@@ -109,7 +115,7 @@ class GpuFilter(DevicePicker):
             chosen = choose_whole(devices, free, request.count)
         else:
             fit = worst_fit if self.spread else best_fit
-            chosen = (fit(g.share_free[row], request.memory),)
+            chosen = (fit(g.share_free[row], share_need(request, g.total[row])),)
         return chosen, tuple(devices[i].uuid for i in chosen)
 
 
@@ -171,13 +177,14 @@ def choose_whole(devices: dict[int, Device], free: list[int], count: int) -> tup
     return closest_group(devices, free, count)
 
 
-def best_fit(share_free: np.ndarray, memory: int) -> int:
-    """The device left with the least free memory after taking `memory` (lowest index on ties)."""
+def best_fit(share_free: np.ndarray, memory: int | np.ndarray) -> int:
+    """The device left with the least free memory after taking `memory` (per device, for a fraction; lowest
+    index on ties)."""
     leftover = np.where(share_free >= memory, share_free - memory, np.iinfo(np.int64).max)
     return int(np.argmin(leftover))
 
 
-def worst_fit(share_free: np.ndarray, memory: int) -> int:
+def worst_fit(share_free: np.ndarray, memory: int | np.ndarray) -> int:
     """The device left with the most free memory (for the spread policy)."""
     leftover = np.where(share_free >= memory, share_free - memory, -1)
     return int(np.argmax(leftover))
@@ -210,7 +217,8 @@ class GpuBinpack(ScorePlugin):
             used_after = np.minimum(devices - g.whole_free[rows].sum(axis=1) + request.count, devices)
             return np.where(devices > 0, used_after * MAX_NODE_SCORE // np.maximum(devices, 1), 0)
         free = g.share_free[rows]
-        leftover = np.where(free >= request.memory, free - request.memory, np.iinfo(np.int64).max)
+        need = share_need(request, g.total[rows]) if request.fraction else request.memory
+        leftover = np.where(free >= need, free - need, np.iinfo(np.int64).max)
         best = leftover.min(axis=1)
         scale = max(g.largest_device, 1)
         device_fit = MAX_NODE_SCORE - np.minimum(best, scale) * MAX_NODE_SCORE // scale

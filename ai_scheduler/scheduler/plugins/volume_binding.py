@@ -18,8 +18,8 @@ to an available PV of its class that fits the node (capacity, volume mode,
 access modes, the claim's selector, node affinity; smallest first, claims
 smallest first, one PV per claim), or else its class must provision
 dynamically (a provisioner other than `kubernetes.io/no-provisioner`) within
-its `allowedTopologies`. The reasons are kube's: `node(s) had volume node
-affinity conflict`, `node(s) didn't find available persistent volumes to
+its `allowedTopologies`. The reasons are kube v1.36's: `node(s) didn't match
+PersistentVolume's node affinity`, `node(s) didn't find available persistent volumes to
 bind`, `node(s) unavailable due to one or more pvc(s) bound to non-existent
 pv(s)`; a node can fail with several at once.
 
@@ -47,8 +47,6 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import (
@@ -60,14 +58,13 @@ from ai_scheduler.cache.volumes import (
     VolumeIndex,
     VolumePhase,
 )
-from ai_scheduler.scheduler.framework import ALL_ROWS, Reasons, StaticFilterPlugin, StaticResults, Window
+from ai_scheduler.scheduler.framework import REASON_JOIN, StaticClaimFilterPlugin
 from ai_scheduler.scheduler.plugins.node_affinity import requirement_matches
 
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
-NODE_CONFLICT = "node(s) had volume node affinity conflict"
+NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 PV_NOT_EXIST = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
-_JOIN = "\n"  # several reasons for one node, in one cached code
 
 
 def claim_not_found(name: str) -> str:
@@ -262,7 +259,7 @@ def prebind_plan(pod: PodRecord, index: VolumeIndex, node: NodeRecord) -> NodeVo
     return plan
 
 
-class VolumeBinding(StaticFilterPlugin):
+class VolumeBinding(StaticClaimFilterPlugin):
     name = "VolumeBinding"
 
     def __init__(self) -> None:
@@ -293,34 +290,4 @@ class VolumeBinding(StaticFilterPlugin):
         memo = self._memo
         assert memo is not None and memo[0] == pod.uid  # set by run(), which asks for the signature first
         reasons = find_pod_volumes(memo[2], node.labels, node.name).reasons
-        return _JOIN.join(reasons) if reasons else None
-
-    def run(
-        self,
-        pod: PodRecord,
-        cache: SchedulerCache,
-        candidates: np.ndarray,
-        static: StaticResults,
-        window: Window = ALL_ROWS,
-    ) -> Reasons:
-        if not pod.claims:
-            return []
-        found = self.pod_volumes(pod, cache.volumes)
-        if found.error:  # PreFilter refused it (a caller that skips PreFilter gets every node failing)
-            return [(found.error, np.ones(candidates.shape[0], dtype=bool))]
-        signature = self.signature(pod)
-        if signature is None:
-            return []
-        codes, reasons = static.filter_codes(self, pod, signature)
-        if codes is None:
-            return []
-        codes = codes[window]
-        failing = codes[candidates]
-        if not failing.any():
-            return []
-        masks: dict[str, np.ndarray] = {}
-        for code in np.unique(failing[failing > 0]).tolist():
-            hit = codes == code
-            for reason in reasons[code].split(_JOIN):
-                masks[reason] = masks[reason] | hit if reason in masks else hit
-        return list(masks.items())
+        return REASON_JOIN.join(reasons) if reasons else None

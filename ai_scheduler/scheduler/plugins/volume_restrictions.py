@@ -15,12 +15,14 @@ time in the whole cluster. PreFilter reads the pod's `persistentVolumeClaim`
 volumes (not generic ephemeral ones, as kube): a claim that does not exist
 stops the pod with `persistentvolumeclaim "x" not found`; a ReadWriteOncePod
 claim that a pod counting on some node (bound or assumed, not finished)
-already uses makes every node fail with `node has pod using
-PersistentVolumeClaim with the same name and ReadWriteOncePod access mode`
-(Unschedulable, as kube reports it). The users of each claim are counted by
-the cache as pods start and stop counting (VolumeIndex.users), so the check
-costs a dictionary look-up per claim and nothing per node; a pod without
-claims returns at once.
+already uses makes every node that reaches this filter fail with `node(s)
+unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode
+already in-use by another pod` (Unschedulable, in Filter, as kube v1.36
+reports it; older versions refused in PreFilter with `node has pod using
+PersistentVolumeClaim with the same name and ReadWriteOncePod access
+mode`). The users of each claim are counted by the cache as pods start and
+stop counting (VolumeIndex.users), so the check costs a dictionary look-up
+per claim and nothing per node; a pod without claims returns at once.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from ai_scheduler.scheduler.framework import (
 )
 
 READ_WRITE_ONCE_POD_CONFLICT = (
-    "node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"
+    "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode"
+    " already in-use by another pod"
 )
 DISK_CONFLICT = "node(s) had no available disk"
 

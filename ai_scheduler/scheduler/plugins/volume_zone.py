@@ -24,12 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-import numpy as np
-
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import BindingMode, VolumeIndex
-from ai_scheduler.scheduler.framework import ALL_ROWS, Reasons, StaticFilterPlugin, StaticResults, Window
+from ai_scheduler.scheduler.framework import StaticClaimFilterPlugin
 
 NO_VOLUME_ZONE = "node(s) had no available volume zone"
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
@@ -85,7 +83,7 @@ def volume_topology(pod: PodRecord, index: VolumeIndex) -> Topology | str:
     return tuple(topology)
 
 
-class VolumeZone(StaticFilterPlugin):
+class VolumeZone(StaticClaimFilterPlugin):
     name = "VolumeZone"
 
     def __init__(self) -> None:
@@ -125,18 +123,3 @@ class VolumeZone(StaticFilterPlugin):
             if value is None or value not in values:
                 return NO_VOLUME_ZONE
         return None
-
-    def run(
-        self,
-        pod: PodRecord,
-        cache: SchedulerCache,
-        candidates: np.ndarray,
-        static: StaticResults,
-        window: Window = ALL_ROWS,
-    ) -> Reasons:
-        if not pod.claims:
-            return []
-        found = self.topology(pod, cache.volumes)
-        if isinstance(found, str):  # PreFilter refused it (a caller that skips PreFilter: every node fails)
-            return [(found, np.ones(candidates.shape[0], dtype=bool))]
-        return super().run(pod, cache, candidates, static, window)

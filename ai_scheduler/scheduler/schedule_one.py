@@ -1,0 +1,253 @@
+"""The scheduling path: one cycle for the pod (or the gang) at the head of the queue.
+
+kube-scheduler's `schedule_one.go`, for our queue and policies. The loop pops
+a pod, waits while `bindConcurrency` bindings are outstanding, and runs one
+cycle under the CycleGuard (recovery.py), so that a bug for one pod neither
+stops scheduling nor leaves the pod without a reason. A cycle:
+
+1. drops a pod that is no longer ours to place (bound, assumed, gated,
+   finished, of a profile that went away);
+2. hands a gang member to the GangScheduler (the whole gang is tried at once);
+3. computes the pod's derived data once (`Attempt`: its tenant, its quota
+   amounts) and checks quota admission; a refusal waits until usage drops;
+4. runs the profile's Framework (filters and scores) with the nodes the pod
+   must keep off: reserved for a pod or gang ahead of it, or the node its
+   workload was just preempted from;
+5. on a node: Reserve (the cache assumes the pod, with its volumes) and hand
+   the binding to the Binder, which runs asynchronously;
+6. on none: PostFilter (preemption, whose verdict ends the Unschedulable
+   message), the reason on the pod, and, when preemption cannot help, a
+   starvation reservation (`Reserver`: nodes held for the pod ahead) if on.
+
+Every attempt writes one `decision` log line with what a replay needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.tenancy import Tenancy, Tenant, quota_amounts
+from ai_scheduler.config import Config
+from ai_scheduler.log import JsonLogger
+from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
+from ai_scheduler.scheduler.binder import Binder
+from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
+from ai_scheduler.scheduler.feedback import Feedback
+from ai_scheduler.scheduler.gang import GangScheduler
+from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics
+from ai_scheduler.scheduler.preemption import Preemptor
+from ai_scheduler.scheduler.priority import PriorityEngine
+from ai_scheduler.scheduler.recovery import CycleGuard
+from ai_scheduler.scheduler.reservation import Reserver
+
+
+@dataclass(slots=True)
+class Attempt:
+    """A pod's derived data, computed once per attempt."""
+
+    pod: PodRecord
+    tenant: Tenant
+    amounts: dict[str, int]  # what it charges against its group's and user's quota
+
+
+class SchedulingCycle:
+    """The scheduling loop and one cycle; wired by the daemon (scheduler.py's role in kube)."""
+
+    def __init__(
+        self,
+        config: Callable[[], Config],
+        frameworks: Callable[[], Mapping[str, Framework]],
+        cache: SchedulerCache,
+        queue: SchedulingQueue,
+        gangs: GangRegistry,
+        tenancy: Tenancy,
+        priorities: PriorityEngine,
+        reserver: Reserver,
+        metrics: Metrics,
+        logger: JsonLogger,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.frameworks = frameworks
+        self.cache = cache
+        self.queue = queue
+        self.gangs = gangs
+        self.tenancy = tenancy
+        self.priorities = priorities
+        self.reserver = reserver
+        self.metrics = metrics
+        self.log = logger
+        self.clock = clock
+        # Set by the daemon once built (they take this cycle's admission and decision log in turn).
+        self.binder: Binder | None = None
+        self.feedback: Feedback | None = None
+        self.gang_scheduler: GangScheduler | None = None
+        self.preemptor: Preemptor | None = None
+        self.guard: CycleGuard | None = None
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self) -> None:
+        try:
+            await self._schedule_forever()
+        except Exception as exc:  # a bug in the loop itself: say so; /healthz turns red and the pod restarts
+            self.log.error("scheduler.loop_crashed", error=f"{type(exc).__name__}: {exc}")
+            raise
+
+    async def _schedule_forever(self) -> None:
+        assert self.binder is not None and self.guard is not None
+        while True:
+            await self.binder.wait_for_room()
+            try:
+                qp = await self.queue.pop()
+            except QueueClosed:
+                return
+            # A bug for one pod must not stop scheduling for all, nor leave its pods without a reason.
+            self.guard.run(qp, self.schedule_one)
+            await asyncio.sleep(0)
+
+    # ------------------------------------------------------------------ one cycle
+    def schedule_one(self, qp: QueuedPod) -> None:
+        """One cycle: a lone pod, or the whole gang the popped pod belongs to."""
+        state = self.cache.pod_state(qp.pod.uid)
+        pod = state.record if state is not None else qp.pod
+        framework = self.frameworks().get(pod.scheduler_name)
+        if (
+            framework is None
+            or not pod.pending
+            or pod.gated
+            or (state is not None and (state.assumed or state.node))
+        ):
+            self.queue.delete(pod.uid)
+            return
+        gang = self.gangs.gang_of(pod)
+        if gang is not None:
+            assert self.gang_scheduler is not None
+            self.gang_scheduler.schedule(qp, gang, framework)
+            return
+        attempt = Attempt(pod, self.tenancy.tenant_of(pod), quota_amounts(pod))
+        refusal = attempt.tenant.error or self.tenancy.quota_refusal(attempt.tenant, attempt.amounts)
+        if refusal:
+            self._refuse(qp, attempt, refusal)
+            return
+        # The queue key only matters against a reservation: computing it costs a policy evaluation.
+        key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
+        decision = framework.schedule(pod, blocked=self.reserved_for_others(pod, key))
+        assert self.binder is not None and self.feedback is not None
+        if decision.node is not None:
+            self.reserver.placed(pod.uid)
+            self.binder.reserve(pod, decision)
+            self.binder.submit(qp, pod, decision)
+            self.log_decision(qp, pod, decision, "scheduled", {})
+            return
+        # PostFilter first, as kube-scheduler runs it: when preemption cannot help, its verdict ends the
+        # Unschedulable message.
+        plan = None
+        if self.preemptor is not None:
+            verdict = self.preemptor.post_filter(pod, framework, decision)
+            plan, decision.post_filter = verdict.plan, verdict.message
+        message = decision.message
+        self.queue.requeue(qp, unschedulable=True, reason=message)
+        self.feedback.unschedulable(pod, message)
+        self.log_decision(qp, pod, decision, "unschedulable", {})
+        if decision.error or self.preemptor is None:
+            return
+        if plan is not None:
+            self.preemptor.execute(pod, plan)
+        elif self.config().scheduling.reservation:
+            rows, _ = framework.feasible_rows(resourceless(pod))
+            key = key or self.priorities.sort_key(qp)
+            self.reserver.consider(pod.key, frozenset({pod.uid}), key, pod, pod.requests, 1, rows)
+
+    def bound(self, pod: PodRecord, _node: str) -> None:
+        """The binder's report of a binding that succeeded."""
+        assert self.gang_scheduler is not None
+        self.gang_scheduler.bound(pod)
+        self.reserver.placed(pod.uid)
+
+    def reserved_for_others(self, pod: PodRecord, key: tuple[Any, ...]) -> list[tuple[Any, str]]:
+        """Nodes this pod keeps off, each with its reason: the node its workload was just preempted from,
+        and nodes reserved for a pod or gang ahead of it (unless it may backfill)."""
+        kept: list[tuple[Any, str]] = []
+        avoided = self.preemptor.avoid(pod) if self.preemptor is not None else ""
+        row = self.cache.row_of(avoided) if avoided else -1
+        if row >= 0:
+            mask = np.zeros(self.cache.rows, dtype=bool)
+            mask[row] = True
+            kept.append((mask, "node(s) its workload was just preempted from"))
+        if self.config().scheduling.reservation and self.reserver.current is not None:
+            blocked = self.reserver.blocked_rows(pod, key)
+            if blocked is not None:
+                kept.append((blocked, f"node(s) reserved for {self.reserver.current.holder}"))
+        return kept
+
+    def admission_refusal(self, pod: PodRecord, amounts: dict[str, int]) -> str:
+        """Why the pod (or gang, with the gang's total `amounts`) may not be placed for its owner now."""
+        tenant = self.tenancy.tenant_of(pod)
+        return tenant.error or self.tenancy.quota_refusal(tenant, amounts)
+
+    def _refuse(self, qp: QueuedPod, attempt: Attempt, reason: str) -> None:
+        """Admission refused: nothing tried, the pod waits until usage drops (a pod leaving moves it)."""
+        pod, tenant = attempt.pod, attempt.tenant
+        assert self.feedback is not None
+        self.queue.requeue(qp, unschedulable=True, reason=reason)
+        self.feedback.unschedulable(pod, reason)
+        self.log.info(
+            "admission.refused",
+            pod=pod.key,
+            user=tenant.user,
+            group=tenant.group,
+            queue=tenant.queue,
+            reason=reason,
+        )
+        self.log_decision(qp, pod, Decision(None, self.cache.node_count), "refused", {"message": reason})
+
+    # ------------------------------------------------------------------ the decision log
+    def log_decision(
+        self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str, extra: dict[str, Any]
+    ) -> None:
+        """Metrics and the decision log line: everything needed to understand and replay the attempt."""
+        if result != "scheduled":  # a placement is counted once its binding succeeds (Binder), as kube does
+            self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, decision.duration)
+        tenant = self.tenancy.tenant_of(pod)
+        fields: dict[str, Any] = {
+            "pod": pod.key,
+            "uid": pod.uid,
+            "profile": pod.scheduler_name,
+            "queue": tenant.queue,
+            **self._priority_fields(pod, tenant),
+            "attempt": qp.attempts,
+            "result": result,
+            "requests": pod.requests,
+            "nodes": decision.total_nodes,
+            "evaluated": decision.evaluated,
+            "feasible": decision.feasible,
+            "filtered": decision.reasons,
+            "top": decision.top,
+            "node": decision.node,
+            "cycle_ms": round(decision.duration * 1000, 3),
+            "wait_ms": round((self.clock() - qp.initial_attempt) * 1000, 1),
+        }
+        if decision.gpu_ids:
+            fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
+        if decision.node is None:
+            fields["message"] = decision.message
+        fields.update(extra)
+        self.log.info("decision", **fields)
+
+    def _priority_fields(self, pod: PodRecord, tenant: Tenant) -> dict[str, Any]:
+        priority = self.priorities.explain(pod.uid)
+        fields: dict[str, Any] = {"specPriority": pod.priority, "user": tenant.user, "group": tenant.group}
+        if priority is not None:
+            fields["priority"] = round(priority.score, 6)
+            fields["factors"] = {name: round(value, 6) for name, value in priority.factors.items()}
+            fields["policy"] = self.config().active_policy
+        return fields
