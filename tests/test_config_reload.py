@@ -35,7 +35,8 @@ from ai_scheduler.config import schema as config_schema
 from ai_scheduler.config.keys import ANY_INDEX, ANY_NAME, changed_keys, leaf_keys, within, yaml_key
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
-from ai_scheduler.scheduler.daemon import RESTART_REQUIRED, Scheduler
+from ai_scheduler.scheduler.config_reload import RESTART_REQUIRED
+from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.plugins.gpu import GpuFilter
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 

@@ -12,13 +12,8 @@ synchronous between awaits, so a cycle always sees a consistent cache; the
 loop yields after every pod so that watch events and binding replies keep
 flowing while a long queue drains.
 
-A config reload (file change or SIGHUP) is applied between two cycles, whole:
-each component is handed the new values, and those that read settings at use
-read them from the daemon's current config, so no component keeps what it was
-given at start. The few keys that cannot change in a running process are
-declared in `RESTART_REQUIRED`; the reload's log line names every changed key,
-as `applied` or under `restart_required_for` (config.keys derives the keys from
-the schema, so a new key falls on one side or the other, never in between).
+Config reloads are applied between two cycles, whole (config_reload.py): the
+new config is handed to every component here (`_reconfigure`).
 """
 
 from __future__ import annotations
@@ -35,10 +30,10 @@ from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
-from ai_scheduler.config import Config, ConfigError, ConfigWatcher
-from ai_scheduler.config.keys import changed_keys, within
+from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
+from ai_scheduler.scheduler.config_reload import ConfigReload
 from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.feedback import Feedback
@@ -55,18 +50,6 @@ from ai_scheduler.scheduler.reservation import Reserver
 from ai_scheduler.scheduler.schedule_one import SchedulingCycle
 
 HOUSEKEEPING_SECONDS = 1.0
-# The config keys a reload cannot apply: they take effect at the next start, and a reload that finds them
-# different from what runs names them in `restart_required_for`. Every other key is applied at once.
-RESTART_REQUIRED: frozenset[str] = frozenset(
-    {
-        # /healthz, /readyz and /metrics stay where they were bound at start (where the probes look).
-        "server.port",
-        "server.bindAddress",
-        # Also sizes the API client's connection pool, which is made once, when the daemon connects.
-        "scheduling.bindConcurrency",
-    }
-)
-
 
 def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
     frameworks = {}
@@ -97,15 +80,15 @@ class Scheduler:
         seed: int | None = None,
         config_poll_seconds: float = 2.0,
     ) -> None:
-        self.config = config
         self.client = client
         self.log = logger
-        self.config_path = config_path
-        self.config_poll_seconds = config_poll_seconds
         self.serve_http = serve_http
         self.rng = random.Random(seed)
         settings = config.scheduling
         metrics = self.metrics = Metrics()
+        self.reload = ConfigReload(
+            config, self._reconfigure, logger, metrics, path=config_path, poll_seconds=config_poll_seconds
+        )
         cache = self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds)
         cache.gpus.staleness = config.gpu.staleness_seconds
         tenancy = self.tenancy = cache.tenancy = Tenancy(config)
@@ -159,12 +142,8 @@ class Scheduler:
         )
         self.http: HealthServer | None = None
         self.monitor: ApiMonitor | None = None
-        self.config_watcher: ConfigWatcher | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[None] | None = None
-        # What the restart-only keys (RESTART_REQUIRED) still run with, whatever reloads came since.
-        self._start_config = config
-        self._reconfigured = asyncio.Event()  # set by a reload: loops waiting on a period take the new one
         self.priority_interval = settings.priority_refresh_seconds  # the period of the refresh loop
 
     # ------------------------------------------------------------------ lifecycle
@@ -183,10 +162,8 @@ class Scheduler:
         for informer in self.informers.values():
             self._start_informer(informer)
         self.handlers.start_added(self._start_informer)
-        if self.config_path:
-            watcher = self.config_watcher = ConfigWatcher(
-                self.config_path, self._apply_config, self._config_refused, interval=self.config_poll_seconds
-            )
+        watcher = self.reload.watch()
+        if watcher is not None:
             self._spawn(watcher.run(), "config-watcher")
         self.log.info(
             "scheduler.starting",
@@ -282,9 +259,9 @@ class Scheduler:
         (which refreshes them itself) cuts the wait short, so that a new period counts from then."""
         while True:
             self.priority_interval = self.config.scheduling.priority_refresh_seconds
-            self._reconfigured.clear()
+            self.reload.reconfigured.clear()
             try:
-                await asyncio.wait_for(self._reconfigured.wait(), self.priority_interval)
+                await asyncio.wait_for(self.reload.reconfigured.wait(), self.priority_interval)
                 continue
             except TimeoutError:
                 pass
@@ -311,15 +288,22 @@ class Scheduler:
                 self.queue.move_all("AssumeExpired")
 
     # ------------------------------------------------------------------ config reload
+    @property
+    def config(self) -> Config:
+        """The config in force (the last one a reload applied)."""
+        return self.reload.current
+
     def _apply_config(self, config: Config) -> None:
-        """Put a new config in force at once, all of it but the keys of RESTART_REQUIRED: every component
-        is handed the new values (none keeps a copy from the start). The log line names the keys changed
-        since the last config that took effect (`applied`), and those whose value in the file differs
-        from the one still running until a restart (`restart_required_for`), as dotted paths."""
-        applied = sorted(c.path for c in changed_keys(self.config, config) if not _needs_restart(c.key))
-        waiting = sorted(c.path for c in changed_keys(self._start_config, config) if _needs_restart(c.key))
+        """Apply a config as a file change or SIGHUP does (config_reload.ConfigReload.apply)."""
+        self.reload.apply(config)
+
+    def reload_config(self) -> None:
+        """SIGHUP: read the config file now and apply it, changed or not."""
+        self.reload.reload()
+
+    def _reconfigure(self, config: Config) -> list[str]:
+        """Hand every component the new config (none keeps a copy from the start); the profiles served."""
         settings = config.scheduling
-        self.config = config
         self._apply_api_settings()
         self.cache.set_assume_timeout(settings.assume_timeout_seconds)
         self.cache.gpus.staleness = config.gpu.staleness_seconds
@@ -343,34 +327,8 @@ class Scheduler:
         )
         self.priorities.refresh(self.queue.pending())
         self.queue.reprioritize()
-        self._reconfigured.set()
-        self.metrics.config_reloads.labels("applied").inc()
-        self.log.info(
-            "config.reloaded", path=self.config_path, profiles=sorted(self.frameworks), applied=applied,
-            restart_required_for=waiting,
-        )
         self.queue.move_all("ConfigReload")
-
-    def _config_refused(self, error: ConfigError) -> None:
-        self.metrics.config_reloads.labels("refused").inc()
-        self.log.error(
-            "config.refused", path=self.config_path, error=str(error), detail="keeping the last good config"
-        )
-
-    def reload_config(self) -> None:
-        """SIGHUP: read the config file now and apply it, changed or not; the outcome is logged as for a
-        change the watcher finds (config.reloaded or config.refused)."""
-        self.log.info("config.reload_requested", path=self.config_path, signal="SIGHUP")
-        if self.config_watcher is None:
-            reason = "no config file given" if not self.config_path else "not watching the file yet"
-            self.log.warning("config.reload_skipped", path=self.config_path, reason=reason)
-            return
-        self.config_watcher.reload()
-
-
-def _needs_restart(key: str) -> bool:
-    """Whether a change at this config key (a leaf, or an entry that holds leaves) waits for a restart."""
-    return any(within(leaf, key) for leaf in RESTART_REQUIRED)
+        return sorted(self.frameworks)
 
 
 async def run_scheduler(
