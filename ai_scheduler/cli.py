@@ -1,5 +1,5 @@
-"""The `ai-scheduler` command: `run` (the daemon), `agent` (the node agent) and `demo` (the scheduler
-against a simulated cluster)."""
+"""The `ai-scheduler` command: `run` (the daemon), `agent` (the node agent), `demo` (the scheduler
+against a simulated cluster) and `simulate` (the scheduling core over a trace, on a simulated clock)."""
 
 from __future__ import annotations
 
@@ -98,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write the scheduler's JSON log here (default: kept out of the way)",
     )
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="run the scheduling core over a trace on a simulated clock",
+        description="Run the daemon's scheduling core (queue, policies, quotas, gangs, filters and scores, "
+        "GPU choice, preemption, reservations and backfill) over a workload trace on a cluster file, on a "
+        "simulated clock, and report waits, completion times, GPU allocation and fragmentation.",
+    )
+    from ai_scheduler.tracesim.command import add_arguments
+
+    add_arguments(simulate)
     return parser
 
 
@@ -107,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     if args.command == "agent":
         return _agent(args)
+    if args.command == "simulate":
+        from ai_scheduler.tracesim.command import run as simulate
+
+        return simulate(args)
     from ai_scheduler.demo import run_demo
 
     return uvloop.run(run_demo(nodes=args.nodes, pods=args.pods, seed=args.seed, log_file=args.log_file))

@@ -47,8 +47,8 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config, parse_config
 from ai_scheduler.config.schema import DEFAULT_SCORE_RESOURCES
 from ai_scheduler.log import rfc3339
+from ai_scheduler.scheduler.core import build_frameworks
 from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.daemon import build_frameworks
 from ai_scheduler.scheduler.framework import ScorePlugin
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU, nvlink_islands

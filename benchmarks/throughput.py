@@ -658,7 +658,7 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     from ai_scheduler.cache.records import NodeRecord, PodRecord
     from ai_scheduler.config import default_config, parse_config
     from ai_scheduler.queue import SchedulingQueue
-    from ai_scheduler.scheduler.daemon import build_frameworks
+    from ai_scheduler.scheduler.core import build_frameworks
 
     config = default_config()
     scheduling: dict[str, Any] = {"tieBreak": args.tie_break}

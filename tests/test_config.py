@@ -104,8 +104,8 @@ def test_plugin_name_constants() -> None:
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                              "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware", "NodeAffinity",
                              "TaintToleration",
-                             "GPUBinpack", "GPUSpread", "GPUAvoidance", "PodTopologySpread",
-                             "InterPodAffinity")
+                             "GPUBinpack", "GPUSpread", "GPUAvoidance", "GPUFragmentation",
+                             "GPUFragmentationCoupled", "PodTopologySpread", "InterPodAffinity")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                       "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware"}) == RESOURCE_SCORERS
 

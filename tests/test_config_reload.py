@@ -9,7 +9,7 @@ still runs with its old value). The cases are generated from the schema
 whether the daemon applies it live or declares it in `RESTART_REQUIRED`.
 
 One daemon against the embedded simulated API server serves every case: each
-reload goes through the daemon's own reload routine (`_apply_config`, what the
+reload goes through the daemon's own reload routine (`reload.apply`, what the
 file watcher and SIGHUP call), first back to the base config, then to the base
 with one key changed.
 """
@@ -404,7 +404,7 @@ class Running:
     def reload(self, data: dict[str, Any]) -> dict[str, Any]:
         """Apply a config as the watcher and SIGHUP do; the reload's log line."""
         before = len(self.lines())
-        self.scheduler._apply_config(parse_config(data))
+        self.scheduler.reload.apply(parse_config(data))
         [line] = [line for line in self.lines()[before:] if line["event"] == "config.reloaded"]
         return line
 

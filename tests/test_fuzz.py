@@ -79,7 +79,8 @@ from ai_scheduler.config import POLICY_FACTORS, Config, ConfigError, load_config
 from ai_scheduler.config.schema import _GPU_MEMORY_RESOURCE
 from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.queue import QueuedPod
-from ai_scheduler.scheduler.daemon import Scheduler, build_frameworks
+from ai_scheduler.scheduler.core import build_frameworks
+from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION, PriorityEngine
 from ai_scheduler.sim import SimApiServer, make_node, make_pod

@@ -17,11 +17,12 @@ from test_scheduling_queue import FakeClock
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
+from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector, attempts_label
-from ai_scheduler.scheduler.recovery import CycleGuard, JournalingBinder
+from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 
 ATTEMPTS = "scheduler_schedule_attempts_total"
@@ -170,8 +171,8 @@ async def test_a_binding_the_api_server_refuses_counts_as_an_error() -> None:
 
 async def test_a_cycle_that_raises_counts_as_an_error() -> None:
     h = Harness([ApiResult(201, {})])
-    binder = JournalingBinder(cast(KubeClient, h.client), h.cache, h.queue, h.feedback, h.binder.metrics,
-                              JsonLogger(stream=io.BytesIO()), concurrency=1)
+    binder = Binder(cast(KubeClient, h.client), h.cache, h.queue, h.feedback, h.binder.metrics,
+                    JsonLogger(stream=io.BytesIO()), concurrency=1)
     gangs = cast(GangScheduler, SimpleNamespace(holding=[]))
     guard = CycleGuard(h.cache, h.queue, binder, gangs, h.feedback, h.binder.metrics,
                        JsonLogger(stream=io.BytesIO()))

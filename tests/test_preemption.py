@@ -14,7 +14,6 @@ from typing import Any, cast
 import numpy as np
 import pytest
 
-from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
@@ -23,8 +22,8 @@ from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import default_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.cycle import Decision, Framework
-from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.outbox import Evictions
 from ai_scheduler.scheduler.plugins import build_filters
 from ai_scheduler.scheduler.preemption import (
     NO_VICTIMS,
@@ -284,13 +283,12 @@ class Cluster:
         filters = build_filters(config, config.profiles[0])
         self.framework = Framework(config.scheduler_name, filters, [], self.cache)
         self.budgets = DisruptionBudgets()
-        # Choosing does no I/O: the client and the feedback are only used when a plan is carried out.
+        # Choosing does no I/O: the evictions are only used when a plan is carried out.
         self.preemptor = Preemptor(
             self.cache,
             tenancy,
             GangRegistry(),
-            cast(KubeClient, object()),
-            cast(Feedback, object()),
+            cast(Evictions, object()),
             JsonLogger(stream=io.BytesIO()),
             Metrics(),
             self.budgets,

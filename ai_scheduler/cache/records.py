@@ -12,9 +12,11 @@ and never read (`kubectl.kubernetes.io/last-applied-configuration`) is dropped.
 
 from __future__ import annotations
 
+import copy
 import enum
 import functools
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -424,6 +426,14 @@ class PodRecord:
     @property
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
+
+    def bound(self, node: str, annotations: Mapping[str, str], started: str) -> PodRecord:
+        """This pod as a watch shows it once bound to `node` with `annotations` (PreBind's) and started:
+        what the trace simulator applies for a binding, without a round trip through the API form."""
+        pod = copy.copy(self)
+        pod.node_name, pod.phase, pod.started = node, "Running", started
+        pod.annotations = {**self.annotations, **annotations}
+        return pod
 
     @property
     def pending(self) -> bool:

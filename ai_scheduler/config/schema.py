@@ -50,6 +50,8 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "GPUBinpack",
     "GPUSpread",
     "GPUAvoidance",
+    "GPUFragmentation",
+    "GPUFragmentationCoupled",
     "PodTopologySpread",
     "InterPodAffinity",
 )

@@ -509,14 +509,24 @@ class SchedulingQueue:
             self._push_active_or_backoff(qp, UNSCHEDULABLE_TIMEOUT)
         return len(due)
 
+    def deadlines(self) -> tuple[float | None, float | None]:
+        """When the timers are due (on the queue's clock; None: nothing waits): the first backoff to
+        expire, and the oldest unschedulable pod's flush. A driver without a running loop (the trace
+        simulator) advances its clock to them and calls `flush_due`."""
+        backoff = self._backoff[0][0] if self._backoff else None
+        flush = None
+        if self._unschedulable:
+            flush = next(iter(self._unschedulable.values())).last_failure + self._unschedulable_flush
+        return backoff, flush
+
     def _arm_timers(self) -> None:
         if self._closed:
             return
-        if self._backoff:
-            self._backoff_timer.arm(self._backoff[0][0])
-        if self._unschedulable:
-            oldest = next(iter(self._unschedulable.values()))
-            self._flush_timer.arm(oldest.last_failure + self._unschedulable_flush)
+        backoff, flush = self.deadlines()
+        if backoff is not None:
+            self._backoff_timer.arm(backoff)
+        if flush is not None:
+            self._flush_timer.arm(flush)
 
     def _on_backoff_timer(self) -> None:
         self._flush_backoff()

@@ -96,6 +96,7 @@ class Binder:
         self.volumes = VolumePreBind(client, cache, logger, clock=clock)
         self._volume_waits = 0  # bindings waiting in VolumeBinding's PreBind (they hold no slot)
         self._volume_plans: dict[str, NodeVolumes | str] = {}  # reserved pods' volume plans, by uid
+        self.handed: set[str] = set()  # submitted since the cycle began; cleared by CycleGuard
         # Gang bookkeeping listens here (who was bound, whose binding failed).
         self.on_success: Callable[[PodRecord, str], None] | None = None
         self.on_failure: Callable[[PodRecord, ApiResult], None] | None = None
@@ -135,6 +136,7 @@ class Binder:
         task = asyncio.create_task(self._bind(qp, pod, node, gpu_annotations(decision), cycle_start, volumes))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
+        self.handed.add(pod.uid)  # only once the binding really is on its way
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

@@ -1,73 +1,51 @@
-"""The scheduler daemon: wiring and lifecycle of the informer path and the scheduling path over one cache.
+"""The scheduler daemon: wiring and lifecycle of the informer path and the scheduling path over one core.
 
 As kube-scheduler's `scheduler.go`: the phases live in their own modules
-(`eventhandlers.py`: list/watch into the cache and the queue; `schedule_one.py`:
-one scheduling cycle and the loop; `binder.py`: binding, asynchronously;
-`preemption.py`, `gang.py`, `reservation.py`: PostFilter, gangs, starvation
-reservations); this module builds them over one cache, starts and stops them,
-serves health and metrics, and applies config reloads.
+(`eventhandlers.py`: events into the cache and the queue; `schedule_one.py`:
+one scheduling cycle and the loop; `preemption.py`, `gang.py`,
+`reservation.py`: PostFilter, gangs, starvation reservations), built over one
+cache as the scheduling core (`core.py`). This module gives the core its
+inputs and outputs, the daemon's way: informers (`watches.py`) feed the event
+handlers, and the core's outbox goes to the API server (`binder.py`: bindings,
+asynchronously; `feedback.py`: conditions and events; `evictions.py`:
+preemption's deletions). It starts and stops them, serves health and metrics,
+and applies config reloads (`config_reload.py`) between two cycles, whole.
 
 Everything runs on one event loop. Watch handlers and scheduling cycles are
 synchronous between awaits, so a cycle always sees a consistent cache; the
 loop yields after every pod so that watch events and binding replies keep
 flowing while a long queue drains.
-
-Config reloads are applied between two cycles, whole (config_reload.py): the
-new config is handed to every component here (`_reconfigure`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
+import signal
 from collections.abc import Coroutine
 from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.disruption import DisruptionBudgets
-from ai_scheduler.cache.gangs import GangRegistry
-from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.queue import SchedulingQueue
+from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.config_reload import ConfigReload
+from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.eventhandlers import EventHandlers
+from ai_scheduler.scheduler.evictions import KubeEvictions
 from ai_scheduler.scheduler.feedback import Feedback
-from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
-from ai_scheduler.scheduler.plugins import build_filters, build_scores
-from ai_scheduler.scheduler.preemption import Preemptor
-from ai_scheduler.scheduler.priority import PriorityEngine
-from ai_scheduler.scheduler.recovery import CycleGuard, JournalingBinder
-from ai_scheduler.scheduler.reservation import Reserver
-from ai_scheduler.scheduler.schedule_one import SchedulingCycle
+from ai_scheduler.scheduler.outbox import Outbox
+from ai_scheduler.scheduler.watches import Watches
 
 HOUSEKEEPING_SECONDS = 1.0
 
-def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
-    frameworks = {}
-    for profile in config.profiles:
-        frameworks[profile.scheduler_name] = Framework(
-            profile.scheduler_name,
-            build_filters(config, profile),
-            build_scores(profile),
-            cache,
-            percentage_of_nodes_to_score=config.scheduling.percentage_of_nodes_to_score,
-            rng=rng,
-            tie_break=config.scheduling.tie_break,
-        )
-    return frameworks
-
 
 class Scheduler:
-    """The daemon: builds the components over one cache and runs the two paths and their helpers."""
+    """The daemon: the core with informers for input and the API server for output, and their helpers."""
 
     def __init__(
         self,
@@ -83,68 +61,42 @@ class Scheduler:
         self.client = client
         self.log = logger
         self.serve_http = serve_http
-        self.rng = random.Random(seed)
         settings = config.scheduling
         metrics = self.metrics = Metrics()
         self.reload = ConfigReload(
             config, self._reconfigure, logger, metrics, path=config_path, poll_seconds=config_poll_seconds
         )
-        cache = self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds)
-        cache.gpus.staleness = config.gpu.staleness_seconds
-        tenancy = self.tenancy = cache.tenancy = Tenancy(config)
-        gangs = self.gangs = GangRegistry()
-        self.budgets = DisruptionBudgets()  # PodDisruptionBudgets, which preemption respects
-        self.priorities = PriorityEngine(config, tenancy, cache, self._job_members)
-        queue = self.queue = SchedulingQueue(
-            initial_backoff=settings.initial_backoff_seconds,
-            max_backoff=settings.max_backoff_seconds,
-            unschedulable_flush=settings.unschedulable_flush_seconds,
-            queue_name_of=lambda pod: tenancy.tenant_of(pod).queue,
-            sort_key=self.priorities.sort_key,
-            on_incoming=metrics.incoming,
-        )
-        self.frameworks = build_frameworks(config, cache, self.rng)
-        self.reserver = Reserver(cache, logger, backfill=settings.backfill)
-        self.ready = asyncio.Event()
+        self.feedback = Feedback(client, logger, metrics, component=config.scheduler_name,
+                                 repeat_window=settings.event_repeat_seconds)
+
+        def outbox(core: SchedulerCore) -> Outbox:
+            self.binder = Binder(client, core.cache, core.queue, self.feedback, metrics, logger,
+                                 concurrency=settings.bind_concurrency)
+            self.evictions = KubeEvictions(client, self.feedback, logger)
+            return Outbox(self.binder, self.feedback, self.evictions)
+
+        core = self.core = SchedulerCore(config, logger, metrics, outbox, seed=seed)
+        # The parts tests and tools look at, by their usual names.
+        self.cache, self.queue, self.gangs, self.tenancy = core.cache, core.queue, core.gangs, core.tenancy
+        self.cycle, self.reserver, self.preemptor = core.cycle, core.reserver, core.preemptor
+        self.ready = core.ready
+        self.handlers, self.priorities = core.handlers, core.priorities
+        self.gang_scheduler = core.gang_scheduler
+        self.watches = Watches(client, core.handlers, logger)
+        self.informers = self.watches.build(config)
+        metrics.watch_state(StateCollector(core.queue.counts_by_queue, core.cache_sizes,
+                                           lambda: self.binder.in_flight, core.gpu_allocation,
+                                           core.queue.pending_counts))
         self.stopped = asyncio.Event()
-        feedback = self.feedback = Feedback(
-            client, logger, metrics, component=config.scheduler_name,
-            repeat_window=settings.event_repeat_seconds,
-        )
-        binder = self.binder = JournalingBinder(
-            client, cache, queue, feedback, metrics, logger, concurrency=settings.bind_concurrency
-        )
-        cycle = self.cycle = SchedulingCycle(
-            lambda: self.config, lambda: self.frameworks, cache, queue, gangs, tenancy, self.priorities,
-            self.reserver, metrics, logger,
-        )
-        gang_scheduler = self.gang_scheduler = GangScheduler(
-            gangs, cache, queue, binder, feedback, metrics, logger, settings, cycle.log_decision,
-            cycle.admission_refusal, self.reserver, self.priorities.sort_key,
-            lambda: self.config.scheduling.reservation,
-        )
-        self.preemptor = Preemptor(cache, tenancy, gangs, client, feedback, logger, metrics, self.budgets)
-        cycle.binder, cycle.feedback, cycle.preemptor = binder, feedback, self.preemptor
-        cycle.gang_scheduler = gang_scheduler
-        cycle.guard = CycleGuard(cache, queue, binder, gang_scheduler, feedback, metrics, logger)
-        binder.on_success = cycle.bound
-        binder.on_failure = lambda pod, result: gang_scheduler.bind_failed(pod, result.message)
-        self.handlers = EventHandlers(
-            client, cache, queue, gangs, self.budgets, self.reserver, feedback, metrics, logger,
-            lambda: self.frameworks, self.ready,
-        )
-        self.informers = self.handlers.build_informers(config)
-        metrics.watch_state(
-            StateCollector(
-                queue.counts_by_queue, self._cache_sizes, lambda: binder.in_flight, self._gpu_allocation,
-                queue.pending_counts,
-            )
-        )
         self.http: HealthServer | None = None
         self.monitor: ApiMonitor | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[None] | None = None
         self.priority_interval = settings.priority_refresh_seconds  # the period of the refresh loop
+
+    @property
+    def frameworks(self) -> dict[str, Framework]:
+        return self.core.frameworks
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self) -> None:
@@ -161,25 +113,19 @@ class Scheduler:
         self._spawn(monitor.run(), "api-monitor")
         for informer in self.informers.values():
             self._start_informer(informer)
-        self.handlers.start_added(self._start_informer)
+        self.watches.start_added(self._start_informer)
         watcher = self.reload.watch()
         if watcher is not None:
             self._spawn(watcher.run(), "config-watcher")
-        self.log.info(
-            "scheduler.starting",
-            profiles=sorted(self.frameworks),
-            bind_concurrency=self.config.scheduling.bind_concurrency,
-        )
+        self.log.info("scheduler.starting", profiles=sorted(self.frameworks),
+                      bind_concurrency=self.config.scheduling.bind_concurrency)
         try:
             synced = asyncio.gather(*(inf.synced.wait() for inf in self.informers.values()))
             stop = asyncio.ensure_future(self.stopped.wait())
             waiting: list[asyncio.Future[Any]] = [synced, stop]
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if not self.stopped.is_set():
-                # Normalisers come from the waiting pods: take them before the first pop.
-                self.priorities.refresh(self.queue.pending())
-                self.queue.reprioritize()
-                self.ready.set()
+                self.core.start()
                 self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue))
                 self._loop_task = asyncio.create_task(self.cycle.run(), name="scheduling-loop")
                 self._spawn(self._housekeeping(), "housekeeping")
@@ -206,7 +152,7 @@ class Scheduler:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
         await self.binder.drain(timeout=5.0)
-        await self.preemptor.drain(timeout=5.0)
+        await self.evictions.drain(timeout=5.0)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -241,18 +187,6 @@ class Scheduler:
         if idle_changed:
             self.client.end_watches()
 
-    def _gpu_allocation(self) -> dict[str, dict[str, int]]:
-        gpus = self.cache.gpus
-        return {self.cache.row_names[row]: gpus.allocation(row) for row in list(gpus.nodes)}
-
-    def _cache_sizes(self) -> dict[str, int]:
-        cache = self.cache
-        return {"nodes": cache.node_count, "pods": len(cache.pods), "assumed_pods": cache.assumed_count}
-
-    def _job_members(self, pod: PodRecord) -> int:
-        gang = self.gangs.gang_of(pod)
-        return gang.min_member if gang is not None else 1
-
     # ------------------------------------------------------------------ periodic work
     async def _refresh_priorities(self) -> None:
         """Priorities move with waiting time and usage: recompute them, re-sort only what moved. A reload
@@ -265,27 +199,14 @@ class Scheduler:
                 continue
             except TimeoutError:
                 pass
-            self.priorities.refresh(self.queue.pending())
-            moved = self.queue.reprioritize()
+            moved = self.core.refresh_priorities()
             if moved and self.log.enabled("debug"):
                 self.log.debug("priorities.refreshed", moved=moved, pending=len(self.queue))
 
     async def _housekeeping(self) -> None:
         while True:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
-            self.gang_scheduler.check_timeouts()
-            self.preemptor.expire()
-            for pod in self.cache.expire_assumed():
-                self.log.warning(
-                    "assume.expired",
-                    pod=pod.key,
-                    uid=pod.uid,
-                    reason="binding succeeded but the watch never showed the pod bound",
-                )
-                current = self.cache.pod_state(pod.uid)
-                if current is not None:
-                    self.handlers.sync_queue(current.record)
-                self.queue.move_all("AssumeExpired")
+            self.core.housekeeping()
 
     # ------------------------------------------------------------------ config reload
     @property
@@ -293,42 +214,13 @@ class Scheduler:
         """The config in force (the last one a reload applied)."""
         return self.reload.current
 
-    def _apply_config(self, config: Config) -> None:
-        """Apply a config as a file change or SIGHUP does (config_reload.ConfigReload.apply)."""
-        self.reload.apply(config)
-
-    def reload_config(self) -> None:
-        """SIGHUP: read the config file now and apply it, changed or not."""
-        self.reload.reload()
-
     def _reconfigure(self, config: Config) -> list[str]:
-        """Hand every component the new config (none keeps a copy from the start); the profiles served."""
-        settings = config.scheduling
+        """Hand the new config to the daemon's parts, then to the core; the profiles now served."""
         self._apply_api_settings()
-        self.cache.set_assume_timeout(settings.assume_timeout_seconds)
-        self.cache.gpus.staleness = config.gpu.staleness_seconds
-        self.reserver.backfill = settings.backfill
-        if not settings.reservation:
-            self.reserver.current = None
-        self.gang_scheduler.reconfigure(settings)
-        self.feedback.repeat_window = settings.event_repeat_seconds
+        self.feedback.repeat_window = config.scheduling.event_repeat_seconds
         self.feedback.component = config.scheduler_name
-        self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
-        self.priorities.reconfigure(config)
-        self.frameworks = build_frameworks(config, self.cache, self.rng)
-        self.handlers.watch_optional(config)
-        # Pods of a profile that came or went join or leave the queue; the others are counted in the
-        # queue their namespace now gives them.
-        self.handlers.sync_pending()
-        self.queue.reconfigure(
-            initial_backoff=settings.initial_backoff_seconds,
-            max_backoff=settings.max_backoff_seconds,
-            unschedulable_flush=settings.unschedulable_flush_seconds,
-        )
-        self.priorities.refresh(self.queue.pending())
-        self.queue.reprioritize()
-        self.queue.move_all("ConfigReload")
-        return sorted(self.frameworks)
+        self.watches.watch_optional(config)
+        return self.core.reconfigure(config)
 
 
 async def run_scheduler(
@@ -341,18 +233,15 @@ async def run_scheduler(
 ) -> None:
     """Connect, run until SIGTERM/SIGINT, reload the config on SIGHUP, and close cleanly (the `run`
     sub-command)."""
-    import signal
-
-    client = await KubeClient.connect(
-        kubeconfig, host=master, pool_size=config.scheduling.bind_concurrency + 16
-    )
+    pool_size = config.scheduling.bind_concurrency + 16
+    client = await KubeClient.connect(kubeconfig, host=master, pool_size=pool_size)
     scheduler = Scheduler(config, client, logger, config_path=config_path)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, scheduler.stop)
     with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGHUP, scheduler.reload_config)
+        loop.add_signal_handler(signal.SIGHUP, scheduler.reload.reload)  # read the file now
     try:
         await scheduler.run()
     finally:

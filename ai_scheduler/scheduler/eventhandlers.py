@@ -1,9 +1,9 @@
 """The informer path: list/watch events into the cache, and the queue moved by what changed.
 
-kube-scheduler's `eventhandlers.go`. Each kind the scheduler reads has an
-Informer (informer.py: list, then watch, relist when the watch breaks), built
-here (`build_informers`) with its two handlers: one per watch event and one
-for a fresh list (`replace_*`, which reconciles the cache with the list). The
+kube-scheduler's `eventhandlers.go`. Each kind the scheduler reads has two handlers
+here: one per watch event and one for a fresh list (`replace_*`, which
+reconciles the cache with the list). The daemon's informers (watches.py) feed
+them from the API server; the trace simulator feeds them its own objects. The
 handlers are synchronous and run between two cycles, so a cycle always sees a
 consistent cache.
 
@@ -13,54 +13,40 @@ tried (`move_all`); a placed pod arriving moves only pods whose constraints
 look at other pods (affinity, spread); a namespace's labels only pods with
 required pod affinity terms; a volume object only pods with claims.
 
-Kinds watched only while a profile needs them (kube-scheduler always watches
-them): Services, ReplicationControllers, ReplicaSets and StatefulSets for
-PodTopologySpread's system defaults, PersistentVolumes, claims, StorageClasses
-and CSINodes for the volume plugins. A reload that brings such a profile adds
-their informers (`watch_optional`), which then run on.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container
 from typing import Any
 
-from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
 from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import NodeRecord, PodRecord
-from ai_scheduler.cache.volumes import RESOURCES as VOLUME_RESOURCES
-from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
-from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
-from ai_scheduler.scheduler.feedback import Feedback
-from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics
-from ai_scheduler.scheduler.plugins import reads_volumes, reads_workloads, waits_for_other_pods
+from ai_scheduler.scheduler.outbox import Reports
+from ai_scheduler.scheduler.plugins import waits_for_other_pods
 from ai_scheduler.scheduler.reservation import Reserver
 
 
 class EventHandlers:
     def __init__(
         self,
-        client: KubeClient,
         cache: SchedulerCache,
         queue: SchedulingQueue,
         gangs: GangRegistry,
         budgets: DisruptionBudgets,
         reserver: Reserver,
-        feedback: Feedback,
+        feedback: Reports,
         metrics: Metrics,
         logger: JsonLogger,
         profiles: Callable[[], Container[str]],
         ready: asyncio.Event,
     ) -> None:
-        self.client = client
         self.cache = cache
         self.queue = queue
         self.gangs = gangs
@@ -71,80 +57,7 @@ class EventHandlers:
         self.log = logger
         self.profiles = profiles  # the schedulerNames we place pods for
         self.ready = ready  # after the first sync, relists are logged
-        self.informers: dict[str, Informer[Any]] = {}
         self._gpu_problems: dict[str, str] = {}  # node -> the GPU report problem last logged
-        self._spawn: Callable[[Informer[Any]], None] | None = None  # starts an informer added later
-
-    # ------------------------------------------------------------------ informers
-    def build_informers(self, config: Config) -> dict[str, Informer[Any]]:
-        """The informers of every kind the config needs; none runs yet."""
-        self.informers = {
-            "nodes": self._informer("nodes", self.on_node_event, self.replace_nodes, NodeRecord.from_api),
-            "pods": self._informer("pods", self.on_pod_event, self.replace_pods, PodRecord.from_api),
-            # Namespace labels, for pod affinity terms' namespaceSelector.
-            "namespaces": self._informer("namespaces", self.on_namespace_event, self.replace_namespaces),
-            # PodDisruptionBudgets: preemption takes the pods they protect last, as kube-scheduler does.
-            DISRUPTION_BUDGETS: self._informer(DISRUPTION_BUDGETS, self.budgets.apply, self.budgets.replace),
-            # Optional: without the PodGroup CRD, label-declared gangs still work.
-            "podgroups": self._informer(
-                "podgroups", self.on_podgroup_event, self.replace_podgroups, optional=True
-            ),
-        }
-        self.watch_optional(config)
-        return self.informers
-
-    def start_added(self, spawn: Callable[[Informer[Any]], None]) -> None:
-        """From now on an informer added by `watch_optional` is started with `spawn`."""
-        self._spawn = spawn
-
-    def watch_optional(self, config: Config) -> None:
-        """Informers for the kinds only some profiles read, once a profile of `config` reads them:
-        workloads' selectors for PodTopologySpread's system defaults, volume objects for the volume
-        plugins (the default profile filters with VolumeBinding, so in practice they always run). They
-        run on if a later config drops the plugin (their cost is a few small objects)."""
-        if WORKLOAD_RESOURCES[0] not in self.informers and any(map(reads_workloads, config.profiles)):
-            workloads = self.cache.workloads
-            self._add(WORKLOAD_RESOURCES, workloads.apply, workloads.replace, config)
-        if VOLUME_RESOURCES[0] not in self.informers and any(map(reads_volumes, config.profiles)):
-            self._add(VOLUME_RESOURCES, self.on_volume_event, self.replace_volumes, config)
-
-    def _informer(
-        self,
-        resource: str,
-        on_event: Callable[..., None],
-        on_replace: Callable[..., None],
-        convert: Callable[[dict[str, Any]], Any] | None = None,
-        *,
-        optional: bool = False,
-    ) -> Informer[Any]:
-        extra: dict[str, Any] = {"convert": convert} if convert is not None else {}
-        return Informer(
-            self.client,
-            resource,
-            on_event,
-            on_replace,
-            self.log,
-            on_relist=self.on_relist,
-            optional=optional,
-            **extra,
-        )
-
-    def _add(
-        self,
-        resources: Sequence[str],
-        on_event: Callable[[str, str, dict[str, Any]], None],
-        on_replace: Callable[[str, list[dict[str, Any]]], None],
-        config: Config,
-    ) -> None:
-        """Informers for kinds added after start-up, their handlers told which resource spoke."""
-        for resource in resources:
-            informer = self._informer(
-                resource, functools.partial(on_event, resource), functools.partial(on_replace, resource)
-            )
-            informer.watch_idle = config.scheduling.watch_idle_seconds
-            self.informers[resource] = informer
-            if self._spawn is not None:
-                self._spawn(informer)
 
     def on_relist(self, resource: str, reason: str) -> None:
         self.metrics.relists.labels(resource, reason).inc()
@@ -177,7 +90,10 @@ class EventHandlers:
 
     # ------------------------------------------------------------------ pods
     def on_pod_event(self, kind: str, obj: dict[str, Any]) -> None:
-        pod = PodRecord.from_api(obj)
+        self.pod_event(kind, PodRecord.from_api(obj))
+
+    def pod_event(self, kind: str, pod: PodRecord) -> None:
+        """A pod added, changed (MODIFIED, also for ADDED) or DELETED, as its record."""
         if kind == "DELETED":
             change = self.cache.remove_pod(pod.uid)
             self.queue.delete(pod.uid)

@@ -32,10 +32,9 @@ from ai_scheduler.cache.tenancy import quota_amounts
 from ai_scheduler.config import SchedulingSettings
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
-from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.reservation import Reserver
 
 MAX_BIND_FAILURES = 3  # a member that fails to bind this often makes the gang fail
@@ -51,8 +50,8 @@ class GangScheduler:
         registry: GangRegistry,
         cache: SchedulerCache,
         queue: SchedulingQueue,
-        binder: Binder,
-        feedback: Feedback,
+        binder: Bindings,
+        feedback: Reports,
         metrics: Metrics,
         logger: JsonLogger,
         settings: SchedulingSettings,

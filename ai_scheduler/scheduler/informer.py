@@ -64,6 +64,7 @@ class Informer(Generic[T]):
         self.convert = convert
         self.on_relist = on_relist
         self.optional = optional  # a resource that may not be served (a CRD): absent means empty
+        self._absences = 0  # consecutive lists that found the optional resource not served
         self.log = logger
         self.watch_timeout = watch_timeout
         self.watch_idle = DEFAULT_WATCH_IDLE_SECONDS
@@ -107,7 +108,12 @@ class Informer(Generic[T]):
                 await self.client.retry_pause(delay, epoch)
 
     async def _absent(self, error: str) -> None:
-        """An optional resource is not served: treat it as empty and look again later."""
+        """An optional resource is not served: treat it as empty and look again later: soon at first, as
+        an API server answers 404 for a moment while it rebuilds a CRD's storage, then every
+        ABSENT_RECHECK_SECONDS."""
+        self._absences += 1
+        if self.synced.is_set() and self._absences == 1:
+            self.log.info("informer.resource_gone", resource=self.resource, error=error)
         if not self.synced.is_set():
             self.log.warning(
                 "informer.resource_missing",
@@ -117,7 +123,7 @@ class Informer(Generic[T]):
             )
             self.on_replace([])
             self.synced.set()
-        await asyncio.sleep(ABSENT_RECHECK_SECONDS)
+        await asyncio.sleep(min(ABSENT_RECHECK_SECONDS, 0.25 * 2 ** (self._absences - 1)))
 
     async def _list(self, reason: str) -> None:
         try:
@@ -128,6 +134,7 @@ class Informer(Generic[T]):
                 self.last_error = str(exc)
             raise
         self.failing_since = None
+        self._absences = 0
         if self.synced.is_set() and self.on_relist:
             self.on_relist(self.resource, reason)
         self.on_replace(items)

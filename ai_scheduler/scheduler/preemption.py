@@ -55,7 +55,6 @@ carried out observes its number of victims in `scheduler_preemption_victims`.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import math
 import time
@@ -66,16 +65,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
-from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
-from ai_scheduler.scheduler.feedback import Feedback, pod_reference
 from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.outbox import Clock, Evictions
 from ai_scheduler.scheduler.plugins.inter_pod_affinity import AFFINITY_RULES, InterPodAffinityFilter
 from ai_scheduler.scheduler.plugins.node_ports import NodePorts
 from ai_scheduler.scheduler.plugins.pod_topology_spread import MISSING_LABEL, PodTopologySpreadFilter
@@ -289,23 +287,22 @@ class Preemptor:
         cache: SchedulerCache,
         tenancy: Tenancy,
         gangs: GangRegistry,
-        client: KubeClient,
-        feedback: Feedback,
+        evictions: Evictions,
         logger: JsonLogger,
         metrics: Metrics,
         budgets: DisruptionBudgets,
+        clock: Clock = time.monotonic,
     ) -> None:
         self.cache = cache
         self.budgets = budgets
         self.tenancy = tenancy
         self.gangs = gangs
-        self.client = client
-        self.feedback = feedback
+        self.evictions = evictions  # how a decided preemption is carried out (outbox.py)
+        self.clock = clock
         self.log = logger
         self.metrics = metrics
         self._nominated_at: dict[str, float] = {}
         self._recent_victims: dict[str, tuple[str, float]] = {}  # workload -> (node, when)
-        self._tasks: set[asyncio.Task[None]] = set()
         self._shadow: tuple[Framework, Framework, Framework] | None = None  # a profile, and its _shadows
 
     # ------------------------------------------------------------------ choosing
@@ -464,7 +461,7 @@ class Preemptor:
     def execute(self, pod: PodRecord, plan: Plan) -> None:
         self.metrics.preemption_victims.observe(len(plan.victims))
         self.cache.nominate(pod, plan.node)
-        now = time.monotonic()
+        now = self.clock()
         self._nominated_at[pod.uid] = now
         victims: list[dict[str, Any]] = []
         for victim in plan.victims:
@@ -482,52 +479,19 @@ class Preemptor:
             pdb_violations=plan.violations,
             victims=victims,
         )
-        task = asyncio.create_task(self._evict(pod, plan))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _evict(self, pod: PodRecord, plan: Plan) -> None:
-        message = f"{pod.scheduler_name}: preempting to accommodate a higher priority pod {pod.key}"
-        if plan.reason is VictimKind.RECLAIM:
-            message = f"{pod.scheduler_name}: reclaiming the guaranteed quota of {pod.key}'s group"
-        await self.client.patch_pod_status(
-            pod.namespace, pod.name, {"status": {"nominatedNodeName": plan.node}}
-        )
-        for victim in plan.victims:
-            condition = {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": "PreemptionByScheduler",
-                "message": message,
-                "lastTransitionTime": rfc3339(millis=False),
-            }
-            await self.client.patch_pod_status(
-                victim.namespace, victim.name, {"status": {"conditions": [condition]}}
-            )
-            self.feedback.event(
-                pod_reference(victim),
-                "Normal",
-                "Preempted",
-                f"Preempted by {pod.key} on node {plan.node}",
-                component=pod.scheduler_name,
-            )
-            result = await self.client.delete_pod(victim.namespace, victim.name)
-            if not result.ok and result.status != 404:
-                self.log.warning(
-                    "preemption.delete_failed", victim=victim.key, code=result.status, error=result.message
-                )
+        self.evictions.evict(pod, plan)
 
     def avoid(self, pod: PodRecord) -> str:
         """The node this pod's workload was preempted from in the last minutes ('' if none): placing it
         there again would only invite the same preemption."""
         recent = self._recent_victims.get(workload_of(pod))
-        if recent is None or time.monotonic() - recent[1] > RECENT_VICTIM_SECONDS:
+        if recent is None or self.clock() - recent[1] > RECENT_VICTIM_SECONDS:
             return ""
         return recent[0]
 
     def expire(self) -> None:
         """Drop nominations that were never used, so their room goes back to everyone."""
-        now = time.monotonic()
+        now = self.clock()
         for workload, (_node, since) in list(self._recent_victims.items()):
             if now - since > RECENT_VICTIM_SECONDS:
                 del self._recent_victims[workload]
@@ -537,7 +501,3 @@ class Preemptor:
             elif now - since > NOMINATION_SECONDS:
                 self.cache.clear_nomination(uid)
                 del self._nominated_at[uid]
-
-    async def drain(self, timeout: float) -> None:
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=timeout)

@@ -14,7 +14,7 @@ PodScheduled=False with reason SchedulerError, a FailedScheduling event).
 the gang members it took (`GangScheduler.holding`):
 
 - a pod whose binding was already handed to the binder is left to it: the
-  binding reports its own outcome (`JournalingBinder` notes the hand-overs);
+  binding reports its own outcome (the binder notes the hand-overs: `Bindings.handed`);
 - an assumption the cycle made and did not hand over is forgotten;
 - every other pod goes back to the queue with backoff, and is told why;
 
@@ -28,32 +28,17 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.messages import MAX_ECHO, truncate
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.binder import Binder
-from ai_scheduler.scheduler.cycle import Decision
-from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import ERROR, Metrics
+from ai_scheduler.scheduler.outbox import Bindings, Reports
 
 TRACEBACK_FRAMES = 12  # innermost frames of a cycle's exception kept in the log
-
-
-class JournalingBinder(Binder):
-    """The binder, noting which pods were handed to it since the current cycle began."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.handed: set[str] = set()  # uids; cleared by CycleGuard at the start of every cycle
-
-    def submit(self, qp: QueuedPod, pod: PodRecord, decision: Decision) -> None:
-        super().submit(qp, pod, decision)
-        self.handed.add(pod.uid)  # only once the binding really is on its way
 
 
 def failure_message(exc: BaseException) -> str:
@@ -66,9 +51,9 @@ class CycleGuard:
         self,
         cache: SchedulerCache,
         queue: SchedulingQueue,
-        binder: JournalingBinder,
+        binder: Bindings,
         gangs: GangScheduler,
-        feedback: Feedback,
+        feedback: Reports,
         metrics: Metrics,
         logger: JsonLogger,
     ) -> None:

@@ -14,7 +14,8 @@ stops scheduling nor leaves the pod without a reason. A cycle:
    must keep off: reserved for a pod or gang ahead of it, or the node its
    workload was just preempted from;
 5. on a node: Reserve (the cache assumes the pod, with its volumes) and hand
-   the binding to the Binder, which runs asynchronously;
+   the binding to the outbox's Bindings (outbox.py; the daemon's Binder binds
+   asynchronously);
 6. on none: PostFilter (preemption, whose verdict ends the Unschedulable
    message), the reason on the pod, and, when preemption cannot help, a
    starvation reservation (`Reserver`: nodes held for the pod ahead) if on.
@@ -39,11 +40,10 @@ from ai_scheduler.cache.tenancy import Tenancy, Tenant, quota_amounts
 from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
-from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics
+from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
@@ -88,8 +88,8 @@ class SchedulingCycle:
         self.log = logger
         self.clock = clock
         # Set by the daemon once built (they take this cycle's admission and decision log in turn).
-        self.binder: Binder | None = None
-        self.feedback: Feedback | None = None
+        self.binder: Bindings | None = None
+        self.feedback: Reports | None = None
         self.gang_scheduler: GangScheduler | None = None
         self.preemptor: Preemptor | None = None
         self.guard: CycleGuard | None = None

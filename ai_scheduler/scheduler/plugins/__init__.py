@@ -8,6 +8,7 @@ from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config, Profile
 from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
 from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
+from ai_scheduler.scheduler.plugins.gpu_fragmentation import GpuFragmentation, GpuFragmentationCoupled
 from ai_scheduler.scheduler.plugins.inter_pod_affinity import InterPodAffinityFilter, InterPodAffinityScore
 from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
 from ai_scheduler.scheduler.plugins.node_name import NodeName
@@ -58,6 +59,8 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "GPUBinpack": lambda weight, _resources: GpuBinpack(weight),
     "GPUSpread": lambda weight, _resources: GpuSpread(weight),
     "GPUAvoidance": lambda weight, _resources: GpuAvoidance(weight),
+    "GPUFragmentation": lambda weight, _resources: GpuFragmentation(weight),
+    "GPUFragmentationCoupled": lambda weight, _resources: GpuFragmentationCoupled(weight),
     "InterPodAffinity": lambda weight, _resources: InterPodAffinityScore(weight),
     "PodTopologySpread": lambda weight, _resources: PodTopologySpreadScore(weight),
 }

@@ -1,0 +1,188 @@
+"""The scheduling core: everything that decides, nothing that talks to Kubernetes.
+
+Two drivers run it: the daemon (daemon.py), which feeds it list/watch events
+and turns its intents into API calls, and the trace simulator
+(ai_scheduler.tracesim), which feeds it a trace's arrivals and departures on a
+simulated clock and applies its intents to its own state. Both drive the same
+code, so the simulator makes the decisions the daemon would.
+
+    driver events --> EventHandlers --> SchedulerCache, SchedulingQueue, GangRegistry
+                                                |
+    driver loop   --> SchedulingCycle.schedule_one (GangScheduler, Preemptor, Reserver)
+                                                |
+                      Outbox: Bindings, Reports, Evictions (outbox.py) --> driver effects
+
+The core is built over one cache, with one clock for every component that
+reads time (monotonic seconds in the daemon; simulated wall-clock seconds in the
+simulator) and one seeded random source for tie-breaks. The outbox is made by
+the driver once the core's cache and queue exist (`outbox` is a factory). Config
+reloads reach every component through `reconfigure`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.disruption import DisruptionBudgets
+from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.tenancy import Tenancy
+from ai_scheduler.config import Config
+from ai_scheduler.log import JsonLogger
+from ai_scheduler.queue import SchedulingQueue
+from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.eventhandlers import EventHandlers
+from ai_scheduler.scheduler.gang import GangScheduler
+from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.outbox import Clock, Outbox
+from ai_scheduler.scheduler.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.preemption import Preemptor
+from ai_scheduler.scheduler.priority import PriorityEngine
+from ai_scheduler.scheduler.recovery import CycleGuard
+from ai_scheduler.scheduler.reservation import Reserver
+from ai_scheduler.scheduler.schedule_one import SchedulingCycle
+
+
+def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
+    """One Framework (filters and scores) per profile, by schedulerName."""
+    frameworks = {}
+    for profile in config.profiles:
+        frameworks[profile.scheduler_name] = Framework(
+            profile.scheduler_name,
+            build_filters(config, profile),
+            build_scores(profile),
+            cache,
+            percentage_of_nodes_to_score=config.scheduling.percentage_of_nodes_to_score,
+            rng=rng,
+            tie_break=config.scheduling.tie_break,
+        )
+    return frameworks
+
+
+class SchedulerCore:
+    def __init__(
+        self,
+        config: Config,
+        logger: JsonLogger,
+        metrics: Metrics,
+        outbox: Callable[[SchedulerCore], Outbox],
+        *,
+        clock: Clock | None = None,
+        seed: int | None = None,
+    ) -> None:
+        timed: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        self.config = config
+        self.log = logger
+        self.metrics = metrics
+        self.rng = random.Random(seed)
+        settings = config.scheduling
+        cache = self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds, **timed)
+        cache.gpus.staleness = config.gpu.staleness_seconds
+        tenancy = self.tenancy = cache.tenancy = Tenancy(config)
+        gangs = self.gangs = GangRegistry()
+        self.budgets = DisruptionBudgets()  # PodDisruptionBudgets, which preemption respects
+        self.priorities = PriorityEngine(config, tenancy, cache, self._job_members, **timed)
+        queue = self.queue = SchedulingQueue(
+            initial_backoff=settings.initial_backoff_seconds,
+            max_backoff=settings.max_backoff_seconds,
+            unschedulable_flush=settings.unschedulable_flush_seconds,
+            queue_name_of=lambda pod: tenancy.tenant_of(pod).queue,
+            sort_key=self.priorities.sort_key,
+            on_incoming=metrics.incoming,
+            **timed,
+        )
+        self.frameworks = build_frameworks(config, cache, self.rng)
+        self.reserver = Reserver(cache, logger, backfill=settings.backfill, **timed)
+        self.ready = asyncio.Event()  # set by the driver once the first state is in (first sync)
+        out = self.outbox = outbox(self)
+        cycle = self.cycle = SchedulingCycle(
+            lambda: self.config, lambda: self.frameworks, cache, queue, gangs, tenancy, self.priorities,
+            self.reserver, metrics, logger, **timed,
+        )
+        gang_scheduler = self.gang_scheduler = GangScheduler(
+            gangs, cache, queue, out.bindings, out.reports, metrics, logger, settings, cycle.log_decision,
+            cycle.admission_refusal, self.reserver, self.priorities.sort_key,
+            lambda: self.config.scheduling.reservation, **timed,
+        )
+        self.preemptor = Preemptor(
+            cache, tenancy, gangs, out.evictions, logger, metrics, self.budgets, **timed
+        )
+        cycle.binder, cycle.feedback, cycle.preemptor = out.bindings, out.reports, self.preemptor
+        cycle.gang_scheduler = gang_scheduler
+        cycle.guard = CycleGuard(cache, queue, out.bindings, gang_scheduler, out.reports, metrics, logger)
+        out.bindings.on_success = cycle.bound
+        out.bindings.on_failure = lambda pod, result: gang_scheduler.bind_failed(pod, result.message)
+        self.handlers = EventHandlers(
+            cache, queue, gangs, self.budgets, self.reserver, out.reports, metrics, logger,
+            lambda: self.frameworks, self.ready,
+        )
+
+    def _job_members(self, pod: PodRecord) -> int:
+        gang = self.gangs.gang_of(pod)
+        return gang.min_member if gang is not None else 1
+
+    def gpu_allocation(self) -> dict[str, dict[str, int]]:
+        """Per node, who holds which managed GPU (for metrics and tools)."""
+        gpus = self.cache.gpus
+        return {self.cache.row_names[row]: gpus.allocation(row) for row in list(gpus.nodes)}
+
+    def cache_sizes(self) -> dict[str, int]:
+        cache = self.cache
+        return {"nodes": cache.node_count, "pods": len(cache.pods), "assumed_pods": cache.assumed_count}
+
+    # ------------------------------------------------------------------ periodic work
+    def start(self) -> None:
+        """The first state is in: priorities' normalisers come from the waiting pods, before the first pop."""
+        self.refresh_priorities()
+        self.ready.set()
+
+    def refresh_priorities(self) -> int:
+        """Priorities move with waiting time and usage: recompute them; how many pods moved in the queue."""
+        self.priorities.refresh(self.queue.pending())
+        return self.queue.reprioritize()
+
+    def housekeeping(self) -> None:
+        """Gangs past their timeout, unused nominations, and assumptions no watch ever confirmed."""
+        self.gang_scheduler.check_timeouts()
+        self.preemptor.expire()
+        for pod in self.cache.expire_assumed():
+            self.log.warning(
+                "assume.expired",
+                pod=pod.key,
+                uid=pod.uid,
+                reason="binding succeeded but the watch never showed the pod bound",
+            )
+            current = self.cache.pod_state(pod.uid)
+            if current is not None:
+                self.handlers.sync_queue(current.record)
+            self.queue.move_all("AssumeExpired")
+
+    # ------------------------------------------------------------------ config reload
+    def reconfigure(self, config: Config) -> list[str]:
+        """Hand every component of the core the new config (none keeps a copy); the profiles served."""
+        settings = config.scheduling
+        self.config = config
+        self.cache.set_assume_timeout(settings.assume_timeout_seconds)
+        self.cache.gpus.staleness = config.gpu.staleness_seconds
+        self.reserver.backfill = settings.backfill
+        if not settings.reservation:
+            self.reserver.current = None
+        self.gang_scheduler.reconfigure(settings)
+        self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
+        self.priorities.reconfigure(config)
+        self.frameworks = build_frameworks(config, self.cache, self.rng)
+        # Pods of a profile that came or went join or leave the queue; the others are counted in the
+        # queue their namespace now gives them.
+        self.handlers.sync_pending()
+        self.queue.reconfigure(
+            initial_backoff=settings.initial_backoff_seconds,
+            max_backoff=settings.max_backoff_seconds,
+            unschedulable_flush=settings.unschedulable_flush_seconds,
+        )
+        self.refresh_priorities()
+        self.queue.move_all("ConfigReload")
+        return sorted(self.frameworks)

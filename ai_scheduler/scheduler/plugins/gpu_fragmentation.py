@@ -1,0 +1,215 @@
+"""GPUFragmentation: FGD's score, the growth of expected GPU fragmentation, over a learned workload.
+
+Each pod the plugin scores is counted once (by uid) in a `ShapeDistribution` (cache/fragmentation.py):
+the recent popularity of pod shapes, which stands for the workload FGD's target distribution describes.
+A node's score is the negated increase of its expected fragmentation, sum_m p_m F_n(m), that placing
+the pod causes, scaled to [0, 100] over the candidate nodes: the node(s) where it grows least get 100,
+any other at most 99, so that the plugin's own best is never blurred into a tie by rounding. Before
+any history the pod's own shape is the distribution.
+
+The rows' state is read from the cache as arrays: managed GPUs from the GPU table (free part of each
+device in thousandths, see `free_thousandths`), device-plugin GPUs (`nvidia.com/gpu`) as that many
+wholly free devices, and free cpu and memory from the allocatable and requested columns.
+
+Beyond FGD, two choices, each measurable on its own:
+
+- `couple_cpu` ("GPUFragmentationCoupled"): cpu and memory stay with GPUs. The learned multi-GPU
+  shapes say how much cpu and memory a GPU needs beside it (`multi_gpu_reserve`); a placement that
+  leaves a node's free cpu or memory below its wholly free GPUs times that need strands those GPUs, and
+  the stranded GPU thousandths it adds count as fragmentation. A pod without GPUs also pays a small
+  part (`cpu_only_penalty`) of the GPUs its cpu and memory would reserve on a node with free GPUs, so
+  that CPU-only work goes to nodes without free GPUs first.
+- Ties: the increase is rounded to a millionth of a GPU before scaling, so that nodes whose state is
+  the same score the same whatever the order of the sums, and the framework's tie-break
+  (`scheduling.tieBreak`: `nodeOrder` takes the first node of the table, `random` one at random)
+  decides between them. On a node the device is the one where the fragmentation grows least, the
+  lowest index on ties (`Placement.device`, for the device choice to follow the score).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.fragmentation import (
+    MILLI,
+    NO_DEVICE,
+    Placement,
+    PodShape,
+    Reserve,
+    ShapeDistribution,
+    Shapes,
+    free_thousandths,
+    multi_gpu_reserve,
+    placement,
+    share_thousandths,
+    stranding,
+)
+from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
+
+ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
+SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice
+
+
+def pod_shape(pod: PodRecord, largest_device: int = 0) -> PodShape:
+    """The pod's shape: cpu, memory and its GPUs in thousandths (managed or device-plugin). A memory share
+    counts as its part of the largest device known (of one whole GPU when none is)."""
+    cpu = pod.requests.get("cpu", 0)
+    memory = pod.requests.get("memory", 0)
+    request, _ = gpu_request(pod)
+    if request is None:
+        return PodShape(cpu, memory, pod.requests.get(DEVICE_PLUGIN_GPU, 0) * MILLI)
+    if request.count:
+        return PodShape(cpu, memory, request.count * MILLI)
+    if request.fraction:
+        return PodShape(cpu, memory, min(share_thousandths(request.fraction, FRACTION_UNITS), MILLI))
+    if not largest_device:
+        return PodShape(cpu, memory, MILLI)
+    return PodShape(cpu, memory, min(-(-request.memory * MILLI // largest_device), MILLI))
+
+
+def row_state(cache: SchedulerCache, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Free GPU thousandths per device (rows, devices), free cpu and free memory of `rows`."""
+    g = cache.gpus
+    free = free_thousandths(g.share_free[rows], g.whole_free[rows], g.total[rows])
+    col = cache.column(DEVICE_PLUGIN_GPU)
+    if col >= 0:
+        plugin_free = np.maximum(cache.allocatable[rows, col] - cache.requested[rows, col], 0)
+        width = max(free.shape[1], int(plugin_free.max(initial=0)))
+        if width > free.shape[1]:
+            pad = np.full((free.shape[0], width - free.shape[1]), NO_DEVICE, dtype=free.dtype)
+            free = np.hstack([free, pad])
+        has_plugin = plugin_free > 0
+        slots = np.arange(width)[None, :] < plugin_free[:, None]
+        free = np.where(has_plugin[:, None] & ~cache.gpus.managed[rows, None],
+                        np.where(slots, MILLI, NO_DEVICE), free)
+    free_cpu = cache.allocatable[rows, 0] - cache.requested[rows, 0]
+    free_memory = cache.allocatable[rows, 1] - cache.requested[rows, 1]
+    return free, free_cpu, free_memory
+
+
+def share_need(pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> np.ndarray | None:
+    """For a memory share, its thousandths on each device of `rows` (None for other pods)."""
+    request, _ = gpu_request(pod)
+    if request is None or not request.memory:
+        return None
+    total = cache.gpus.total[rows]
+    need: np.ndarray = np.where(total > 0, -(-request.memory * MILLI // np.maximum(total, 1)), MILLI + 1)
+    return need
+
+
+class GpuFragmentation(ScorePlugin):
+    """FGD: prefer the node whose expected GPU fragmentation grows least (see the module docstring)."""
+
+    name = "GPUFragmentation"
+
+    def __init__(
+        self,
+        weight: int,
+        *,
+        couple_cpu: bool = False,
+        max_shapes: int = 32,
+        half_life: float = 2000.0,
+        cpu_only_penalty: float = 0.1,
+    ) -> None:
+        super().__init__(weight)
+        self.couple_cpu = couple_cpu
+        self.cpu_only_penalty = cpu_only_penalty
+        self.distribution = ShapeDistribution(max_shapes=max_shapes, half_life=half_life)
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    def observe(self, pod: PodRecord, shape: PodShape) -> None:
+        """Count the pod in the learned distribution, once per uid."""
+        uid = pod.uid or f"{pod.namespace}/{pod.name}"
+        if uid in self._seen:
+            self._seen.move_to_end(uid)
+            return
+        self._seen[uid] = None
+        if len(self._seen) > SEEN_UIDS:
+            self._seen.popitem(last=False)
+        self.distribution.observe(shape)
+
+    def shapes_for(self, shape: PodShape) -> Shapes:
+        """The learned shapes, or the pod's own before any history."""
+        if len(self.distribution):
+            return self.distribution.shapes()
+        return Shapes.of([shape])
+
+    def evaluate(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> Placement:
+        """Expected fragmentation of `rows` before and after the pod (with the coupling, when on)."""
+        shape = pod_shape(pod, cache.gpus.largest_device)
+        self.observe(pod, shape)
+        shapes = self.shapes_for(shape)
+        free, free_cpu, free_memory = row_state(cache, rows)
+        result = placement(free, free_cpu, free_memory, shapes, shape, share_need(pod, cache, rows))
+        if self.couple_cpu:
+            reserve = multi_gpu_reserve(shapes)
+            if reserve.any:
+                self._couple(result, free, free_cpu, free_memory, shape, reserve)
+        return result
+
+    def _couple(
+        self,
+        result: Placement,
+        free: np.ndarray,
+        free_cpu: np.ndarray,
+        free_memory: np.ndarray,
+        shape: PodShape,
+        reserve: Reserve,
+    ) -> None:
+        """Add the GPUs stranded by the placement (cpu or memory gone below the reserve) to both sides."""
+        whole = (free >= MILLI).sum(axis=1)
+        taken = shape.gpu // MILLI if shape.gpu >= MILLI else 0
+        whole_after = np.maximum(whole - taken, 0)
+        # A share taken from a wholly free device leaves one fewer wholly free device.
+        if 0 < shape.gpu < MILLI:
+            rows = np.arange(free.shape[0])
+            device = np.maximum(result.device, 0)
+            opened = (result.device != NO_DEVICE) & (free[rows, device] >= MILLI)
+            whole_after = whole_after - opened
+        before = stranding(whole, free_cpu, free_memory, reserve)
+        after = stranding(whole_after, free_cpu - shape.cpu, free_memory - shape.memory, reserve)
+        result.before = result.before + before
+        result.after = result.after + after
+        if shape.gpu == 0 and self.cpu_only_penalty > 0:
+            cpu_gpus = shape.cpu / reserve.cpu if reserve.cpu > 0 else 0.0
+            memory_gpus = shape.memory / reserve.memory if reserve.memory > 0 else 0.0
+            soft = np.minimum(max(cpu_gpus, memory_gpus), whole) * MILLI * self.cpu_only_penalty
+            result.after = result.after + soft
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        if rows.shape[0] == 0:
+            return np.zeros(0, dtype=np.int64)
+        delta = self.evaluate(pod, cache, rows).delta
+        return normalize(delta)
+
+
+def normalize(delta: np.ndarray) -> np.ndarray:
+    """Increases to scores: the least increase 100, the most 0, any other at most 99 (rows where the pod
+    does not fit, inf, score 0)."""
+    finite = np.isfinite(delta)
+    if not finite.any():
+        return np.zeros(delta.shape[0], dtype=np.int64)
+    rounded = np.round(np.where(finite, delta, 0.0) / ROUNDING) * ROUNDING
+    low, high = rounded[finite].min(), rounded[finite].max()
+    if high <= low:
+        return np.where(finite, MAX_NODE_SCORE, 0).astype(np.int64)
+    worse = np.ceil((rounded - low) * MAX_NODE_SCORE / (high - low)).astype(np.int64)
+    scores: np.ndarray = np.where(finite, MAX_NODE_SCORE - np.clip(worse, 0, MAX_NODE_SCORE), 0)
+    return scores
+
+
+class GpuFragmentationCoupled(GpuFragmentation):
+    """GPUFragmentation that also keeps cpu and memory with GPUs for the multi-GPU shapes (`couple_cpu`)."""
+
+    name = "GPUFragmentationCoupled"
+
+    def __init__(self, weight: int) -> None:
+        super().__init__(weight, couple_cpu=True)

@@ -1,0 +1,109 @@
+"""What the daemon lists and watches, and which event handler each kind feeds.
+
+Each kind the scheduler reads has an Informer (informer.py: list, then watch,
+relist when the watch breaks) wired here to its two handlers in
+eventhandlers.py. Kinds watched only while a profile needs them (kube-scheduler
+always watches them): Services, ReplicationControllers, ReplicaSets and
+StatefulSets for PodTopologySpread's system defaults, PersistentVolumes,
+claims, StorageClasses and CSINodes for the volume plugins. A reload that
+brings such a profile adds their informers (`watch_optional`), which then run
+on.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
+from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.cache.volumes import RESOURCES as VOLUME_RESOURCES
+from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
+from ai_scheduler.config import Config
+from ai_scheduler.log import JsonLogger
+from ai_scheduler.scheduler.eventhandlers import EventHandlers
+from ai_scheduler.scheduler.informer import Informer
+from ai_scheduler.scheduler.plugins import reads_volumes, reads_workloads
+
+
+class Watches:
+    def __init__(self, client: KubeClient, handlers: EventHandlers, logger: JsonLogger) -> None:
+        self.client = client
+        self.handlers = handlers
+        self.log = logger
+        self.informers: dict[str, Informer[Any]] = {}
+        self._spawn: Callable[[Informer[Any]], None] | None = None  # starts an informer added later
+
+    def build(self, config: Config) -> dict[str, Informer[Any]]:
+        """The informers of every kind the config needs; none runs yet."""
+        on = self.handlers
+        self.informers = {
+            "nodes": self._informer("nodes", on.on_node_event, on.replace_nodes, NodeRecord.from_api),
+            "pods": self._informer("pods", on.on_pod_event, on.replace_pods, PodRecord.from_api),
+            # Namespace labels, for pod affinity terms' namespaceSelector.
+            "namespaces": self._informer("namespaces", on.on_namespace_event, on.replace_namespaces),
+            # PodDisruptionBudgets: preemption takes the pods they protect last, as kube-scheduler does.
+            DISRUPTION_BUDGETS: self._informer(DISRUPTION_BUDGETS, on.budgets.apply, on.budgets.replace),
+            # Optional: without the PodGroup CRD, label-declared gangs still work.
+            "podgroups": self._informer(
+                "podgroups", on.on_podgroup_event, on.replace_podgroups, optional=True
+            ),
+        }
+        self.watch_optional(config)
+        return self.informers
+
+    def start_added(self, spawn: Callable[[Informer[Any]], None]) -> None:
+        """From now on an informer added by `watch_optional` is started with `spawn`."""
+        self._spawn = spawn
+
+    def watch_optional(self, config: Config) -> None:
+        """Informers for the kinds only some profiles read, once a profile of `config` reads them:
+        workloads' selectors for PodTopologySpread's system defaults, volume objects for the volume
+        plugins (the default profile filters with VolumeBinding, so in practice they always run). They
+        run on if a later config drops the plugin (their cost is a few small objects)."""
+        handlers = self.handlers
+        if WORKLOAD_RESOURCES[0] not in self.informers and any(map(reads_workloads, config.profiles)):
+            workloads = handlers.cache.workloads
+            self._add(WORKLOAD_RESOURCES, workloads.apply, workloads.replace, config)
+        if VOLUME_RESOURCES[0] not in self.informers and any(map(reads_volumes, config.profiles)):
+            self._add(VOLUME_RESOURCES, handlers.on_volume_event, handlers.replace_volumes, config)
+
+    def _informer(
+        self,
+        resource: str,
+        on_event: Callable[..., None],
+        on_replace: Callable[..., None],
+        convert: Callable[[dict[str, Any]], Any] | None = None,
+        *,
+        optional: bool = False,
+    ) -> Informer[Any]:
+        extra: dict[str, Any] = {"convert": convert} if convert is not None else {}
+        return Informer(
+            self.client,
+            resource,
+            on_event,
+            on_replace,
+            self.log,
+            on_relist=self.handlers.on_relist,
+            optional=optional,
+            **extra,
+        )
+
+    def _add(
+        self,
+        resources: Sequence[str],
+        on_event: Callable[[str, str, dict[str, Any]], None],
+        on_replace: Callable[[str, list[dict[str, Any]]], None],
+        config: Config,
+    ) -> None:
+        """Informers for kinds added after start-up, their handlers told which resource spoke."""
+        for resource in resources:
+            informer = self._informer(
+                resource, functools.partial(on_event, resource), functools.partial(on_replace, resource)
+            )
+            informer.watch_idle = config.scheduling.watch_idle_seconds
+            self.informers[resource] = informer
+            if self._spawn is not None:
+                self._spawn(informer)
