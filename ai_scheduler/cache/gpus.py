@@ -99,6 +99,13 @@ def share_need(request: GpuRequest, total: np.ndarray) -> np.ndarray:
     return need
 
 
+def gpu_annotations(ids: tuple[int, ...], uuids: tuple[str, ...]) -> dict[str, str]:
+    """The annotations PreBind writes for managed GPUs (what the pod maps into NVIDIA_VISIBLE_DEVICES)."""
+    if not ids:
+        return {}
+    return {GPU_IDS_ANNOTATION: ",".join(str(i) for i in ids), GPU_UUIDS_ANNOTATION: ",".join(uuids)}
+
+
 def parse_fraction(text: str) -> int:
     """A gpu-fraction value in FRACTION_UNITS (rounded down, at least 1); 0 unless a number in (0, 1]."""
     if not _FRACTION.fullmatch(text):

@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 from ai_scheduler.api.kube import UNREACHABLE, ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION
+from ai_scheduler.cache.gpus import gpu_annotations
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
@@ -56,16 +56,6 @@ def landed_earlier(result: ApiResult, node: str) -> bool:
     """A 409 that says the pod is already on `node`: the API server's words for a binding to it that landed
     (kube-apiserver: `pod NAME is already assigned to node "NODE"`)."""
     return result.status == 409 and f'already assigned to node "{node}"' in result.message
-
-
-def gpu_annotations(decision: Decision) -> dict[str, str]:
-    """The annotations PreBind writes for managed GPUs (what the pod maps into NVIDIA_VISIBLE_DEVICES)."""
-    if not decision.gpu_ids:
-        return {}
-    return {
-        GPU_IDS_ANNOTATION: ",".join(str(i) for i in decision.gpu_ids),
-        GPU_UUIDS_ANNOTATION: ",".join(decision.gpu_uuids),
-    }
 
 
 class Binder:
@@ -133,7 +123,8 @@ class Binder:
         volumes = self._volume_plans.pop(pod.uid, None)
         if pod.claims and volumes is None:  # reserved by the cache alone (a caller that skipped `reserve`)
             volumes = self.volumes.assume(pod, node)
-        task = asyncio.create_task(self._bind(qp, pod, node, gpu_annotations(decision), cycle_start, volumes))
+        annotations = gpu_annotations(decision.gpu_ids, decision.gpu_uuids)
+        task = asyncio.create_task(self._bind(qp, pod, node, annotations, cycle_start, volumes))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
         self.handed.add(pod.uid)  # only once the binding really is on its way

@@ -55,7 +55,7 @@ def add_arguments(command: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # Imported here: `ai-scheduler run` builds this parser too, and needs neither the engine nor matplotlib.
     try:
-        from ai_scheduler.tracesim.engine import Simulation, workload_fragmentation
+        from ai_scheduler.tracesim.engine import Simulation, typical_device_memory, workload_fragmentation
         from ai_scheduler.tracesim.metrics import summarize
         from ai_scheduler.tracesim.report import compare, summary_table
     except ImportError as exc:
@@ -82,7 +82,9 @@ def run(args: argparse.Namespace) -> int:
         if mode is not Mode.PLACEMENT:
             print("ai-scheduler simulate: --inflate is for --mode placement", file=sys.stderr)
             return 2
-        jobs = inflate(jobs, total_gpus(nodes), args.inflate, seed=args.seed)
+        # A memory share counts as its part of the cluster's typical device, as the engine counts it.
+        device_memory = typical_device_memory(nodes) or None
+        jobs = inflate(jobs, total_gpus(nodes), args.inflate, seed=args.seed, device_memory=device_memory)
     fragmentation = workload_fragmentation(jobs, nodes)
     summaries: list[Summary] = []
     for (name, config) in configs:

@@ -46,11 +46,11 @@ from tqdm import tqdm
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.fragmentation import PodShape, ShapeDistribution, fragmentation
+from ai_scheduler.cache.gpus import gpu_annotations
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.queue import QueuedPod
-from ai_scheduler.scheduler.binder import gpu_annotations
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.metrics import Metrics
@@ -198,7 +198,7 @@ class Simulation:
         self._live: dict[str, _Live] = {}  # by uid
         self._events: list[tuple[float, int, int, str, int]] = []  # (time, order, kind, uid, generation)
         self._order = 0
-        self._device_memory = _typical_device_memory(self.nodes)
+        self._device_memory = typical_device_memory(self.nodes)
         self._names = pod_names(self.jobs)
         self.result = SimResult(
             mode=mode,
@@ -320,7 +320,9 @@ class Simulation:
         """The outbox's binding: the pod is bound now; it leaves when its run time ends (timed mode)."""
         live = self._live[pod.uid]
         node = decision.node or ""
-        live.pod = live.pod.bound(node, gpu_annotations(decision), rfc3339(self.clock(), millis=False))
+        live.pod = live.pod.bound(
+            node, gpu_annotations(decision.gpu_ids, decision.gpu_uuids), rfc3339(self.clock(), millis=False)
+        )
         cache = self.core.cache
         self.core.handlers.pod_event("MODIFIED", live.pod)
         cache.binding_finished(pod.uid)
@@ -361,6 +363,8 @@ class Simulation:
         self._requested[0] -= self.job_gpu_milli(job, self._device_memory)
         self._requested[1] -= job.cpu
         self._arrive(victim.uid)
+        # The new pod keeps the generation _delete bumped, so that the victim's pending departure is stale.
+        self._live[victim.uid].generation = live.generation
 
     def _depart(self, uid: str) -> None:
         live = self._live[uid]
@@ -421,7 +425,7 @@ class Simulation:
 def workload_fragmentation(jobs: Sequence[TraceJob], nodes: Sequence[NodeSpec]) -> Fragmentation:
     """FGD's fragmentation of the cluster measured against the workload's own pod shapes (the paper's
     target workload: the trace), with the scheduler's implementation (cache/fragmentation.py)."""
-    device_memory = _typical_device_memory(nodes)
+    device_memory = typical_device_memory(nodes)
     distribution = ShapeDistribution(max_shapes=FRAGMENTATION_SHAPES, half_life=math.inf)
     for job in jobs:
         distribution.observe(PodShape(job.cpu, job.memory, Simulation.job_gpu_milli(job, device_memory)))
@@ -448,7 +452,7 @@ def pod_names(jobs: Sequence[TraceJob]) -> list[str]:
     return names
 
 
-def _typical_device_memory(nodes: Sequence[NodeSpec]) -> int:
+def typical_device_memory(nodes: Sequence[NodeSpec]) -> int:
     """The device memory of most of the cluster's GPUs (a memory share's part of "a GPU" at arrival)."""
     by_memory: dict[int, int] = {}
     for node in nodes:

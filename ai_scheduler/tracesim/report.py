@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import orjson
-from matplotlib.figure import Figure
 
 from ai_scheduler.tracesim.metrics import Breakdown, Summary
 from ai_scheduler.tracesim.records import SimResult
@@ -186,6 +185,8 @@ def _title(result: SimResult, what: str) -> str:
 
 def write_plots(result: SimResult, directory: Path) -> list[Path]:
     """Write the PNG plots that have something to show into `directory`; return their paths."""
+    from matplotlib.figure import Figure  # here: a run without plots does not pay for matplotlib's import
+
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     capacity = result.capacity_gpu_milli
