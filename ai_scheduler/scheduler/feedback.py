@@ -197,6 +197,11 @@ class Feedback:
             await asyncio.sleep(delay)
             result = await self.client.patch_pod_status(pod.namespace, pod.name, patch)
             if result.ok or result.status == 404:
+                latest = self._conditions.get(pod.uid)
+                if result.ok and latest is not None and latest != wanted:
+                    # A newer reason was submitted while this one was on the wire, and another worker may
+                    # have written it first: write it again, so that the pod ends with the newest reason.
+                    self._submit("condition", pod, *latest)
                 return
             self.metrics.api_errors.labels("pod_status", str(result.status)).inc()
             self.log.warning(

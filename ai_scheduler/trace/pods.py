@@ -47,14 +47,10 @@ def pod_of(job: TraceJob, *, scheduler_name: str, uid: str = "", name: str = "")
         annotations[GPU_MEMORY_ANNOTATION] = str(job.gpu_memory)
     if job.estimate is not None:
         annotations[ESTIMATE_ANNOTATION] = f"{max(round(job.estimate), 1)}s"
-    if job.user:
-        labels[USER_LABEL] = dns_label(job.user)
-    if job.queue:
-        labels[QUEUE_LABEL] = dns_label(job.queue)
-    if job.task_type:
-        labels[TASK_TYPE_LABEL] = dns_label(job.task_type)
-    if job.workload_class:
-        labels[WORKLOAD_CLASS_LABEL] = dns_label(job.workload_class)
+    for key, value in ((USER_LABEL, job.user), (QUEUE_LABEL, job.queue), (TASK_TYPE_LABEL, job.task_type),
+                       (WORKLOAD_CLASS_LABEL, job.workload_class)):
+        if value:
+            labels[key] = dns_label(value)
     if job.gang:
         labels[GROUP_NAME_LABEL] = dns_label(job.gang)
         labels[GROUP_MIN_LABEL] = str(job.gang_size)

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from ai_scheduler.tracesim.metrics import Breakdown, Summary
 from ai_scheduler.tracesim.records import SimResult
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 MAX_USERS = 20  # users shown by summary_table, those with the most pods
 
@@ -214,12 +218,8 @@ def write_plots(result: SimResult, directory: Path) -> list[Path]:
         axes.plot(requested, fragmented, label="fragmented")
         axes.set_xlabel("arrived GPU request (% of capacity)")
         axes.set_ylabel("GPU (% of capacity)")
-        axes.set_title(_title(result, "GPU allocation against arrived workload"))
-        axes.legend()
-        axes.grid(alpha=0.3)
-        path = directory / "alloc_vs_arrived.png"
-        figure.savefig(path, dpi=100)
-        written.append(path)
+        written.append(_finish(figure, axes, _title(result, "GPU allocation against arrived workload"),
+                               directory / "alloc_vs_arrived.png"))
 
         if time[-1] > time[0]:
             figure = Figure(figsize=(9, 4.5), layout="constrained")
@@ -229,12 +229,8 @@ def write_plots(result: SimResult, directory: Path) -> list[Path]:
             axes.set_xlabel("simulated time (s)")
             axes.set_ylabel("GPU (% of capacity)")
             axes.set_ylim(bottom=0)
-            axes.set_title(_title(result, "GPU allocation over time"))
-            axes.legend()
-            axes.grid(alpha=0.3)
-            path = directory / "alloc_over_time.png"
-            figure.savefig(path, dpi=100)
-            written.append(path)
+            written.append(_finish(figure, axes, _title(result, "GPU allocation over time"),
+                                   directory / "alloc_over_time.png"))
 
     waits: dict[int, list[float]] = {}
     for pod in result.pods:
@@ -252,13 +248,18 @@ def write_plots(result: SimResult, directory: Path) -> list[Path]:
         axes.set_xlabel("wait (s)")
         axes.set_ylabel("fraction of placed pods")
         axes.set_ylim(0, 1.02)
-        axes.set_title(_title(result, "Wait-time CDF by queue level"))
-        axes.legend()
-        axes.grid(alpha=0.3)
-        path = directory / "wait_cdf.png"
-        figure.savefig(path, dpi=100)
-        written.append(path)
+        written.append(_finish(figure, axes, _title(result, "Wait-time CDF by queue level"),
+                               directory / "wait_cdf.png"))
     return written
+
+
+def _finish(figure: Figure, axes: Axes, title: str, path: Path) -> Path:
+    """Title, legend and grid, then the PNG written to `path`."""
+    axes.set_title(title)
+    axes.legend()
+    axes.grid(alpha=0.3)
+    figure.savefig(path, dpi=100)
+    return path
 
 
 def _direction(key: str) -> int:
