@@ -368,3 +368,23 @@ async def test_a_malformed_gpu_report_is_logged_once_per_change(
     await wait_for(last_beat_seen, what="the scheduler saw every heartbeat")
     assert running.scheduler.cache.gpu_problem("broken")
     assert len(logged()) == 1 and GPUS_ANNOTATION in logged()[0]["error"]
+
+
+async def test_a_pod_asking_for_managed_gpus_preempts_a_lower_priority_holder(
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler(gpu_config())
+
+    def eight(name: str, priority: int) -> dict[str, Any]:
+        annotations = {GPU_COUNT_ANNOTATION: "8"}
+        return make_pod(name, cpu="1", memory="1Gi", priority=priority, annotations=annotations)
+
+    await create_all(api, [], [eight(f"low-{i}", 0) for i in range(4)])
+    await wait_for(lambda: len(bound(cluster, "low")) == 4, what="every managed GPU held")
+    await create_all(api, [], [eight("high", 100)])
+    await wait_for(lambda: bound(cluster, "high"), what="the preemptor placed on the GPUs a victim held")
+    line = running.log_lines("preemption")[0]
+    assert line["preemptor"] == "default/high" and len(line["victims"]) == 1, line
+    assert line["node"] == bound(cluster, "high")[0]["spec"]["nodeName"]
+    assert len(bound(cluster, "low")) == 3
+    assert_devices_not_overcommitted(cluster)

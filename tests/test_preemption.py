@@ -17,6 +17,7 @@ import pytest
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_IDS_ANNOTATION
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import default_config
@@ -38,6 +39,7 @@ from ai_scheduler.scheduler.preemption import (
     select_victims,
 )
 from ai_scheduler.sim import make_node, make_pdb, make_pod
+from ai_scheduler.trace import NodeSpec
 
 LOW, MID, HIGH, NEGATIVE = 0, 100, 1000, -100
 SMALL, MEDIUM, LARGE, VERY_LARGE = "1", "2", "3", "5"
@@ -431,3 +433,31 @@ def test_a_reserved_node_is_charged_only_when_the_pod_could_otherwise_use_it() -
     assert decision.message == (
         "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) reserved for gang default/g."
     )
+
+
+def gpu_holder(name: str, node: str, priority: int, device: int) -> dict[str, Any]:
+    pod = bound(name, node, "1", priority)
+    pod["metadata"]["annotations"] = {GPU_COUNT_ANNOTATION: "1", GPU_IDS_ANNOTATION: str(device)}
+    return pod
+
+
+def test_a_pod_asking_for_managed_gpus_evicts_the_lowest_pod_holding_one() -> None:
+    # Two managed GPUs, both held: the GPU filter refuses the node, and removing one holder makes room.
+    node = NodeSpec("g0", cpu=32_000, memory=128 * 2**30, gpus=2, gpu_model="A100",
+                    gpu_memory=80 * 2**30, managed=True).to_node()
+    cluster = Cluster([node], [gpu_holder("older", "g0", LOW + 1, 0), gpu_holder("newer", "g0", LOW, 1)])
+    incoming = make_pod("vip", cpu="1", memory=None, priority=HIGH, annotations={GPU_COUNT_ANNOTATION: "1"})
+    _decision, plan = cluster.post_filter(incoming)
+    assert plan is not None and plan.node == "g0"
+    assert [v.name for v in plan.victims] == ["newer"], "one GPU is enough: the least important holder goes"
+    # The what-if gave the devices back as they were.
+    assert cluster.cache.gpus.assignments["uid-1-newer"].indices == (1,)
+
+
+def test_no_plan_for_managed_gpus_when_the_holders_outrank_the_pod() -> None:
+    node = NodeSpec("g0", cpu=32_000, memory=128 * 2**30, gpus=1, gpu_model="A100",
+                    gpu_memory=80 * 2**30, managed=True).to_node()
+    cluster = Cluster([node], [gpu_holder("vip", "g0", HIGH, 0)])
+    incoming = make_pod("batch", cpu="1", memory=None, priority=LOW, annotations={GPU_COUNT_ANNOTATION: "1"})
+    _decision, plan = cluster.post_filter(incoming)
+    assert plan is None

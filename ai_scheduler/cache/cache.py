@@ -439,23 +439,28 @@ class SchedulerCache:
     @contextlib.contextmanager
     def without(self, pods: Iterable[PodRecord]) -> Iterator[None]:
         """For preemption's what-if: the placed `pods` off their nodes (resources, pod slots, host ports,
-        labels for affinity and spread, claims) while the block runs, then back as they were. Their
-        managed GPUs and quota use stay: preemption makes no room for those through this."""
-        off: list[tuple[int, str, PodRecord]] = []
+        labels for affinity and spread, claims, managed GPUs) while the block runs, then back as they
+        were, on the same devices. Their quota use stays."""
+        off: list[tuple[int, str, PodRecord, tuple[int, ...] | None]] = []
         try:
             for pod in pods:
                 state = self.pods.get(pod.uid)
                 node = self.nodes.get(state.node) if state is not None and state.node else None
                 if state is None or node is None or node.row < 0:
                     continue
-                off.append((node.row, state.node, state.record))
+                assignment = self.gpus.assignments.get(pod.uid)
+                off.append((node.row, state.node, state.record, assignment.indices if assignment else None))
                 if state.record.claims or state.record.disks:
                     self.volumes.count_users(state.record, state.node, -1)
                 self._apply(node.row, state.record, -1)
+                if assignment is not None:
+                    self.gpus.detach(pod.uid)
             yield
         finally:
-            for row, node_name, record in reversed(off):
+            for row, node_name, record, devices in reversed(off):
                 self._apply(row, record, 1)
+                if devices is not None:
+                    self.gpus.attach(record.uid, row, record, devices)
                 if record.claims or record.disks:
                     self.volumes.count_users(record, node_name, 1)
 

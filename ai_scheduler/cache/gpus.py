@@ -121,7 +121,16 @@ def parse_fraction(text: str) -> int:
 
 
 def gpu_request(pod: PodRecord) -> tuple[GpuRequest | None, str]:
-    """The pod's managed-GPU request (None if it has none) and an error for a malformed one."""
+    """The pod's managed-GPU request (None if it has none) and an error for a malformed one: read from its
+    annotations once per record (a changed pod is a new record), however many plugins ask."""
+    derived = pod.derived.get("gpu_request")
+    if derived is None:
+        derived = pod.derived["gpu_request"] = _read_gpu_request(pod)
+    request: tuple[GpuRequest | None, str] = derived
+    return request
+
+
+def _read_gpu_request(pod: PodRecord) -> tuple[GpuRequest | None, str]:
     count_text = pod.annotations.get(GPU_COUNT_ANNOTATION)
     memory_text = pod.annotations.get(GPU_MEMORY_ANNOTATION)
     fraction_text = pod.annotations.get(GPU_FRACTION_ANNOTATION)

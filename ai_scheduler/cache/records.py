@@ -361,6 +361,7 @@ class PodRecord:
         "controller",
         "creation",
         "deleting",
+        "derived",
         "disks",
         "gated",
         "host_ports",
@@ -418,6 +419,9 @@ class PodRecord:
         self.nonzero_requests: dict[str, int] | None = None  # None: derived from `requests`
         self.scheduled_condition: tuple[str, str, str] | None = None
         self.spec_error = ""
+        # What the scheduler derives from the record once (e.g. its managed-GPU request, cache/gpus.py),
+        # by name; a changed pod is a new record, so nothing here goes stale.
+        self.derived: dict[str, Any] = {}
 
     @property
     def key(self) -> str:
@@ -433,6 +437,7 @@ class PodRecord:
         pod = copy.copy(self)
         pod.node_name, pod.phase, pod.started = node, "Running", started
         pod.annotations = {**self.annotations, **annotations}
+        pod.derived = dict(self.derived)
         return pod
 
     @property

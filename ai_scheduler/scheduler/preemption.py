@@ -68,6 +68,7 @@ import numpy as np
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
 from ai_scheduler.log import JsonLogger
@@ -336,12 +337,15 @@ class Preemptor:
         resource_only = np.zeros(self.cache.rows, dtype=bool)
         resource_only[passing] = True
         plans: list[Plan] = []
+        wants_gpus = gpu_request(pod)[0] is not None
         for row in rows.tolist():
             candidates = by_node.get(self.cache.row_names[row])
             if not candidates:
                 reasons[NO_VICTIMS] = reasons.get(NO_VICTIMS, 0) + 1
                 continue
-            room = None if resource_only[row] else FilterRoom(self.cache, framework, pod, int(row))
+            # Managed GPUs are devices, not a column: room for them is checked by the filters themselves.
+            arithmetic = resource_only[row] and not wants_gpus
+            room = None if arithmetic else FilterRoom(self.cache, framework, pod, int(row))
             plan, why = self._plan_on(pod, int(row), candidates, reclaiming, room)
             if plan is None:
                 for reason in why:
