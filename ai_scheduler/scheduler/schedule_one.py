@@ -217,6 +217,8 @@ class SchedulingCycle:
         """Metrics and the decision log line: everything needed to understand and replay the attempt."""
         if result != "scheduled":  # a placement is counted once its binding succeeds (Binder), as kube does
             self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, decision.duration)
+        if not self.log.enabled("info"):  # nobody reads it: not worth building (the simulator's default)
+            return
         tenant = self.tenancy.tenant_of(pod)
         fields: dict[str, Any] = {
             "pod": pod.key,
