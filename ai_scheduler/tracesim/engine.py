@@ -38,6 +38,7 @@ import dataclasses
 import heapq
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,7 +50,7 @@ from ai_scheduler.cache.fragmentation import PodShape, ShapeDistribution, fragme
 from ai_scheduler.cache.gpus import gpu_annotations
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config
-from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.log import JsonLogger, NullStream, rfc3339
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.cycle import Decision
@@ -181,7 +182,7 @@ class Simulation:
         self.jobs = list(jobs)
         self.mode = mode
         self.clock = SimClock()
-        self.log = logger or JsonLogger(stream=_Discard(), level="error")
+        self.log = logger or JsonLogger(stream=NullStream(), level="error")
         self.fragmentation = fragmentation
         self.progress = progress  # None: a bar when stderr is a terminal
         self.reports: SimReports | None = None
@@ -224,9 +225,9 @@ class Simulation:
             if self.mode is Mode.TIMED:
                 self._push(job.submit_time, ARRIVAL, f"sim-{index}", 0)
         core.start()
-        bar = tqdm(total=len(self.jobs), unit="pod", disable=self.progress is False or None, leave=False)
-        if self.progress is None:
-            bar.disable = not _stderr_is_terminal()
+        # tqdm's disable=None: a bar only when the output is a terminal.
+        disable = None if self.progress is None else not self.progress
+        bar = tqdm(total=len(self.jobs), unit="pod", disable=disable, leave=False)
         try:
             if self.mode is Mode.PLACEMENT:
                 self._run_placement(bar)
@@ -413,8 +414,11 @@ class Simulation:
 
     @staticmethod
     def job_gpu_milli(job: TraceJob, device_memory: int) -> int:
-        return job.gpu_milli(device_memory or None) if job.gpu_memory and device_memory else (
-            0 if job.gpu_memory else job.gpu_milli())
+        """The job's GPU thousandths; a memory share as its part of a device of `device_memory` bytes (0
+        on a cluster without GPU memory to measure it by)."""
+        if job.gpu_memory and not device_memory:
+            return 0
+        return job.gpu_milli(device_memory or None)
 
     def _node_device_memory(self, node: str) -> int:
         row = self.core.cache.row_of(node)
@@ -454,24 +458,9 @@ def pod_names(jobs: Sequence[TraceJob]) -> list[str]:
 
 def typical_device_memory(nodes: Sequence[NodeSpec]) -> int:
     """The device memory of most of the cluster's GPUs (a memory share's part of "a GPU" at arrival)."""
-    by_memory: dict[int, int] = {}
+    devices: Counter[int] = Counter()
     for node in nodes:
         if node.gpus and node.gpu_memory:
-            by_memory[node.gpu_memory] = by_memory.get(node.gpu_memory, 0) + node.gpus
-    return max(by_memory, key=lambda m: by_memory[m]) if by_memory else 0
-
-
-def _stderr_is_terminal() -> bool:
-    import sys
-
-    return sys.stderr.isatty()
-
-
-class _Discard:
-    """A log sink that keeps nothing."""
-
-    def write(self, data: bytes) -> int:
-        return len(data)
-
-    def flush(self) -> None:
-        return None
+            devices[node.gpu_memory] += node.gpus
+    common = devices.most_common(1)
+    return common[0][0] if common else 0
