@@ -49,11 +49,13 @@ async def test_a_policies_give_different_orders_and_a_reload_switches_live(
 ) -> None:
     path = tmp_path / "config.yaml"
     write_config(path, "small-first")
-    # One pod slot: the queue's order is the order in which pods run.
+    # One pod slot: the queue's order is the order in which pods run. The x jobs share one priority
+    # class value, so that none preempts another for the slot (x3 would evict x1 otherwise, on whichever
+    # backend keeps x1 running long enough to be a victim).
     await create_all(
         api,
         [make_node("slot", cpu="16", memory="64Gi", pods=1)],
-        [job("x1", 1, 1), job("x2", 2, 2), job("x3", 3, 3)],
+        [job("x1", 1, 1), job("x2", 2, 1), job("x3", 3, 1)],
     )
     running = await start_scheduler(load_config(path), config_path=str(path), config_poll_seconds=0.05)
     await wait_for(lambda: len(bind_order(running, {"x1", "x2", "x3"})) == 3, what="x jobs run")
