@@ -362,13 +362,16 @@ class GpuTable:
         self.whole_free[row] = False
         self.total[row] = 0
 
-    def _recompute(self, row: int) -> None:
-        self._clear_row(row)
+    def _recompute(self, row: int, indices: tuple[int, ...] | None = None) -> None:
+        """The row's free arrays from its report and holders: all of it, or only the devices `indices`
+        (those a pod took or gave back; the others are unchanged)."""
+        if indices is None:
+            self._clear_row(row)
         state = self.nodes.get(row)
         if state is None:
             return
         for device in state.devices:
-            if device.error:
+            if device.error or (indices is not None and device.index not in indices):
                 continue
             i = device.index
             self.total[row, i] = device.total
@@ -398,7 +401,7 @@ class GpuTable:
                 state.whole.setdefault(i, set()).add(uid)
         state.holders.add(uid)
         self.assignments[uid] = assignment
-        self._recompute(row)
+        self._recompute(row, assignment.indices)
 
     def detach(self, uid: str) -> None:
         assignment = self.assignments.pop(uid, None)
@@ -419,7 +422,7 @@ class GpuTable:
                     if not holders:
                         state.whole.pop(i, None)
         state.holders.discard(uid)
-        self._recompute(assignment.row)
+        self._recompute(assignment.row, assignment.indices)
 
     @staticmethod
     def _from_annotation(pod: PodRecord) -> tuple[int, ...] | None:

@@ -12,7 +12,6 @@ and never read (`kubectl.kubernetes.io/last-applied-configuration`) is dropped.
 
 from __future__ import annotations
 
-import copy
 import enum
 import functools
 import sys
@@ -431,14 +430,15 @@ class PodRecord:
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
 
-    def bound(self, node: str, annotations: Mapping[str, str], started: str) -> PodRecord:
-        """This pod as a watch shows it once bound to `node` with `annotations` (PreBind's) and started:
-        what the trace simulator applies for a binding, without a round trip through the API form."""
-        pod = copy.copy(self)
-        pod.node_name, pod.phase, pod.started = node, "Running", started
-        pod.annotations = {**self.annotations, **annotations}
-        pod.derived = dict(self.derived)
-        return pod
+    def mark_bound(self, node: str, annotations: Mapping[str, str], started: str) -> None:
+        """Make this record the pod as a watch shows it once bound to `node` with `annotations`
+        (PreBind's) and started, in place: what the trace simulator applies for a binding, without a
+        round trip through the API form. In place, so that the cache sees the very record it assumed
+        and confirms it without taking its resources off the node and on again (`set_pod`); nothing
+        derived from a pending pod changes by its binding (the gpu-ids annotation is the cache's own
+        choice, which it already holds)."""
+        self.node_name, self.phase, self.started = node, "Running", started
+        self.annotations = {**self.annotations, **annotations}
 
     @property
     def pending(self) -> bool:

@@ -321,7 +321,7 @@ class Simulation:
         """The outbox's binding: the pod is bound now; it leaves when its run time ends (timed mode)."""
         live = self._live[pod.uid]
         node = decision.node or ""
-        live.pod = live.pod.bound(
+        live.pod.mark_bound(
             node, gpu_annotations(decision.gpu_ids, decision.gpu_uuids), rfc3339(self.clock(), millis=False)
         )
         cache = self.core.cache
