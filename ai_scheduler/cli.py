@@ -8,8 +8,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-import uvloop
-
 from ai_scheduler import __version__
 from ai_scheduler.config import ConfigError, default_config, load_config
 from ai_scheduler.log import LEVELS, JsonLogger
@@ -122,12 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ai_scheduler.tracesim.command import run as simulate
 
         return simulate(args)
+    import uvloop
+
     from ai_scheduler.demo import run_demo
 
     return uvloop.run(run_demo(nodes=args.nodes, pods=args.pods, seed=args.seed, log_file=args.log_file))
 
 
 def _run(args: argparse.Namespace) -> int:
+    import uvloop
+
     from ai_scheduler.scheduler.daemon import run_scheduler
 
     logger = JsonLogger(level=args.log_level)
@@ -156,6 +158,8 @@ def _positive_seconds(text: str) -> float:
 
 
 def _agent(args: argparse.Namespace) -> int:
+    import uvloop
+
     from ai_scheduler.agent import run_agent
 
     logger = JsonLogger(level=args.log_level)

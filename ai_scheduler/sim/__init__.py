@@ -5,7 +5,8 @@ Nothing here imports the scheduler, so the scheduler is tested against this
 exactly as it would run against a real cluster: over HTTP with kubernetes_asyncio.
 """
 
-from ai_scheduler.sim.apiserver import SimApiServer
+from typing import TYPE_CHECKING, Any
+
 from ai_scheduler.sim.kubelet import (
     DURATION_ANNOTATION,
     KUBELET_LABEL,
@@ -26,6 +27,19 @@ from ai_scheduler.sim.objects import (
     write_kubeconfig,
 )
 from ai_scheduler.sim.store import ApiError, Registry, ResourceType, Selector, Store
+
+if TYPE_CHECKING:
+    from ai_scheduler.sim.apiserver import SimApiServer
+
+
+def __getattr__(name: str) -> Any:
+    """The API server on first use: it brings in aiohttp, which the objects' builders (used by the
+    trace simulator's cluster reader) do without."""
+    if name == "SimApiServer":
+        from ai_scheduler.sim.apiserver import SimApiServer
+
+        return SimApiServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DURATION_ANNOTATION",
