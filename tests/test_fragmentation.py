@@ -280,3 +280,26 @@ def test_share_of_a_device_rounds_as_the_table_does() -> None:
     state, _, _ = row_state(cache, rows_of(cache, "a"))
     assert state[:, :2].tolist() == [[700, 1000]]
     assert cache.gpus.total[cache.row_of("a"), 0] == 16 * GIB and 16 * GIB % MIB == 0
+
+
+def test_a_share_takes_the_device_where_fragmentation_grows_least_not_the_best_fit() -> None:
+    # Devices free 800 and 500 thousandths; the workload is mostly halves. A 0.3 share on device 1 (the
+    # best fit, 200 left) strands those 200 for every half; on device 0 it leaves 500 and 500, both
+    # usable by a half: FGD takes device 0, the GPU filter alone device 1.
+    def framework(scores: list[GpuFragmentation]) -> tuple[Framework, SchedulerCache]:
+        cache = cluster(gpu_node("a"))
+        cache.set_pod(share_pod("old0", "0.2", node="a", device=0))
+        cache.set_pod(share_pod("old1", "0.5", node="a", device=1))
+        config = default_config()
+        fw = Framework("ai-scheduler", build_filters(config, config.profiles[0]), list(scores), cache,
+                       rng=random.Random(0))
+        return fw, cache
+
+    fgd = GpuFragmentation(1)
+    fw, cache = framework([fgd])
+    for i in range(8):
+        fgd.score(share_pod(f"half{i}", "0.5"), cache, rows_of(cache, "a"), StaticResults(cache))
+    assert fw.schedule(share_pod("p", "0.3")).gpu_ids == (0,)
+    assert fgd.preferred_device(share_pod("other", "0.3"), cache, cache.row_of("a")) is None  # not scored
+    plain, _ = framework([])
+    assert plain.schedule(share_pod("p", "0.3")).gpu_ids == (1,)

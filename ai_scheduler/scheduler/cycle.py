@@ -11,7 +11,14 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import DevicePicker, FilterPlugin, ScorePlugin, StaticResults, Window
+from ai_scheduler.scheduler.framework import (
+    DevicePicker,
+    DevicePreference,
+    FilterPlugin,
+    ScorePlugin,
+    StaticResults,
+    Window,
+)
 
 TOP_SCORES_LOGGED = 3
 # kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): below this many nodes every node
@@ -109,6 +116,8 @@ class Framework:
         self.last_looked_at = self.last_found = 0
         # Reserve step for devices: the filter that knows managed GPUs also picks them on the chosen node.
         self.device_picker = next((f for f in self.filters if isinstance(f, DevicePicker)), None)
+        # A score that also ranks the chosen node's devices for a share (FGD's device choice), if any.
+        self.device_preference = next((s for s in self.scores if isinstance(s, DevicePreference)), None)
 
     def schedule(
         self,
@@ -304,7 +313,10 @@ class Framework:
         gpu_ids: tuple[int, ...] = ()
         gpu_uuids: tuple[str, ...] = ()
         if self.device_picker is not None:
-            gpu_ids, gpu_uuids = self.device_picker.pick(pod, cache, int(rows[pick]))
+            row = int(rows[pick])
+            preference = self.device_preference
+            prefer = preference.preferred_device(pod, cache, row) if preference is not None else None
+            gpu_ids, gpu_uuids = self.device_picker.pick(pod, cache, row, prefer)
         return Decision(
             names[int(rows[pick])],
             total,

@@ -16,7 +16,11 @@ same plugin semantics but shape the calls for arrays:
   plain per-node check; the framework caches its per-node results by the pod's
   *signature* (the parts of the pod the plugin reads) and recomputes only the
   rows whose static attributes changed — Borg's equivalence classes, per plugin;
-- a ScorePlugin returns integer scores in [0, 100] for the feasible rows.
+- a ScorePlugin returns integer scores in [0, 100] for the feasible rows;
+- a DevicePicker (a filter: the one that knows managed GPUs) chooses the devices
+  on the chosen node, at Reserve; a DevicePreference (a score) may name the
+  device a GPU share should take there, so that the device follows the same
+  measure that chose the node (FGD's device choice).
 """
 
 from __future__ import annotations
@@ -76,8 +80,12 @@ class DevicePicker(FilterPlugin):
     """A filter that also reserves devices on the chosen node (the Reserve point, for managed GPUs)."""
 
     def pick(
-        self, pod: PodRecord, cache: SchedulerCache, row: int
+        self, pod: PodRecord, cache: SchedulerCache, row: int, prefer: int | None = None
     ) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """The device indices and UUIDs for the pod on `row` (empty when it takes no managed GPU).
+
+        `prefer`: the device a DevicePreference asks for a share; taken when the share fits on it,
+        the picker's own rule otherwise."""
         raise NotImplementedError
 
 
@@ -154,6 +162,17 @@ class ScorePlugin:
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
     ) -> np.ndarray | None:
         """Scores for `rows`; None when the plugin has no opinion about this pod."""
+        raise NotImplementedError
+
+
+class DevicePreference(ScorePlugin):
+    """A score plugin that also ranks the devices of the chosen node for a GPU share.
+
+    Called once per placed pod, after the node is chosen and before the DevicePicker picks, with the
+    row the scores chose; the state is the one `score` saw in the same cycle."""
+
+    def preferred_device(self, pod: PodRecord, cache: SchedulerCache, row: int) -> int | None:
+        """The device the share should take on `row`, or None to leave it to the DevicePicker."""
         raise NotImplementedError
 
 

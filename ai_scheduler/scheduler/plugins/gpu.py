@@ -102,9 +102,11 @@ class GpuFilter(DevicePicker):
         ]
 
     def pick(
-        self, pod: PodRecord, cache: SchedulerCache, row: int
+        self, pod: PodRecord, cache: SchedulerCache, row: int, prefer: int | None = None
     ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-        """The devices for the pod on the chosen node (empty for pods without managed GPUs)."""
+        """The devices for the pod on the chosen node (empty for pods without managed GPUs): whole devices
+        by NVLink islands (`choose_whole`), a share on `prefer` when it fits there, else by best fit (worst
+        fit for the spread policy)."""
         request, _ = gpu_request(pod)
         if request is None:
             return (), ()
@@ -114,8 +116,11 @@ class GpuFilter(DevicePicker):
             free = [i for i in sorted(devices) if g.whole_free[row, i]]
             chosen = choose_whole(devices, free, request.count)
         else:
-            fit = worst_fit if self.spread else best_fit
-            chosen = (fit(g.share_free[row], share_need(request, g.total[row])),)
+            need = share_need(request, g.total[row])
+            if prefer is not None and prefer in devices and g.share_free[row, prefer] >= need[prefer]:
+                chosen = (prefer,)
+            else:
+                chosen = ((worst_fit if self.spread else best_fit)(g.share_free[row], need),)
         return chosen, tuple(devices[i].uuid for i in chosen)
 
 

@@ -22,8 +22,9 @@ Beyond FGD, two choices, each measurable on its own:
 - Ties: the increase is rounded to a millionth of a GPU before scaling, so that nodes whose state is
   the same score the same whatever the order of the sums, and the framework's tie-break
   (`scheduling.tieBreak`: `nodeOrder` takes the first node of the table, `random` one at random)
-  decides between them. On a node the device is the one where the fragmentation grows least, the
-  lowest index on ties (`Placement.device`, for the device choice to follow the score).
+  decides between them. On the chosen node a share takes the device where the fragmentation grows
+  least, the lowest index on ties (`Placement.device`, handed to GPUFilter's pick through
+  `preferred_device`), as FGD does; whole devices keep GPUFilter's NVLink-island choice.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from ai_scheduler.cache.fragmentation import (
 )
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, DevicePreference, StaticResults
 from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
@@ -103,8 +104,9 @@ def share_need(pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> np.nd
     return need
 
 
-class GpuFragmentation(ScorePlugin):
-    """FGD: prefer the node whose expected GPU fragmentation grows least (see the module docstring)."""
+class GpuFragmentation(DevicePreference):
+    """FGD: prefer the node whose expected GPU fragmentation grows least, and on it the device where it
+    grows least (see the module docstring)."""
 
     name = "GPUFragmentation"
 
@@ -122,6 +124,9 @@ class GpuFragmentation(ScorePlugin):
         self.cpu_only_penalty = cpu_only_penalty
         self.distribution = ShapeDistribution(max_shapes=max_shapes, half_life=half_life)
         self._seen: OrderedDict[str, None] = OrderedDict()
+        # The last scoring's rows and the device a share would take on each (Placement.device), for
+        # `preferred_device` in the same cycle.
+        self._devices: tuple[str, np.ndarray, np.ndarray] | None = None
 
     def observe(self, pod: PodRecord, shape: PodShape) -> None:
         """Count the pod in the learned distribution, once per uid."""
@@ -187,8 +192,19 @@ class GpuFragmentation(ScorePlugin):
     ) -> np.ndarray | None:
         if rows.shape[0] == 0:
             return np.zeros(0, dtype=np.int64)
-        delta = self.evaluate(pod, cache, rows).delta
-        return normalize(delta)
+        result = self.evaluate(pod, cache, rows)
+        self._devices = (pod.uid, rows, result.device)
+        return normalize(result.delta)
+
+    def preferred_device(self, pod: PodRecord, cache: SchedulerCache, row: int) -> int | None:
+        """The device where the share's fragmentation grows least on `row`, as this cycle's scoring found
+        (None for whole devices, pods without GPUs, or a row it did not score)."""
+        if self._devices is None or self._devices[0] != pod.uid:
+            return None
+        _, rows, devices = self._devices
+        hits = np.flatnonzero(rows == row)
+        device = int(devices[hits[0]]) if hits.size else NO_DEVICE
+        return None if device == NO_DEVICE else device
 
 
 def normalize(delta: np.ndarray) -> np.ndarray:
