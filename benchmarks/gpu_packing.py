@@ -42,6 +42,7 @@ from ai_scheduler.cache.gpus import (
     GPUS_ANNOTATION,
     MANAGED_LABEL,
     UPDATED_ANNOTATION,
+    nvlink_islands,
 )
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config, parse_config
@@ -51,7 +52,7 @@ from ai_scheduler.scheduler.core import build_frameworks
 from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.framework import ScorePlugin
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
-from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU, nvlink_islands
+from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.plugins.resource_allocation import (
     GpuAwareAllocation,
     LeastAllocated,

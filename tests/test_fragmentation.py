@@ -26,9 +26,13 @@ from ai_scheduler.cache.fragmentation import (
     fragment_matrix,
     fragmentation,
     free_thousandths,
+    island_counts,
     multi_gpu_reserve,
+    multi_gpu_shapes,
     placement,
+    split_islands,
     stranding,
+    take_whole,
 )
 from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_FRACTION_ANNOTATION, GPU_IDS_ANNOTATION, MIB
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -303,3 +307,55 @@ def test_a_share_takes_the_device_where_fragmentation_grows_least_not_the_best_f
     assert fgd.preferred_device(share_pod("other", "0.3"), cache, cache.row_of("a")) is None  # not scored
     plain, _ = framework([])
     assert plain.schedule(share_pod("p", "0.3")).gpu_ids == (1,)
+
+
+# ------------------------------------------------------------------------------- NVLink islands
+def test_island_counts_and_the_devices_multi_gpu_shapes_reach_only_across_islands() -> None:
+    # Islands 0-3 and 4-7; wholly free: 0, 1 (island 0) and 4, 5, 6 (island 4).
+    island = np.array([[0, 0, 0, 0, 4, 4, 4, 4]])
+    whole = np.array([[True, True, False, False, True, True, True, False]])
+    counts = island_counts(whole, island)
+    assert counts[0].tolist() == [2, 0, 0, 0, 3, 0, 0, 0]
+    # A 2-GPU shape fits in either island: nothing split. A 4-GPU shape fits the node (5 free) but no
+    # island: all 5 count. An 8-GPU shape does not fit at all: FGD counts it already, this adds nothing.
+    for k, expected in ((2, 0.0), (4, 5000.0), (8, 0.0)):
+        assert split_islands(counts, np.array([k]), np.array([1.0])).tolist() == [expected]
+    shapes = Shapes.of([PodShape(gpu=4 * MILLI), PodShape(gpu=MILLI), PodShape(gpu=500)], [1, 2, 1])
+    ks, probs = multi_gpu_shapes(shapes)
+    assert ks.tolist() == [4] and probs.tolist() == [0.25]
+
+
+def test_take_whole_uses_the_smallest_island_that_holds_the_request_else_the_smallest_first() -> None:
+    counts = np.array([[2, 0, 0, 0, 4, 0, 0, 0], [3, 0, 0, 0, 3, 0, 0, 0], [1, 0, 2, 0, 1, 0, 0, 0]])
+    after = take_whole(counts, 2)
+    assert after.tolist()[:2] == [[0, 0, 0, 0, 4, 0, 0, 0], [1, 0, 0, 0, 3, 0, 0, 0]]
+    assert take_whole(counts[2:], 3).tolist() == [[0, 0, 1, 0, 0, 0, 0, 0]]  # spans: 1 + 1, then 1 of 2
+
+
+def test_coupled_plugin_keeps_nvlink_islands_whole_for_four_gpu_pods() -> None:
+    # Two 8-GPU nodes with islands of four. "whole" is all free; "half" has two GPUs of island 0 taken.
+    # A 2-GPU pod on "half" fills island 0 and leaves island 4 whole for a 4-GPU pod; on "whole" it
+    # breaks an island. Plain FGD sees no partly used device on either: a tie, the first node wins.
+    def node(name: str) -> NodeRecord:
+        spec = NodeSpec(name, cpu=96 * CORE, memory=512 * GIB, gpus=8, gpu_model="A100",
+                        gpu_memory=80 * GIB, managed=True, nvlink_island=4)
+        return NodeRecord.from_api(spec.to_node())
+
+    cache = cluster(node("whole"), node("half"))
+    for i in range(2):
+        record = make_pod(f"old{i}", cpu="1", memory="1Gi", node_name="half",
+                          annotations={GPU_COUNT_ANNOTATION: "1", GPU_IDS_ANNOTATION: str(i)})
+        record["metadata"]["uid"] = f"uid-old{i}"
+        record["status"] = {"phase": "Running"}
+        cache.set_pod(PodRecord.from_api(record))
+    assert cache.gpus.island[cache.row_of("half")].tolist() == [0, 0, 0, 0, 4, 4, 4, 4]
+    config = default_config()
+    chosen = {}
+    for plugin in (GpuFragmentation(1), GpuFragmentationCoupled(1)):
+        for i in range(6):
+            plugin.observe(whole_pod(f"four{i}", 4), PodShape(CORE, GIB, 4 * MILLI))
+        fw = Framework("ai-scheduler", build_filters(config, config.profiles[0]), [plugin], cache,
+                       rng=random.Random(0), tie_break="nodeOrder")
+        decision = fw.schedule(whole_pod("two", 2))
+        chosen[plugin.name] = (decision.node, decision.gpu_ids)
+    assert chosen == {"GPUFragmentation": ("whole", (0, 1)), "GPUFragmentationCoupled": ("half", (2, 3))}

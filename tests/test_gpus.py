@@ -20,6 +20,7 @@ from ai_scheduler.cache.gpus import (
     UPDATED_ANNOTATION,
     GpuRequest,
     gpu_request,
+    nvlink_islands,
     parse_report,
     share_need,
 )
@@ -34,7 +35,6 @@ from ai_scheduler.scheduler.plugins.gpu import (
     GpuFilter,
     best_fit,
     choose_whole,
-    nvlink_islands,
 )
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 

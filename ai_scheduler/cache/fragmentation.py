@@ -356,3 +356,56 @@ def stranding(
             short = np.clip(whole_free * per_gpu - np.maximum(free, 0), 0, None) / per_gpu
             stranded = np.maximum(stranded, np.minimum(short, whole_free) * MILLI)
     return stranded
+
+
+# ------------------------------------------------------------------------------- NVLink islands
+def island_counts(whole_free: np.ndarray, island: np.ndarray) -> np.ndarray:
+    """(rows, islands): the wholly free devices of each island, the island named by its lowest device
+    index (`GpuTable.island`; -1 for no device), so column i counts island i (0 where no island is i)."""
+    ids = np.arange(island.shape[1])
+    member = (island[:, :, None] == ids[None, None, :]) & whole_free[:, :, None]
+    counts: np.ndarray = member.sum(axis=1)
+    return counts
+
+
+def multi_gpu_shapes(shapes: Shapes) -> tuple[np.ndarray, np.ndarray]:
+    """The device counts (k >= 2) of the whole multi-GPU shapes and their probabilities."""
+    multi = shapes.gpu >= 2 * MILLI
+    return shapes.gpu[multi] // MILLI, shapes.prob[multi]
+
+
+def split_islands(counts: np.ndarray, ks: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """(rows,): expected GPU thousandths that multi-GPU shapes could use only across NVLink islands.
+
+    For a shape of k devices (probability p) on a row with at least k wholly free devices: the wholly
+    free devices outside the islands that hold k of them, each a device the shape would reach only over
+    PCIe. FGD counts a row with fewer than k as all fragment for the shape already, so it adds nothing.
+    """
+    if not ks.shape[0]:
+        return np.zeros(counts.shape[0])
+    whole = counts.sum(axis=1)[:, None]  # (R, 1)
+    inside = (counts[:, :, None] * (counts[:, :, None] >= ks[None, None, :])).sum(axis=1)  # (R, K)
+    split = np.where(whole >= ks[None, :], whole - inside, 0)
+    out: np.ndarray = (split @ probs) * MILLI
+    return out
+
+
+def take_whole(counts: np.ndarray, k: int) -> np.ndarray:
+    """Island counts once k whole devices are taken the way GPUFilter takes them (`choose_whole`): from
+    the island with the fewest free devices that holds k (the lowest on ties); when none does, from the
+    smallest islands up (the filter then goes by PCIe closeness, which the counts do not know)."""
+    after = counts.copy()
+    fits = counts >= k
+    inside = fits.any(axis=1)
+    pick = np.where(fits, counts, np.iinfo(np.int64).max).argmin(axis=1)
+    rows = np.flatnonzero(inside)
+    after[rows, pick[rows]] -= k
+    span = np.flatnonzero(~inside)
+    if span.size:
+        sub = counts[span]
+        order = np.argsort(np.where(sub > 0, sub, np.iinfo(np.int64).max), axis=1, kind="stable")
+        ordered = np.take_along_axis(sub, order, axis=1)
+        taken = np.clip(k - (np.cumsum(ordered, axis=1) - ordered), 0, ordered)
+        np.put_along_axis(sub, order, ordered - taken, axis=1)
+        after[span] = sub
+    return after

@@ -185,6 +185,26 @@ class Device:
         return PCIE_RANK.get(self.pcie.get(other, ""), UNKNOWN_RANK)
 
 
+def nvlink_islands(devices: dict[int, Device]) -> list[list[int]]:
+    """Connected components of the NVLink graph (a lone device is its own island)."""
+    seen: set[int] = set()
+    islands = []
+    for start in sorted(devices):
+        if start in seen:
+            continue
+        island, stack = [], [start]
+        seen.add(start)
+        while stack:
+            i = stack.pop()
+            island.append(i)
+            for peer in devices[i].nvlink:
+                if peer in devices and peer not in seen:
+                    seen.add(peer)
+                    stack.append(peer)
+        islands.append(sorted(island))
+    return islands
+
+
 def _whole(value: object, name: str, high: int) -> int:
     """A JSON integer from 0 to `high`, as the agent writes them (not a string, a float or a boolean)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
@@ -287,6 +307,9 @@ class GpuTable:
         self.share_free = np.full((rows, max_devices), -1, dtype=np.int64)  # -1: not usable for a share
         self.whole_free = np.zeros((rows, max_devices), dtype=bool)
         self.total = np.zeros((rows, max_devices), dtype=np.int64)
+        # Each device's NVLink island, named by its lowest device index (-1: no device). A node that
+        # reports no NVLink at all is one island: nothing is known that would split it.
+        self.island = np.full((rows, max_devices), -1, dtype=np.int64)
         self.nodes: dict[int, NodeGpus] = {}
         self.assignments: dict[str, Assignment] = {}
         self.largest_device = 0
@@ -307,6 +330,7 @@ class GpuTable:
         self.share_free = np.vstack([self.share_free, np.full((extra, width), -1, dtype=np.int64)])
         self.whole_free = np.vstack([self.whole_free, np.zeros((extra, width), dtype=bool)])
         self.total = np.vstack([self.total, np.zeros((extra, width), dtype=np.int64)])
+        self.island = np.vstack([self.island, np.full((extra, width), -1, dtype=np.int64)])
 
     def _widen(self, devices: int) -> None:
         width = self.share_free.shape[1]
@@ -316,6 +340,7 @@ class GpuTable:
         self.share_free = np.hstack([self.share_free, np.full((self.rows, extra), -1, dtype=np.int64)])
         self.whole_free = np.hstack([self.whole_free, np.zeros((self.rows, extra), dtype=bool)])
         self.total = np.hstack([self.total, np.zeros((self.rows, extra), dtype=np.int64)])
+        self.island = np.hstack([self.island, np.full((self.rows, extra), -1, dtype=np.int64)])
 
     # ------------------------------------------------------------------ nodes
     def set_node(self, row: int, record: NodeRecord) -> bool:
@@ -328,6 +353,7 @@ class GpuTable:
             self.nodes.pop(row, None)
             self.healthy[row] = False
             self._clear_row(row)
+            self.island[row] = -1
             return False
         state = self.nodes.setdefault(row, NodeGpus())
         report = record.annotations.get(GPUS_ANNOTATION)
@@ -345,6 +371,7 @@ class GpuTable:
         if state.devices:
             self._widen(max(d.index for d in state.devices) + 1)
             self.largest_device = max(self.largest_device, *(d.total for d in state.devices))
+        self._set_islands(row, state.devices)
         self._recompute(row)
         room_after = (int(np.clip(self.share_free[row], 0, None).sum()), int(self.whole_free[row].sum()))
         usable = bool(self.healthy[row]) and time.time() - self.updated[row] <= self.staleness
@@ -356,6 +383,16 @@ class GpuTable:
         self.missing[row] = False
         self.nodes.pop(row, None)
         self._clear_row(row)
+        self.island[row] = -1
+
+    def _set_islands(self, row: int, devices: list[Device]) -> None:
+        self.island[row] = -1
+        usable = {d.index: d for d in devices if not d.error}
+        if not usable:
+            return
+        linked = any(d.nvlink for d in usable.values())
+        for island in nvlink_islands(usable) if linked else [sorted(usable)]:
+            self.island[row, island] = island[0]
 
     def _clear_row(self, row: int) -> None:
         self.share_free[row] = -1

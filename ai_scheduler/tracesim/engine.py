@@ -332,6 +332,7 @@ class Simulation:
         outcome = self.result.pods[live.index]
         outcome.start = self.clock.now if self.mode is Mode.TIMED else outcome.submit  # placement: no wait
         outcome.node = node
+        outcome.devices = decision.gpu_ids
         outcome.backfilled = self._backfilled(pod, node)
         live.gpu_milli = self.job_gpu_milli(job, self._node_device_memory(node))
         self._allocated[0] += live.gpu_milli

@@ -28,6 +28,7 @@ class PodOutcome:
     or never placed, or placement mode). `level` is its queue's level (lower is served first).
     `preemptions` counts the times it was preempted (each one sends it back to the queue);
     `backfilled` says it was placed on nodes held by a starvation reservation for another pod.
+    `devices` are the managed GPUs (indices on `node`) it was given, for GPU requests by annotation.
     `reason` is the last Unschedulable message of a pod never placed.
     """
 
@@ -44,6 +45,7 @@ class PodOutcome:
     start: float | None = None
     end: float | None = None
     node: str = ""
+    devices: tuple[int, ...] = ()
     attempts: int = 0
     preemptions: int = 0
     backfilled: bool = False

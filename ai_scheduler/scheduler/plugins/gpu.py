@@ -23,7 +23,14 @@ from collections.abc import Callable
 import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gpus import GPU_MEMORY_ANNOTATION, Device, GpuRequest, gpu_request, share_need
+from ai_scheduler.cache.gpus import (
+    GPU_MEMORY_ANNOTATION,
+    Device,
+    GpuRequest,
+    gpu_request,
+    nvlink_islands,
+    share_need,
+)
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.quantity import format_units
 from ai_scheduler.scheduler.framework import (
@@ -122,26 +129,6 @@ class GpuFilter(DevicePicker):
             else:
                 chosen = ((worst_fit if self.spread else best_fit)(g.share_free[row], need),)
         return chosen, tuple(devices[i].uuid for i in chosen)
-
-
-def nvlink_islands(devices: dict[int, Device]) -> list[list[int]]:
-    """Connected components of the NVLink graph (a lone device is its own island)."""
-    seen: set[int] = set()
-    islands = []
-    for start in sorted(devices):
-        if start in seen:
-            continue
-        island, stack = [], [start]
-        seen.add(start)
-        while stack:
-            i = stack.pop()
-            island.append(i)
-            for peer in devices[i].nvlink:
-                if peer in devices and peer not in seen:
-                    seen.add(peer)
-                    stack.append(peer)
-        islands.append(sorted(island))
-    return islands
 
 
 def _spread_cost(devices: dict[int, Device], group: tuple[int, ...]) -> int:

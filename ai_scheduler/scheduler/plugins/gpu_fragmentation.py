@@ -11,7 +11,7 @@ The rows' state is read from the cache as arrays: managed GPUs from the GPU tabl
 device in thousandths, see `free_thousandths`), device-plugin GPUs (`nvidia.com/gpu`) as that many
 wholly free devices, and free cpu and memory from the allocatable and requested columns.
 
-Beyond FGD, two choices, each measurable on its own:
+Beyond FGD, three choices, each measurable on its own:
 
 - `couple_cpu` ("GPUFragmentationCoupled"): cpu and memory stay with GPUs. The learned multi-GPU
   shapes say how much cpu and memory a GPU needs beside it (`multi_gpu_reserve`); a placement that
@@ -19,6 +19,11 @@ Beyond FGD, two choices, each measurable on its own:
   the stranded GPU thousandths it adds count as fragmentation. A pod without GPUs also pays a small
   part (`cpu_only_penalty`) of the GPUs its cpu and memory would reserve on a node with free GPUs, so
   that CPU-only work goes to nodes without free GPUs first.
+- `islands` (also "GPUFragmentationCoupled"): NVLink islands stay whole for multi-GPU pods. For each
+  learned shape of k >= 2 devices, the wholly free devices of a node outside the islands that still
+  hold k of them count as fragmentation (the shape would reach them only over PCIe), before and after
+  the placement; whole devices are taken from islands as GPUFilter takes them (the smallest island
+  that holds the request), so the score sees the island the pod will really use.
 - Ties: the increase is rounded to a millionth of a GPU before scaling, so that nodes whose state is
   the same score the same whatever the order of the sums, and the framework's tie-break
   (`scheduling.tieBreak`: `nodeOrder` takes the first node of the table, `random` one at random)
@@ -43,10 +48,14 @@ from ai_scheduler.cache.fragmentation import (
     ShapeDistribution,
     Shapes,
     free_thousandths,
+    island_counts,
     multi_gpu_reserve,
+    multi_gpu_shapes,
     placement,
     share_thousandths,
+    split_islands,
     stranding,
+    take_whole,
 )
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import PodRecord
@@ -115,12 +124,14 @@ class GpuFragmentation(DevicePreference):
         weight: int,
         *,
         couple_cpu: bool = False,
+        islands: bool = False,
         max_shapes: int = 32,
         half_life: float = 2000.0,
         cpu_only_penalty: float = 0.1,
     ) -> None:
         super().__init__(weight)
         self.couple_cpu = couple_cpu
+        self.islands = islands
         self.cpu_only_penalty = cpu_only_penalty
         self.distribution = ShapeDistribution(max_shapes=max_shapes, half_life=half_life)
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -156,7 +167,44 @@ class GpuFragmentation(DevicePreference):
             reserve = multi_gpu_reserve(shapes)
             if reserve.any:
                 self._couple(result, free, free_cpu, free_memory, shape, reserve)
+        if self.islands:
+            ks, probs = multi_gpu_shapes(shapes)
+            if ks.shape[0]:
+                self._split(result, cache, rows, free, shape, ks, probs)
         return result
+
+    @staticmethod
+    def _split(
+        result: Placement,
+        cache: SchedulerCache,
+        rows: np.ndarray,
+        free: np.ndarray,
+        shape: PodShape,
+        ks: np.ndarray,
+        probs: np.ndarray,
+    ) -> None:
+        """Add the GPUs that multi-GPU shapes could reach only across NVLink islands, before and after
+        the placement (whole devices taken as GPUFilter takes them; a share takes its device out of its
+        island's wholly free ones). Device-plugin GPUs and nodes without NVLink are one island each."""
+        island = cache.gpus.island[rows]
+        if island.shape[1] < free.shape[1]:
+            pad = np.full((island.shape[0], free.shape[1] - island.shape[1]), -1, dtype=island.dtype)
+            island = np.hstack([island, pad])
+        island = np.where((island < 0) & (free >= 0), 0, island[:, : free.shape[1]])
+        whole = free >= MILLI
+        counts = island_counts(whole, island)
+        if shape.gpu >= MILLI:
+            after = take_whole(counts, shape.gpu // MILLI)
+        elif shape.gpu > 0:
+            after = counts.copy()
+            index = np.arange(rows.shape[0])
+            device = np.maximum(result.device, 0)
+            opened = np.flatnonzero((result.device != NO_DEVICE) & whole[index, device])
+            np.subtract.at(after, (opened, island[opened, device[opened]]), 1)
+        else:
+            after = counts
+        result.before = result.before + split_islands(counts, ks, probs)
+        result.after = result.after + split_islands(after, ks, probs)
 
     def _couple(
         self,
@@ -223,9 +271,10 @@ def normalize(delta: np.ndarray) -> np.ndarray:
 
 
 class GpuFragmentationCoupled(GpuFragmentation):
-    """GPUFragmentation that also keeps cpu and memory with GPUs for the multi-GPU shapes (`couple_cpu`)."""
+    """GPUFragmentation that also keeps cpu and memory with GPUs for the multi-GPU shapes (`couple_cpu`)
+    and keeps NVLink islands whole for them (`islands`)."""
 
     name = "GPUFragmentationCoupled"
 
     def __init__(self, weight: int) -> None:
-        super().__init__(weight, couple_cpu=True)
+        super().__init__(weight, couple_cpu=True, islands=True)
