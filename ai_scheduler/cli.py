@@ -107,6 +107,41 @@ def _parser() -> argparse.ArgumentParser:
     from ai_scheduler.tracesim.command import add_arguments
 
     add_arguments(simulate)
+
+    tune = commands.add_parser(
+        "tune",
+        help="search a policy's weights in simulation for an objective",
+        description="Search the weights of a priority policy (Optuna's TPE, a fixed number of seeded trials, "
+        "each a simulation of the trace) for an objective over the simulator's figures, such as "
+        "'minimize levels[1].wait_mean subject to jain_groups >= 0.95 and gpu_alloc_mean >= "
+        "fifo.gpu_alloc_mean', and write the best policy as a config fragment.",
+    )
+    from ai_scheduler.tracesim.tune import add_arguments as add_tune_arguments
+
+    add_tune_arguments(tune)
+
+    learn = commands.add_parser(
+        "learn",
+        help="fit the run-time model on a trace and report its error",
+        description="Fit a run-time model (a median and an upper quantile) on the completed jobs of a "
+        "trace, score it on the latest jobs against the users' estimates and their past jobs' mean, and "
+        "write it for the daemon's prediction.model.",
+    )
+    from ai_scheduler.tracesim.learn import add_arguments as add_learn_arguments
+
+    add_learn_arguments(learn)
+
+    replay = commands.add_parser(
+        "replay",
+        help="rebuild a cluster and workload from the daemon's log and run them again",
+        description="Read the daemon's JSON-lines log (format v1: nodes, pods, decisions, completions, the "
+        "config), rebuild the cluster and the workload, run them through the simulator under the logged "
+        "config and compare its placements with the daemon's; with --config, also run another config and "
+        "print the differences in the simulator's figures.",
+    )
+    from ai_scheduler.tracesim.replay import add_arguments as add_replay_arguments
+
+    add_replay_arguments(replay)
     return parser
 
 
@@ -116,10 +151,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args)
     if args.command == "agent":
         return _agent(args)
+    if args.command == "learn":
+        from ai_scheduler.tracesim.learn import run as learn
+
+        return learn(args)
     if args.command == "simulate":
         from ai_scheduler.tracesim.command import run as simulate
 
         return simulate(args)
+    if args.command == "replay":
+        from ai_scheduler.tracesim.replay import run as replay
+
+        return replay(args)
+    if args.command == "tune":
+        from ai_scheduler.tracesim.tune import run as tune
+
+        return tune(args)
     import uvloop
 
     from ai_scheduler.demo import run_demo

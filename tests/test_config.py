@@ -207,7 +207,7 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
 TENANCY = {
     "queues": [
         {"name": "prod", "level": 0, "weight": 2, "quota": {"nvidia.com/gpu": 16, "cpu": "64"}},
-        {"name": "batch", "level": 1, "weight": 0.5},
+        {"name": "batch", "level": 1, "weight": 0.5, "promoteAfterSeconds": 600},
         {"name": "default"},
     ],
     "groups": {
@@ -240,8 +240,10 @@ def test_full_tenancy_config() -> None:
     config = parse_config(TENANCY)
     prod, batch, default = config.queues
     assert prod == QueueSpec("prod", 0, 2, {"nvidia.com/gpu": 16, "cpu": 64_000})
-    assert batch == QueueSpec("batch", level=1, weight=0.5, quota={})
+    assert batch == QueueSpec("batch", level=1, weight=0.5, quota={}, promote_after_seconds=600)
     assert default == QueueSpec("default", 0, 1, {})
+    assert prod.promote_after_seconds is None and default.promote_after_seconds is None  # never promoted
+    assert isinstance(batch.promote_after_seconds, float)
     assert isinstance(prod.weight, float)
     assert config.queue("batch") is batch
     assert config.queue("nope") is None
@@ -364,7 +366,7 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
             lines = []
     assert set(examples) == {"queues", "groups", "users", "namespaces"}
     config = parse_config(examples)
-    assert config.queues == (QueueSpec("prod", 0, 1, {"nvidia.com/gpu": 16, "cpu": 64_000}),)
+    assert config.queues == (QueueSpec("prod", 0, 1, {"nvidia.com/gpu": 16, "cpu": 64_000}, 3600.0),)
     assert config.groups == {"vision": GroupSpec("vision", 2, 1, {"nvidia.com/gpu": 8},
                                                  {"nvidia.com/gpu": 16})}
     assert config.users == {"alice": UserSpec("alice", "vision", 3, {"nvidia.com/gpu": 8})}
@@ -500,6 +502,8 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     ({"scheduling": {"backfill": "yes"}}, "scheduling.backfill", "must be true or false, got 'yes'"),
     ({"scheduling": {"backfill": 1}}, "scheduling.backfill", "must be true or false, got 1"),
     ({"scheduling": {"backfill": None}}, "scheduling.backfill", "must be true or false, got null"),
+    ({"scheduling": {"reservationMinWaitSeconds": -1}}, "scheduling.reservationMinWaitSeconds",
+     "must be >= 0, got -1"),
     ({"scheduling": {"priorityRefreshSeconds": 0}}, "scheduling.priorityRefreshSeconds",
      "must be > 0, got 0"),
     ({"scheduling": {"priorityRefreshSeconds": True}}, "scheduling.priorityRefreshSeconds",
@@ -513,8 +517,22 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     ({"queues": [{"name": "a" * 64}]}, "queues[0].name", "at most 63 characters"),
     ({"queues": [{"name": "prod"}, {"name": "batch"}, {"name": "prod"}]}, "queues[2].name",
      "duplicate queue 'prod' (also queues[0])"),
-    ({"queues": [{"name": "q", "priority": 1}]}, "queues[0]", "unknown key 'priority'; expected one of "
-                                                             "name, level, weight, quota"),
+    ({"queues": [{"name": "q", "priority": 1}]}, "queues[0]",
+     "unknown key 'priority'; expected one of name, level, weight, quota, promoteAfterSeconds"),
+    ({"queues": [{"name": "q", "promoteAfter": 5}]}, "queues[0]",
+     "unknown key 'promoteAfter' (did you mean 'promoteAfterSeconds'?)"),
+    ({"queues": [{"name": "q", "promoteAfterSeconds": 0}]}, "queues[0].promoteAfterSeconds",
+     "must be > 0, got 0"),
+    ({"queues": [{"name": "q", "promoteAfterSeconds": -30}]}, "queues[0].promoteAfterSeconds",
+     "must be > 0, got -30"),
+    ({"queues": [{"name": "q", "promoteAfterSeconds": "10m"}]}, "queues[0].promoteAfterSeconds",
+     "must be a number, got '10m'"),
+    ({"queues": [{"name": "q", "promoteAfterSeconds": None}]}, "queues[0].promoteAfterSeconds",
+     "must be a number, got null"),
+    ({"queues": [{"name": "q", "promoteAfterSeconds": True}]}, "queues[0].promoteAfterSeconds",
+     "must be a number, got true"),
+    ({"queues": [{"name": "q", "promoteAfterSeconds": float("inf")}]}, "queues[0].promoteAfterSeconds",
+     "must be a number, got inf"),
     ({"queues": [{"name": "q", "level": 101}]}, "queues[0].level",
      "must be an integer between 0 and 100, got 101"),
     ({"queues": [{"name": "q", "level": -1}]}, "queues[0].level", "got -1"),

@@ -293,6 +293,7 @@ CASES: dict[str, Case] = {
     "scheduling.backfill": Case(False, scalar(lambda s, _: s.reserver.backfill)),
     "scheduling.priorityRefreshSeconds": Case(2.5, scalar(lambda s, _: s.priority_interval)),
     "scheduling.reservation": Case(False, scalar(lambda s, _: _gangs(s).reserving())),
+    "scheduling.reservationMinWaitSeconds": Case(42, scalar(lambda s, _: s.reserver.min_wait)),
     "scheduling.apiRequestTimeoutSeconds": Case(4, scalar(lambda s, _: s.client.request_timeout)),
     "scheduling.watchIdleSeconds": Case(45, scalar(watch_idle("nodes"), watch_idle("pods"))),
     "scheduling.apiUnreachableRestartSeconds": Case(99, scalar(lambda s, _: _monitor(s).restart_after())),
@@ -309,6 +310,9 @@ CASES: dict[str, Case] = {
     "queues[*].level": Case(3, TENANCY),
     "queues[*].weight": Case(2.5, TENANCY),
     "queues[*].quota.*": Case("32", ((admitted, None), *TENANCY)),
+    # The engine orders by the value it holds (prod is at the top level: nothing to promote it to);
+    # test_a_new_promotion_bound_reorders_the_pods_already_waiting shows a batch pod promoted by a reload.
+    "queues[*].promoteAfterSeconds": Case(45, TENANCY),
     "groups.*.level": Case(4, TENANCY),
     "groups.*.share": Case(3, TENANCY),
     "groups.*.min.*": Case("4", TENANCY),
@@ -552,6 +556,33 @@ async def test_a_new_watch_idle_bound_reopens_the_watches_without_a_relist(runni
     running.reload(changed(("scheduling", "watchIdleSeconds"), 45) | {"activePolicy": "fifo"})
     await asyncio.sleep(0.1)
     assert set(s.client._watches) == reopened, "a reload that keeps the idle bound keeps the watches"
+
+
+async def test_a_new_promotion_bound_reorders_the_pods_already_waiting(running: Running) -> None:
+    """promoteAfterSeconds set by a reload counts the wait of pods already queued (since they entered
+    the queue, not since the reload): a batch pod (level 1) that waits for a GPU no node has is tried
+    again at the reload, ordered at prod's level 0, and its decision line says it was promoted."""
+    s = running.scheduler
+    assert (await s.client.create_pod(make_pod("starved", namespace="team", gpus=1))).ok
+
+    def decisions() -> list[dict[str, Any]]:
+        return [d for d in running.lines() if d["event"] == "decision" and d["pod"] == "team/starved"]
+
+    await _until(decisions, "a first attempt")
+    assert all("promoted" not in d for d in decisions()) and decisions()[0]["queue"] == "batch"
+    await asyncio.sleep(0.2)
+    data = copy.deepcopy(BASE)
+    data["queues"][1]["promoteAfterSeconds"] = 0.1
+    before = len(decisions())
+    line = running.reload(data)
+    assert line["applied"] == ["queues[1].promoteAfterSeconds"] and line["restart_required_for"] == []
+    await _until(lambda: len(decisions()) > before, "an attempt after the reload")
+    latest = decisions()[-1]
+    assert latest["promoted"] is True and latest["queueLevel"] == 0 and latest["queue"] == "batch"
+    running.reload(BASE)
+    count = len(decisions())
+    await _until(lambda: len(decisions()) > count, "an attempt after the key went away")
+    assert "promoted" not in decisions()[-1], "removing the key ends the promotion"
 
 
 # --- components that take new settings while they hold work -------------------------------------------

@@ -12,7 +12,7 @@ from conftest import StartScheduler, create_all, replace_atomically, wait_for
 from test_e2e_scheduling import pod_condition
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.config import load_config
+from ai_scheduler.config import load_config, parse_config
 from ai_scheduler.sim import make_node, make_pod
 
 BASE: dict[str, Any] = {
@@ -122,3 +122,57 @@ async def test_b_user_and_group_max_are_never_exceeded(
     assert refused >= {"exceeds quota of group vision"}
     lines = running.log_lines("admission.refused")
     assert lines and all(line["group"] == "vision" for line in lines)
+
+
+async def test_c_a_starved_higher_level_is_promoted_past_a_continuous_stream(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """A one-slot node kept busy by level-0 (prod) pods that arrive faster than they run: the level-1
+    (batch) pod would wait for as long as the stream lasts, but its queue's promoteAfterSeconds orders
+    it at level 0 after half a second, and it takes the slot while prod pods it overtook still wait."""
+    config = parse_config(
+        {
+            **BASE,
+            "queues": [
+                {"name": "prod", "level": 0},
+                {"name": "batch", "level": 1, "promoteAfterSeconds": 0.5},
+            ],
+            "activePolicy": "by-priority",
+        }
+    )
+
+    def queued(name: str, queue: str) -> dict[str, Any]:
+        # One priority for all: a pod of another priority could preempt for the slot instead of waiting.
+        return make_pod(name, cpu="1", memory="1Gi", priority=1, duration=0.3,
+                        labels={"ai-scheduler.io/queue": queue})
+
+    await create_all(api, [make_node("slot", cpu="16", memory="64Gi", pods=1)], [queued("prod-0", "prod")])
+    running = await start_scheduler(config)
+    await wait_for(lambda: bind_order(running, {"prod-0"}), what="the stream running")
+
+    async def stream() -> None:
+        # Three arrivals per run time: the backlog only grows. ~10 s at most; ended once batch is placed.
+        for i in range(1, 100):
+            await create_all(api, [], [queued(f"prod-{i}", "prod")])
+            await asyncio.sleep(0.1)
+
+    feeding = asyncio.create_task(stream())
+    try:
+        await asyncio.sleep(0.5)  # a backlog of prod pods is waiting before the batch pod comes
+        await create_all(api, [], [queued("batch", "batch")])
+        await wait_for(lambda: bind_order(running, {"batch"}), timeout=10, what="the batch pod placed")
+    finally:
+        feeding.cancel()
+    decisions = running.log_lines("decision")
+    placed = next(
+        i for i, d in enumerate(decisions) if d["pod"] == "default/batch" and d["result"] == "scheduled"
+    )
+    assert decisions[placed]["promoted"] is True and decisions[placed]["queueLevel"] == 0
+    assert decisions[placed]["wait_ms"] >= 500, "not before it had waited promoteAfterSeconds"
+    earlier = [d for d in decisions[:placed] if d["pod"] == "default/batch"]
+    assert earlier and all("promoted" not in d for d in earlier), "tried, and refused the slot, before"
+    # Prod pods that were already waiting (tried and found no room) when the batch pod took the slot.
+    waiting = {d["pod"] for d in decisions[:placed] if d["pod"].startswith("default/prod-")} - {
+        d["pod"] for d in decisions[:placed] if d["result"] == "scheduled"
+    }
+    assert waiting, "the stream was not exhausted: level 0 still had work"

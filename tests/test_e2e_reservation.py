@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from backends import Cluster
-from conftest import StartScheduler, create_all, wait_for
+from conftest import RunningScheduler, StartScheduler, create_all, wait_for
 from test_e2e_gangs import bound_count, member, podgroup
 from test_e2e_scheduling import assert_not_overcommitted
 
@@ -125,4 +126,86 @@ async def test_a_gang_kept_off_reserved_nodes_is_told_so_over_every_node(
     await wait_for(told, what="the small gang told that both nodes are reserved")
     await wait_for(lambda: bound_count(cluster, "small") == 2, timeout=20, what="the small gang placed")
     assert not [d for d in running.log_lines("decision") if "0/0 nodes" in d.get("message", "")]
+    assert_not_overcommitted(cluster)
+
+
+async def _gang_behind_pods_without_estimates(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler, scheduling: dict[str, Any]
+) -> RunningScheduler:
+    """Issue 10's example: on two 8-GPU nodes, an 8-GPU and a 4-GPU pod with no estimated-runtime run;
+    the gang default/gd (2 x 8 GPUs, same priority) waits for them, and 4 GPUs are free."""
+    config = parse_config(
+        {
+            "server": {"port": 0, "bindAddress": "127.0.0.1"},
+            "scheduling": {
+                "initialBackoffSeconds": 0.05,
+                "maxBackoffSeconds": 0.2,
+                "unschedulableFlushSeconds": 0.5,
+                **scheduling,
+            },
+        }
+    )
+    running = await start_scheduler(config)
+    nodes = [make_node(f"n{i}", cpu="64", memory="256Gi", gpus=8) for i in range(2)]
+    await create_all(api, nodes, [make_pod("r-0", gpus=8, cpu="1", memory="1Gi")])
+    await wait_for(lambda: bound_count(cluster, "r") == 1, what="the 8-GPU pod running")
+    await create_all(api, [], [make_pod("s-0", gpus=4, cpu="1", memory="1Gi")])
+    await wait_for(lambda: bound_count(cluster, "s") == 1, what="the 4-GPU pod running")
+    assert (await api.create_podgroup(podgroup("gd", 2))).ok
+    await create_all(api, [], [member("gd", i) for i in range(2)])
+
+    def gang_waits() -> bool:
+        return any(
+            d["pod"].startswith("default/gd-") and d["result"] == "unschedulable"
+            for d in running.log_lines("decision")
+        )
+
+    await wait_for(gang_waits, what="the gang found not to fit")
+    return running
+
+
+def _refusals(running: RunningScheduler, name: str) -> list[str]:
+    return [
+        d.get("message", "")
+        for d in running.log_lines("decision")
+        if d["pod"] == f"default/{name}" and d["result"] == "unschedulable"
+    ]
+
+
+async def test_a_pod_without_an_estimate_does_not_keep_free_gpus_idle_for_a_gang(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """The running pods have no estimate, so the gang's reservation would be due at an unknown time: with
+    the default reservationMinWaitSeconds (300 s) a gang that has just arrived holds nothing, and a
+    same-priority 4-GPU pod with no estimate takes the 4 free GPUs (it was refused with `2 node(s)
+    reserved for gang default/gd` when such pods counted as running seven days)."""
+    running = await _gang_behind_pods_without_estimates(cluster, api, start_scheduler, {})
+    await create_all(api, [], [make_pod("newcomer-0", gpus=4, cpu="1", memory="1Gi")])
+    await wait_for(lambda: bound_count(cluster, "newcomer") == 1, what="the newcomer on the 4 free GPUs")
+    assert running.log_lines("reservation") == []
+    assert not [m for m in _refusals(running, "newcomer-0") if "reserved for" in m]
+    assert bound_count(cluster, "gd") == 0
+    assert_not_overcommitted(cluster)
+
+
+async def test_a_gang_that_waited_long_holds_the_room_it_needs_for_an_unknown_time(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """The other side of the bound: once the gang has waited reservationMinWaitSeconds, it holds both nodes
+    (it needs them whole) although nobody knows when they free up, and the newcomer is told so."""
+    running = await _gang_behind_pods_without_estimates(
+        cluster, api, start_scheduler, {"reservationMinWaitSeconds": 1}
+    )
+    line = await wait_for(
+        lambda: running.log_lines("reservation"), timeout=10, what="the reservation after a one-second wait"
+    )
+    assert line[0]["holder"] == "gang default/gd" and line[0]["due_in_s"] is None
+    assert sorted(line[0]["nodes"]) == ["n0", "n1"]
+    await create_all(api, [], [make_pod("newcomer-0", gpus=4, cpu="1", memory="1Gi")])
+    await wait_for(
+        lambda: [m for m in _refusals(running, "newcomer-0") if "node(s) reserved for gang default/gd" in m],
+        what="the newcomer kept off the gang's room",
+    )
+    await asyncio.sleep(0.5)
+    assert bound_count(cluster, "newcomer") == 0
     assert_not_overcommitted(cluster)

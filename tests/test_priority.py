@@ -305,3 +305,86 @@ def test_default_policy_keeps_kube_schedulers_order() -> None:
     while (qp := queue.pop_nowait()) is not None:
         order.append(qp.pod.name)
     assert order == ["high", "mid", "low-1", "low-2"]
+
+
+# ----------------------------------------------------------------------------------------- promotion
+def promoting_engine(weights: dict[str, float], clock: Clock) -> tuple[PriorityEngine, SchedulerCache]:
+    """TENANCY with batch (level 2) promoted after 30 s; research, of the same level, never."""
+    queues: list[dict[str, Any]] = [
+        {"name": "prod", "level": 0},
+        {"name": "batch", "level": 2, "weight": 1, "promoteAfterSeconds": 30},
+        {"name": "research", "level": 2, "weight": 3},
+    ]
+    cfg = config(weights, queues=queues)
+    tenancy = Tenancy(cfg)
+    cache = SchedulerCache()
+    cache.tenancy = tenancy
+    return PriorityEngine(cfg, tenancy, cache, lambda p: 1, clock), cache
+
+
+def drain(queue: SchedulingQueue) -> list[str]:
+    order = []
+    while (qp := queue.pop_nowait()) is not None:
+        order.append(qp.pod.name)
+    return order
+
+
+def test_a_pod_waiting_past_promote_after_is_ordered_at_the_top_level_from_the_next_refresh() -> None:
+    clock = Clock()
+    prio, _ = promoting_engine({"taskPriority": 1}, clock)  # one spec priority: scores tie, seq decides
+    queue = SchedulingQueue(clock=clock, sort_key=prio.sort_key)
+    queue.add(pod("batch-old", "team-a"))  # batch, level 2, at 1000
+    queue.add(pod("research-old", "team-c"))  # research, level 2, never promoted
+    clock.now += 10
+    queue.add(pod("prod-1", "team-a", labels={"ai-scheduler.io/queue": "prod"}))
+    queue.add(pod("prod-2", "team-a", labels={"ai-scheduler.io/queue": "prod"}))
+    clock.now = 1029.0  # waited 29 s of 30
+    prio.refresh(queue.pending())
+    assert queue.reprioritize() == 0
+    explained = prio.explain("uid-batch-old")
+    assert explained is not None and (explained.queue_level, explained.promoted) == (2, False)
+
+    clock.now = 1030.0  # the bound: batch-old alone moves, at this refresh
+    prio.refresh(queue.pending())
+    assert queue.reprioritize() == 1
+    explained = prio.explain("uid-batch-old")
+    assert explained is not None and (explained.queue_level, explained.promoted) == (0, True)
+    research = prio.explain("uid-research-old")
+    assert research is not None and (research.queue_level, research.promoted) == (2, False)
+    # At level 0 now, and queued before the prod pods: first. research waited as long but stays behind.
+    assert drain(queue) == ["batch-old", "prod-1", "prod-2", "research-old"]
+
+
+def test_a_promoted_pod_counts_as_a_peer_of_the_top_level_queues() -> None:
+    clock = Clock()
+    prio, cache = promoting_engine({"queueLevel": 1}, clock)
+    cache.set_pod(pod("prod-running", "team-a", gpus=4, node="n1", labels={"ai-scheduler.io/queue": "prod"}))
+    prio.refresh([])
+    clock.now += 100
+    prio.refresh([])
+    waiting = queued(pod("batch", "team-a"), initial=clock.now - 10)
+    before = prio.evaluate(waiting)
+    assert (before.queue_level, before.promoted, before.factors["queueLevel"]) == (2, False, 0.0)
+    assert before.queue_fairness == 1.0  # alone with research at level 2, neither has used anything
+    clock.now += 20
+    after = prio.evaluate(waiting)
+    assert (after.queue_level, after.promoted, after.factors["queueLevel"]) == (0, True, 1.0)
+    # Its fair share is taken among the top level's queues and itself: prod holds all that usage.
+    assert after.queue_fairness == 1.0
+    prod = queued(pod("p", "team-a", labels={"ai-scheduler.io/queue": "prod"}), clock.now)
+    assert prio.evaluate(prod).queue_fairness == pytest.approx(0.5)  # prod alone at level 0: U=1, S=1
+    assert prio.sort_key(waiting) < prio.sort_key(prod), "the starved queue comes first at the top level"
+
+
+def test_queues_at_the_top_level_and_queues_without_the_key_are_never_promoted() -> None:
+    clock = Clock()
+    queues = [{"name": "prod", "level": 0, "promoteAfterSeconds": 1}, {"name": "batch", "level": 2},
+              {"name": "research", "level": 2}]
+    cfg = config({"taskPriority": 1}, queues=queues)
+    prio = PriorityEngine(cfg, Tenancy(cfg), SchedulerCache(), lambda p: 1, clock)
+    ancient = 1000.0 - 10**6
+    for name, namespace, labels in (("p", "team-a", {"ai-scheduler.io/queue": "prod"}),
+                                    ("b", "team-a", None), ("r", "team-c", None)):
+        result = prio.evaluate(queued(pod(name, namespace, labels=labels), ancient))
+        assert not result.promoted
+        assert result.queue_level == (0 if name == "p" else 2)

@@ -185,6 +185,9 @@ class SchedulingSettings:
     backfill: bool = True
     priority_refresh_seconds: float = 5.0
     reservation: bool = True
+    # A reservation whose due time is unknown (it waits for pods with no known run time) is made only for
+    # a unit that has waited this long.
+    reservation_min_wait_seconds: float = 300.0
     api_request_timeout_seconds: float = 10.0
     watch_idle_seconds: float = 90.0
     api_unreachable_restart_seconds: float = 120.0
@@ -211,12 +214,16 @@ class QueueSpec:
 
     A lower ``level`` is always served first; queues of one level share by ``weight``.
     ``quota`` caps what all placed pods of the queue request together (resource -> units).
+    ``promote_after_seconds`` bounds starvation across levels: a pod of this queue that has waited
+    that long (since it entered the queue, the clock of the ``waitingTime`` factor) is ordered as if
+    its queue had the top level of all queues; None (the default) never promotes.
     """
 
     name: str
     level: int = 0
     weight: float = 1.0
     quota: Mapping[str, int] = field(default_factory=FrozenMap)
+    promote_after_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,11 +474,12 @@ _SCHEDULING_KEYS = (
     "backfill",
     "priorityRefreshSeconds",
     "reservation",
+    "reservationMinWaitSeconds",
     "apiRequestTimeoutSeconds",
     "watchIdleSeconds",
     "apiUnreachableRestartSeconds",
 )
-_QUEUE_KEYS = ("name", "level", "weight", "quota")
+_QUEUE_KEYS = ("name", "level", "weight", "quota", "promoteAfterSeconds")
 _GROUP_KEYS = ("level", "share", "min", "max")
 _USER_KEYS = ("group", "level", "max")
 _NAMESPACE_KEYS = ("user", "defaultQueue", "trustUserLabel")
@@ -608,6 +616,8 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
         backfill=get("backfill", d.backfill, _boolean),
         priority_refresh_seconds=get("priorityRefreshSeconds", d.priority_refresh_seconds, _positive),
         reservation=get("reservation", d.reservation, _boolean),
+        reservation_min_wait_seconds=get("reservationMinWaitSeconds", d.reservation_min_wait_seconds,
+                                         lambda v, p: _number(v, p, minimum=0, inclusive=True)),
         api_request_timeout_seconds=get("apiRequestTimeoutSeconds", d.api_request_timeout_seconds, _positive),
         watch_idle_seconds=get("watchIdleSeconds", d.watch_idle_seconds, _positive),
         api_unreachable_restart_seconds=get("apiUnreachableRestartSeconds", d.api_unreachable_restart_seconds,
@@ -756,6 +766,7 @@ def _parse_queue(value: object, path: str) -> QueueSpec:
         level=_scalar(data, "level", 0, _level, path),
         weight=_scalar(data, "weight", 1.0, _positive, path),
         quota=_section(data, "quota", _parse_quantities, FrozenMap(), path),
+        promote_after_seconds=_scalar(data, "promoteAfterSeconds", None, _positive, path),
     )
 
 

@@ -396,7 +396,12 @@ class SchedulingQueue:
 
     def reprioritize(self) -> int:
         """Recompute every active pod's sort key (priorities move with time and usage); only the pods
-        whose key changed are moved. Returns how many moved."""
+        whose key changed are moved. Returns how many moved.
+
+        This is what makes a time-dependent order (waitingTime, a queue's promoteAfterSeconds) hold for
+        pods that sit in activeQ: called every priorityRefreshSeconds, a pod whose key crossed a bound
+        moves within one period. Pods in backoff or unschedulable need nothing: their key is computed
+        afresh when they re-enter activeQ."""
         moved = 0
         for uid in list(self._active_key):
             if self._resort(self._entries[uid]):

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
 
 from ai_scheduler.config import Config, ConfigError, ConfigWatcher
 from ai_scheduler.config.keys import changed_keys, within
 from ai_scheduler.log import JsonLogger
+from ai_scheduler.scheduler.history import History
 from ai_scheduler.scheduler.metrics import Metrics
 
 # The config keys a reload cannot apply: they take effect at the next start, and a reload that finds them
@@ -61,7 +66,9 @@ class ConfigReload:
         self.reconfigured = asyncio.Event()  # set by a reload: loops waiting on a period take the new one
 
     def watch(self) -> ConfigWatcher | None:
-        """The file watcher (None without a file); the caller runs it."""
+        """The file watcher (None without a file); the caller runs it once, at start. Logs the config in
+        force first, for a replay (history.py's `config.active`)."""
+        self._log_active()
         if self.path:
             self.watcher = ConfigWatcher(self.path, self.apply, self.refused, interval=self.poll_seconds)
         return self.watcher
@@ -84,6 +91,18 @@ class ConfigReload:
             applied=applied,
             restart_required_for=waiting,
         )
+        self._log_active()
+
+    def _log_active(self) -> None:
+        """The config file's content as now in force (None: the built-in default), read again from the
+        file: a write landing between the reload and this read is logged as the next reload's."""
+        content: Any = None
+        if self.path:
+            try:
+                content = yaml.safe_load(Path(self.path).read_text())
+            except (OSError, yaml.YAMLError) as exc:
+                content = {"unreadable": str(exc)}
+        History(self.log).config(content, self.path)
 
     def refused(self, error: ConfigError) -> None:
         self.metrics.config_reloads.labels("refused").inc()

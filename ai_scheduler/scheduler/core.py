@@ -14,7 +14,8 @@ code, so the simulator makes the decisions the daemon would.
 
 The core is built over one cache, with one clock for every component that
 reads time (monotonic seconds in the daemon; simulated wall-clock seconds in the
-simulator) and one seeded random source for tie-breaks. The outbox is made by
+simulator), one seeded random source for tie-breaks, and one run-time hook
+(`runtimes`, runtimes.py) for every component that needs a pod's run time. The outbox is made by
 the driver once the core's cache and queue exist (`outbox` is a factory). Config
 reloads reach every component through `reconfigure`.
 """
@@ -44,6 +45,7 @@ from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
+from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, RunTimes
 from ai_scheduler.scheduler.schedule_one import SchedulingCycle
 
 
@@ -73,8 +75,11 @@ class SchedulerCore:
         *,
         clock: Clock | None = None,
         seed: int | None = None,
+        runtimes: RunTimes | None = None,
     ) -> None:
         timed: dict[str, Any] = {"clock": clock} if clock is not None else {}
+        # The run-time hook (runtimes.py): the pod's own estimate unless a predictor is plugged in.
+        self._runtimes: RunTimes = runtimes if runtimes is not None else AnnotatedRunTimes()
         self.config = config
         self.log = logger
         self.metrics = metrics
@@ -96,7 +101,14 @@ class SchedulerCore:
             **timed,
         )
         self.frameworks = build_frameworks(config, cache, self.rng)
-        self.reserver = Reserver(cache, logger, backfill=settings.backfill, **timed)
+        self.reserver = Reserver(
+            cache,
+            logger,
+            backfill=settings.backfill,
+            min_wait=settings.reservation_min_wait_seconds,
+            runtimes=self._runtimes,
+            **timed,
+        )
         self.ready = asyncio.Event()  # set by the driver once the first state is in (first sync)
         out = self.outbox = outbox(self)
         cycle = self.cycle = SchedulingCycle(
@@ -120,6 +132,17 @@ class SchedulerCore:
             cache, queue, gangs, self.budgets, self.reserver, out.reports, metrics, logger,
             lambda: self.frameworks, self.ready,
         )
+
+    @property
+    def runtimes(self) -> RunTimes:
+        """The run-time hook every component that needs a run time asks (reservations, backfill)."""
+        return self._runtimes
+
+    @runtimes.setter
+    def runtimes(self, runtimes: RunTimes) -> None:
+        """Plug in another run-time source (a learned predictor): every user of the hook takes it."""
+        self._runtimes = runtimes
+        self.reserver.runtimes = runtimes
 
     def _job_members(self, pod: PodRecord) -> int:
         gang = self.gangs.gang_of(pod)
@@ -169,6 +192,7 @@ class SchedulerCore:
         self.cache.set_assume_timeout(settings.assume_timeout_seconds)
         self.cache.gpus.staleness = config.gpu.staleness_seconds
         self.reserver.backfill = settings.backfill
+        self.reserver.min_wait = settings.reservation_min_wait_seconds
         if not settings.reservation:
             self.reserver.current = None
         self.gang_scheduler.reconfigure(settings)

@@ -35,7 +35,7 @@ from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
-from ai_scheduler.scheduler.reservation import Reserver
+from ai_scheduler.scheduler.reservation import Reserver, waiting_since
 
 MAX_BIND_FAILURES = 3  # a member that fails to bind this often makes the gang fail
 MAX_DOMAIN_TRIALS = 4  # domains tried per topology level, smallest that could hold the gang first
@@ -160,7 +160,8 @@ class GangScheduler:
             self._wait(gang, members, f"gang {gang.key}: {refusal}", placed, needed)
             return 0, "waiting"
         key = self.sort_key(members[0])
-        blocked = self.reserver.blocked_rows(members[0].pod, key) if self.reserving() else None
+        # Held room is checked for all the needed members at once: they may land on one node.
+        blocked = self.reserver.blocked_rows(members[0].pod, key, needed) if self.reserving() else None
         current = self.reserver.current
         self._blocked = () if blocked is None or current is None else (
             (blocked, f"node(s) reserved for {current.holder}"),
@@ -177,6 +178,7 @@ class GangScheduler:
                     members[0].pod.requests,
                     needed,
                     rows,
+                    since=waiting_since(m.pod for m in members),
                 )
             return 0, "waiting"
         for member, _decision in outcome[0]:

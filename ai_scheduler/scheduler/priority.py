@@ -16,13 +16,28 @@ weight; a negative weight prefers the small end of that factor. Factors:
 - fairShare: Slurm's 2^(-U/S) for the owner's group, U its share of the
   decayed GPU usage (cpu for clusters without GPUs), S its share of the
   configured shares; usage decays with fairShareHalfLifeSeconds;
-- queueLevel: 1 for the lowest (first served) level, down to 0 for the highest.
+- queueLevel: 1 for the lowest (first served) level, down to 0 for the highest
+  (of the pod's effective level: a promoted pod counts at the top level).
 
 Queues order first: a lower queue level is always served first; queues of one
 level are ordered by their own fair share (usage over weight); the policy's
 score orders pods within that. Scores move with time and usage, so they are
 recomputed every `priorityRefreshSeconds` and only the pods whose place
 changed are moved in the queue.
+
+Levels alone would starve: a pod of a higher level waits for as long as lower
+levels have work, and waitingTime ages it only among its own level. A queue's
+`promoteAfterSeconds` bounds that wait: once a pod of the queue has waited
+that long (since it entered the queue, `QueuedPod.initial_attempt`, on the
+same clock as waitingTime), it is ordered as if its queue had the top (lowest
+configured) level: its effective level is the top one, and its queue's fair
+share is taken among the top level's queues, as a peer of them. Inside the top
+level the usual keys then decide; a queue that has little recent usage (as
+starved queues do) comes first by fair share. Promotion is a pure function of
+the clock, so it needs no timer of its own: a pod that crosses the bound takes
+its new place at the next refresh (at most `priorityRefreshSeconds` later), or
+earlier whenever the queue computes its key again (a retry, a cluster event).
+`Priority.promoted` says so, and the decision log line carries it.
 """
 
 from __future__ import annotations
@@ -57,8 +72,9 @@ def job_gpus(amounts: dict[str, int]) -> float:
 class Priority:
     score: float
     factors: dict[str, float]
-    queue_level: int = 0
+    queue_level: int = 0  # the level the pod is ordered at: its queue's, or the top one once promoted
     queue_fairness: float = 1.0
+    promoted: bool = False  # waited past its queue's promoteAfterSeconds: ordered at the top level
 
 
 @dataclass(slots=True)
@@ -122,9 +138,8 @@ class PriorityEngine:
         tenant = self.tenancy.tenant_of(pod)
         factors = {name: self._factor(name, qp, tenant) for name in policy.weights}
         score = sum(weight * factors[name] for name, weight in policy.weights.items())
-        queue = config.queue(tenant.queue) if config.queues else None
-        level = queue.level if queue is not None else 0
-        priority = Priority(score, factors, level, self._queue_fairness(tenant.queue))
+        level, promoted = self._effective_level(qp, tenant.queue)
+        priority = Priority(score, factors, level, self._queue_fairness(tenant.queue, level), promoted)
         self._last[pod.uid] = priority
         return priority
 
@@ -156,8 +171,8 @@ class PriorityEngine:
             return self._group_fairness(tenant.group)
         if name == "queueLevel":
             top = max((q.level for q in config.queues), default=0)
-            queue = config.queue(tenant.queue) if config.queues else None
-            return 1.0 - (queue.level / top if queue is not None and top else 0.0)
+            level, _ = self._effective_level(qp, tenant.queue)
+            return 1.0 - (level / top if top else 0.0)
         raise ValueError(f"unknown factor {name!r}")
 
     def _observe(self, pod: PodRecord, stats: _Stats) -> None:
@@ -178,6 +193,21 @@ class PriorityEngine:
         amounts = quota_amounts(pod)
         return job_gpus(amounts) * members, amounts.get("cpu", 0) / 1000 * members
 
+    # ------------------------------------------------------------------ levels
+    def _effective_level(self, qp: QueuedPod, queue_name: str) -> tuple[int, bool]:
+        """The level the pod is ordered at, and whether it was promoted to it: its queue's level, or the
+        top (lowest) configured level once it has waited its queue's `promoteAfterSeconds`."""
+        spec = self.config.queue(queue_name) if self.config.queues else None
+        if spec is None:
+            return 0, False
+        bound = spec.promote_after_seconds
+        if bound is None:
+            return spec.level, False
+        top = min(q.level for q in self.config.queues)
+        if spec.level > top and self._clock() - qp.initial_attempt >= bound:
+            return top, True
+        return spec.level, False
+
     # ------------------------------------------------------------------ fair share
     def _group_fairness(self, group: str) -> float:
         groups = self.config.groups
@@ -189,11 +219,13 @@ class PriorityEngine:
         usage = self._usage.groups.get(group, 0.0) / total_usage if total_usage else 0.0
         return 2.0 ** (-usage / share) if share else 0.0
 
-    def _queue_fairness(self, queue: str) -> float:
+    def _queue_fairness(self, queue: str, level: int) -> float:
+        """The queue's fair share among the queues of `level` (its own, or the top one for a promoted pod,
+        where it counts as one more peer)."""
         spec = self.config.queue(queue) if self.config.queues else None
         if spec is None:
             return 1.0
-        peers = [q for q in self.config.queues if q.level == spec.level]
+        peers = [q for q in self.config.queues if q.level == level or q.name == spec.name]
         total_weight = sum(q.weight for q in peers)
         total_usage = sum(self._usage.queues.get(q.name, 0.0) for q in peers)
         share = spec.weight / total_weight if total_weight else 1.0

@@ -42,6 +42,7 @@ from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang import GangScheduler
+from ai_scheduler.scheduler.history import VERSION as HISTORY_VERSION
 from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
@@ -221,6 +222,7 @@ class SchedulingCycle:
             return
         tenant = self.tenancy.tenant_of(pod)
         fields: dict[str, Any] = {
+            "v": HISTORY_VERSION,  # the replayable log's format (history.py)
             "pod": pod.key,
             "uid": pod.uid,
             "profile": pod.scheduler_name,
@@ -252,4 +254,7 @@ class SchedulingCycle:
             fields["priority"] = round(priority.score, 6)
             fields["factors"] = {name: round(value, 6) for name, value in priority.factors.items()}
             fields["policy"] = self.config().active_policy
+            if priority.promoted:  # waited past its queue's promoteAfterSeconds: ordered at this level
+                fields["promoted"] = True
+                fields["queueLevel"] = priority.queue_level
         return fields

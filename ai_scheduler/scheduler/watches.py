@@ -24,24 +24,54 @@ from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
 from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
+from ai_scheduler.scheduler.history import History
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.plugins import reads_volumes, reads_workloads
 
 
 class Watches:
-    def __init__(self, client: KubeClient, handlers: EventHandlers, logger: JsonLogger) -> None:
+    def __init__(
+        self, client: KubeClient, handlers: EventHandlers, logger: JsonLogger, history: History | None = None
+    ) -> None:
         self.client = client
         self.handlers = handlers
         self.log = logger
+        # The replayable history (history.py): every Node and Pod the informers see, before the handlers.
+        self.history = history or History(logger)
         self.informers: dict[str, Informer[Any]] = {}
         self._spawn: Callable[[Informer[Any]], None] | None = None  # starts an informer added later
 
     def build(self, config: Config) -> dict[str, Informer[Any]]:
         """The informers of every kind the config needs; none runs yet."""
-        on = self.handlers
+        on, history = self.handlers, self.history
+
+        def node_event(kind: str, obj: dict[str, Any]) -> None:
+            history.node_event(kind, obj)
+            on.on_node_event(kind, obj)
+
+        def node_listed(obj: dict[str, Any]) -> NodeRecord:
+            history.node_seen(obj)
+            return NodeRecord.from_api(obj)
+
+        def replace_nodes(nodes: list[NodeRecord]) -> None:
+            history.nodes_listed({node.name for node in nodes})
+            on.replace_nodes(nodes)
+
+        def pod_event(kind: str, obj: dict[str, Any]) -> None:
+            history.pod_event(kind, obj)
+            on.on_pod_event(kind, obj)
+
+        def pod_listed(obj: dict[str, Any]) -> PodRecord:
+            history.pod_seen(obj)
+            return PodRecord.from_api(obj)
+
+        def replace_pods(pods: list[PodRecord]) -> None:
+            history.pods_listed({pod.uid for pod in pods})
+            on.replace_pods(pods)
+
         self.informers = {
-            "nodes": self._informer("nodes", on.on_node_event, on.replace_nodes, NodeRecord.from_api),
-            "pods": self._informer("pods", on.on_pod_event, on.replace_pods, PodRecord.from_api),
+            "nodes": self._informer("nodes", node_event, replace_nodes, node_listed),
+            "pods": self._informer("pods", pod_event, replace_pods, pod_listed),
             # Namespace labels, for pod affinity terms' namespaceSelector.
             "namespaces": self._informer("namespaces", on.on_namespace_event, on.replace_namespaces),
             # PodDisruptionBudgets: preemption takes the pods they protect last, as kube-scheduler does.

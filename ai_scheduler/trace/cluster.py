@@ -36,6 +36,7 @@ a cluster file is small and hand-written, and a simulation on half of it would m
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -84,6 +85,37 @@ class NodeSpec:
     nvlink_island: int = 0
     pods: int = DEFAULT_PODS
     labels: dict[str, str] = field(default_factory=dict)
+    # The Node itself, as a replayable log recorded it (`from_node`): `to_node` gives it back.
+    manifest: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_node(cls, obj: Mapping[str, Any]) -> NodeSpec:
+        """A node from its API object (a replay's): capacity from allocatable, GPUs from the agent's
+        report (managed) or `nvidia.com/gpu`; the object kept as is for `to_node`."""
+        meta = obj.get("metadata") or {}
+        allocatable = (obj.get("status") or {}).get("allocatable") or {}
+        labels = dict(meta.get("labels") or {})
+        managed = labels.get(MANAGED_LABEL) == "true"
+
+        def amount(resource: str) -> int:
+            try:
+                return to_units(resource, str(allocatable.get(resource, "0")))
+            except QuantityError:
+                return 0
+
+        gpus, model, memory = amount("nvidia.com/gpu"), labels.get(GPU_PRODUCT_LABEL, ""), 0
+        if managed:
+            try:
+                report = orjson.loads((meta.get("annotations") or {}).get(GPUS_ANNOTATION) or "[]")
+            except orjson.JSONDecodeError:
+                report = []
+            devices = [d for d in report if isinstance(d, dict) and not d.get("error")]
+            gpus = len(devices)
+            memory = max((int(d.get("memoryTotalMiB") or 0) * MIB for d in devices), default=0)
+            model = model or next((str(d.get("model") or "") for d in devices), "")
+        return cls(meta.get("name", ""), cpu=amount("cpu"), memory=amount("memory"), gpus=gpus,
+                   gpu_model=model, gpu_memory=memory, managed=managed, pods=amount("pods") or DEFAULT_PODS,
+                   labels=labels, manifest=copy.deepcopy(dict(obj)))
 
     @property
     def zone(self) -> str:
@@ -111,7 +143,14 @@ class NodeSpec:
 
     def to_node(self, *, updated: float | None = None) -> dict[str, Any]:
         """The Node as the API server would hold it; a managed node's GPU report is dated `updated`
-        (epoch seconds, now by default), as the scheduler drops reports older than its staleness bound."""
+        (epoch seconds, now by default), as the scheduler drops reports older than its staleness bound.
+        A node from a log is its logged object, the report's date moved to `updated` likewise."""
+        if self.manifest is not None:
+            node = copy.deepcopy(self.manifest)
+            reported = (node.get("metadata") or {}).get("annotations") or {}
+            if UPDATED_ANNOTATION in reported:
+                reported[UPDATED_ANNOTATION] = rfc3339(updated, millis=False)
+            return node
         labels: dict[str, str] = {}
         annotations: dict[str, str] = {}
         if self.gpus:

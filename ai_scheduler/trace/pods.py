@@ -11,6 +11,7 @@ a gang's name and size in the scheduler-plugins labels.
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -36,7 +37,16 @@ def dns_label(text: str, default: str = "default") -> str:
 
 def pod_of(job: TraceJob, *, scheduler_name: str, uid: str = "", name: str = "") -> dict[str, Any]:
     """The Pod for `job`, named `name` (the job's name by default), with `uid` set when given (the
-    simulator's own objects)."""
+    simulator's own objects). A job replayed from a log (`job.manifest`) is that Pod, pending again,
+    under its own name and namespace."""
+    if job.manifest is not None:
+        pod = copy.deepcopy(dict(job.manifest))
+        pod.setdefault("metadata", {})
+        pod.setdefault("spec", {}).pop("nodeName", None)
+        pod["spec"]["schedulerName"] = pod["spec"].get("schedulerName") or scheduler_name
+        if uid:
+            pod["metadata"]["uid"] = uid
+        return pod
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     if job.gpus:

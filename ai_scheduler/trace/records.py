@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 MILLI = 1000  # thousandths of a GPU, the unit of FGD's figures and of Alibaba's gpu_milli
 
@@ -116,6 +118,9 @@ class TraceJob:
     trace_wait: float | None = None
     row: int = 0
     clone_of: str = ""
+    # The Pod itself, as a replayable log recorded it (tracesim/replay.py): `pod_of` starts from it
+    # instead of building one from the fields above, which then only describe it for the metrics.
+    manifest: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name:

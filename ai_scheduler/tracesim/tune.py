@@ -1,0 +1,770 @@
+"""`ai-scheduler tune`: search the weights of a policy formula in simulation for an administrator's objective.
+
+The objective is one line over the simulator's figures (metrics.Summary.as_dict):
+
+    minimize EXPR [subject to COND [and COND ...]]        (or: maximize; minimise/maximise are read too)
+
+EXPR is arithmetic (numbers, `+ - * /`, unary minus, parentheses, `min(...)`, `max(...)`, `abs(...)`)
+over metric names; a COND compares two EXPRs (`<`, `<=`, `>`, `>=`, chains such as `0.9 <= x <= 1`),
+and conditions combine with `and` and `or`. A metric is
+
+- a flat key of the summary: `wait_mean`, `wait_p95`, `jct_mean`, `makespan`, `gpu_alloc_mean`,
+  `jain_groups`, `longest_wait`, `preemptions`, ...;
+- a slice's figure: `levels[1].wait_mean` (queue level 1), `groups["vision"].jct_mean` or
+  `groups.vision.jct_mean`, `users["alice"].wait_p95` (a slice's keys: pods, placed, wait_*, jct_*);
+- either of those for a reference run, prefixed: `fifo.gpu_alloc_mean`, `current.levels[1].wait_mean`.
+
+Two reference runs are made first, on the same cluster, workload and seed: `current`, the config's active
+policy, and `fifo`, the same config with the policy `{waitingTime: 1}` and `maxWaitSeconds` = 10^6 s
+(`FIFO_POLICY`). The engine's queue orders by queue level and queue fair share first (config, not policy),
+then by the policy's score rounded to 6 decimals; a score of waited / 10^6 s is first come, first served
+within a queue level to a second, for waits up to 11.6 days (pods arriving less than a second apart tie,
+and ties go by spec.priority, then by queue entry). Scores are retaken every `priorityRefreshSeconds`, so a
+pod put back into the queue between two refreshes may pass an older one by up to that period.
+
+The text is parsed with Python's `ast` and nothing else is accepted: every node must be one of those listed
+above (no other calls, no attribute of anything but a metric path, no names but metrics), so an objective
+can never run code. Structure and metric names are checked before any simulation (`ObjectiveError`, exit
+status 2, naming what is wrong); slice names (a level, group or user the trace lacks) right after the
+reference runs.
+
+The search (Optuna's TPE sampler, seeded with `--seed`, `--trials` trials): each trial draws a weight in
+[-1, 1] for each searched factor (the queue compares scores only, so scaling the weights changes nothing
+but the rounding, and [-1, 1] covers every formula), optionally `maxWaitSeconds` log-uniformly, and runs
+the simulator with that policy active, in timed mode (in placement mode pods are tried in file order, so
+the policy could change nothing). The first trial is the current policy itself (weights scaled into
+[-1, 1]): when the current policy meets the conditions, the tuned one is never worse on the objective.
+Weights are rounded to 6 decimals before the run, so the policy written is exactly the one simulated.
+Constraints go to the sampler the Optuna way, a violation per condition (<= 0 when met; `a >= b` gives
+b - a): `Trial.set_constraint` on Optuna 5, the sampler's `constraints_func` on Optuna 4. The best trial
+is the best objective among the trials that meet every condition, never a violating one. A trial whose
+objective is undefined (a figure the run could not give, a division by zero) counts as failed; an
+undefined condition counts as violated.
+
+What the references are not: preemption still goes by spec.priority in every run (the config's, not the
+policy's), so `fifo` is first come, first served in queue order, not in who holds the GPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import math
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+import yaml
+
+from ai_scheduler.config import (
+    POLICY_FACTORS,
+    Config,
+    ConfigError,
+    FrozenMap,
+    PolicySpec,
+    default_config,
+    load_config,
+)
+from ai_scheduler.trace import NodeSpec, TraceError, TraceJob, read_cluster, read_workload
+from ai_scheduler.tracesim.records import Mode
+
+if TYPE_CHECKING:
+    from ai_scheduler.tracesim.engine import Fragmentation
+
+# The reference "first come, first served": waited / maxWaitSeconds, resolved to a second by the queue's
+# rounding of scores to 6 decimals, and never capped by a wait shorter than 11.6 days.
+FIFO_MAX_WAIT_SECONDS = 1e6
+FIFO_POLICY = PolicySpec("fifo", FrozenMap({"waitingTime": 1.0}), max_wait_seconds=FIFO_MAX_WAIT_SECONDS)
+TUNED_POLICY_NAME = "tuned"
+DEFAULT_TRIALS = 30
+EXTRA_FACTORS = ("waitingTime", "estimatedRuntime", "jobSize", "fairShare")  # searched besides the current's
+WEIGHT_RANGE = (-1.0, 1.0)
+REFERENCES = ("fifo", "current")
+SLICES = ("levels", "groups", "users")
+# The figures printed for every run besides those the objective names.
+MAIN_FIGURES = (
+    "wait_mean", "wait_p95", "jct_mean", "makespan", "gpu_alloc_mean", "jain_groups", "longest_wait",
+    "preemptions", "never_placed",
+)
+_FUNCTIONS: Mapping[str, Callable[..., float]] = {"min": min, "max": max, "abs": abs}
+_RATIO_PREFIXES = ("gpu_alloc", "cpu_alloc", "frag_", "alloc_at_", "gpu_util")  # printed with 4 decimals
+_COUNTS = frozenset({
+    "nodes", "capacity_gpu_milli", "capacity_cpu", "pods", "placed", "failed", "never_placed", "finished",
+    "running_at_end", "preemptions", "backfilled",
+})
+_STRICT_MARGIN = 1e-9  # the violation of a strict comparison whose sides are equal
+_UNDEFINED_VIOLATION = 1e12  # a condition that cannot be evaluated counts as far from met
+_OBJECTIVE = re.compile(
+    r"^\s*(?P<direction>minimi[sz]e|maximi[sz]e)\s+(?P<expr>.+?)(?:\s+subject\s+to\s+(?P<conds>.+?))?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+Figures = Mapping[str, Any]  # Summary.as_dict() of one run
+Runs = Mapping[str, Figures]  # "run" (the run judged), "fifo", "current"
+Value = Callable[[Runs], float | None]
+Violation = Callable[[Runs], float]
+
+
+class ObjectiveError(ValueError):
+    """An objective that is not well formed or names a figure that does not exist."""
+
+
+@cache
+def known_figures() -> tuple[frozenset[str], frozenset[str]]:
+    """The numeric flat keys of every summary, and those of every slice (the keys never change); taken
+    from an empty run's summary, imported here so that building the command's parser stays cheap."""
+    from ai_scheduler.tracesim.metrics import Breakdown, Stats, summarize
+    from ai_scheduler.tracesim.records import SimResult
+
+    figures = summarize(SimResult(mode=Mode.TIMED, config="", nodes=0, capacity_gpu_milli=0, capacity_cpu=0))
+    flat = frozenset(
+        key for key, value in figures.as_dict().items()
+        if not isinstance(value, Mapping | str | bool)
+    )
+    part = Breakdown(pods=0, placed=0, wait=Stats.of([]), jct=Stats.of([])).as_dict()
+    return flat, frozenset(part)
+
+
+# --------------------------------------------------------------------------- the objective language
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One figure of one run: `run` is "run" (the run judged), "fifo" or "current"; `path` its keys in
+    Summary.as_dict(), e.g. ("wait_mean",) or ("levels", "1", "wait_mean")."""
+
+    run: str
+    path: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        head = "" if self.run == "run" else f"{self.run}."
+        if len(self.path) == 1:
+            return head + self.path[0]
+        kind, name, key = self.path
+        index = name if kind == "levels" else repr(name)
+        return f"{head}{kind}[{index}].{key}"
+
+    def value(self, runs: Runs) -> float | None:
+        node: Any = runs[self.run]
+        for key in self.path:
+            if not isinstance(node, Mapping) or key not in node:
+                return None
+            node = node[key]
+        return float(node) if isinstance(node, int | float) and not isinstance(node, bool) else None
+
+    def check(self, figures: Figures) -> None:
+        """Raise ObjectiveError when `figures` (a reference run) have no such slice."""
+        if len(self.path) == 3:
+            kind, name, _ = self.path
+            if name not in figures[kind]:
+                known = ", ".join(sorted(figures[kind])) or "none"
+                raise ObjectiveError(f"{self.text}: the trace has no {kind[:-1]} {name!r} (it has: {known})")
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One top-level condition: its text and its violation (<= 0 when met)."""
+
+    text: str
+    violation: Violation
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    text: str
+    maximize: bool
+    expression: str
+    value: Value
+    conditions: tuple[Condition, ...]
+    metrics: tuple[Metric, ...]  # every figure named, in order of appearance, once each
+
+    @property
+    def direction(self) -> Literal["minimize", "maximize"]:
+        return "maximize" if self.maximize else "minimize"
+
+    def check(self, figures: Figures) -> None:
+        for metric in self.metrics:
+            metric.check(figures)
+
+    def better(self, a: float, b: float) -> bool:
+        return a > b if self.maximize else a < b
+
+
+class _Compiler:
+    """Turns a checked `ast` tree into closures over the runs' figures."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.metrics: dict[Metric, None] = {}
+
+    def fail(self, node: ast.AST, problem: str) -> ObjectiveError:
+        segment = ast.get_source_segment(self.source, node) or ast.unparse(node)
+        return ObjectiveError(f"{problem}: {segment!r}")
+
+    # ---- arithmetic
+    def value(self, node: ast.expr) -> Value:
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, bool) or not isinstance(node.value, int | float):
+                raise self.fail(node, "only numbers may be written as constants")
+            number = float(node.value)
+            return lambda _runs: number
+        if isinstance(node, ast.Name | ast.Attribute | ast.Subscript):
+            metric = self.metric(node)
+            self.metrics[metric] = None
+            return metric.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            operand = self.value(node.operand)
+            sign = -1.0 if isinstance(node.op, ast.USub) else 1.0
+            return lambda runs: None if (v := operand(runs)) is None else sign * v
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Sub | ast.Mult | ast.Div):
+            return _arithmetic(node.op, self.value(node.left), self.value(node.right))
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        if isinstance(node, ast.Compare | ast.BoolOp):
+            raise self.fail(node, "a comparison where a number is expected")
+        raise self.fail(node, "not allowed in an objective (numbers, metrics, + - * /, min, max, abs)")
+
+    def call(self, node: ast.Call) -> Value:
+        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCTIONS:
+            raise self.fail(node, "the only functions are min, max and abs")
+        if node.keywords or not node.args or any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.fail(node, f"{node.func.id} takes numbers, as positional arguments")
+        name = node.func.id
+        if name == "abs" and len(node.args) != 1:
+            raise self.fail(node, "abs takes one number")
+        function = _FUNCTIONS[name]
+        arguments = [self.value(argument) for argument in node.args]
+
+        def call(runs: Runs) -> float | None:
+            values = [argument(runs) for argument in arguments]
+            if any(value is None for value in values):
+                return None
+            return float(function(*values))
+
+        return call
+
+    def metric(self, node: ast.expr) -> Metric:
+        parts: list[str] = []
+        current = node
+        while not isinstance(current, ast.Name):
+            if isinstance(current, ast.Attribute):
+                parts.append(current.attr)
+                current = current.value
+            elif isinstance(current, ast.Subscript):
+                index = current.slice
+                if not isinstance(index, ast.Constant) or isinstance(index.value, bool) or not isinstance(
+                    index.value, int | str
+                ):
+                    raise self.fail(node, "a slice is named by a number or a quoted name, as levels[1]")
+                parts.append(str(index.value))
+                current = current.value
+            else:
+                raise self.fail(node, "not a metric")
+        parts.append(current.id)
+        parts.reverse()
+        run = "run"
+        if parts[0] in REFERENCES:
+            run = parts.pop(0)
+            if not parts:
+                raise self.fail(node, f"{run} is a reference run: name one of its figures ({run}.wait_mean)")
+        if parts[0] in _FUNCTIONS:
+            raise self.fail(node, f"{parts[0]} is a function: call it")
+        head = parts[0]
+        flat_metrics, slice_metrics = known_figures()
+        if head in SLICES:
+            if len(parts) != 3 or parts[2] not in slice_metrics:
+                known = ", ".join(sorted(slice_metrics))
+                raise self.fail(node, f"a slice's figure is {head}[NAME].KEY with KEY one of {known}")
+        elif head in flat_metrics:
+            if len(parts) != 1:
+                raise self.fail(node, f"{head} is a number, it has no parts")
+        else:
+            known = ", ".join(sorted(flat_metrics))
+            raise self.fail(
+                node, f"unknown metric {head!r} (metrics: {known}; slices: levels[N].KEY, groups[NAME].KEY, "
+                "users[NAME].KEY; references: fifo.METRIC, current.METRIC)"
+            )
+        return Metric(run, tuple(parts))
+
+    # ---- conditions
+    def violation(self, node: ast.expr) -> Violation:
+        if isinstance(node, ast.BoolOp):
+            parts = [self.violation(value) for value in node.values]
+            combine = max if isinstance(node.op, ast.And) else min
+            return lambda runs: combine(part(runs) for part in parts)
+        if isinstance(node, ast.Compare):
+            sides = [self.value(node.left), *(self.value(c) for c in node.comparators)]
+            pairs: list[Violation] = []
+            for index, op in enumerate(node.ops):
+                if not isinstance(op, ast.Lt | ast.LtE | ast.Gt | ast.GtE):
+                    raise self.fail(node, "comparisons are <, <=, > and >=")
+                pairs.append(_comparison(op, sides[index], sides[index + 1]))
+            return lambda runs: max(pair(runs) for pair in pairs)
+        raise self.fail(node, "a condition must compare two figures (as jain_groups >= 0.95)")
+
+
+def _arithmetic(op: ast.operator, left: Value, right: Value) -> Value:
+    def apply(runs: Runs) -> float | None:
+        a, b = left(runs), right(runs)
+        if a is None or b is None:
+            return None
+        if isinstance(op, ast.Add):
+            return a + b
+        if isinstance(op, ast.Sub):
+            return a - b
+        if isinstance(op, ast.Mult):
+            return a * b
+        return None if b == 0 else a / b
+
+    return apply
+
+
+def _comparison(op: ast.cmpop, left: Value, right: Value) -> Violation:
+    """How far `left op right` is from holding: <= 0 when it holds (Optuna's convention)."""
+
+    def violation(runs: Runs) -> float:
+        a, b = left(runs), right(runs)
+        if a is None or b is None:
+            return _UNDEFINED_VIOLATION
+        gap = b - a if isinstance(op, ast.Gt | ast.GtE) else a - b  # <= 0: the right side of the bound
+        if isinstance(op, ast.Lt | ast.Gt) and gap == 0:
+            return _STRICT_MARGIN
+        return gap
+
+    return violation
+
+
+def parse_objective(text: str) -> Objective:
+    """Parse `minimize EXPR [subject to COND [and COND ...]]`; ObjectiveError names what is wrong."""
+    match = _OBJECTIVE.match(text)
+    if match is None:
+        raise ObjectiveError(
+            f"an objective reads 'minimize EXPR [subject to COND and ...]' or 'maximize ...', got {text!r}"
+        )
+    compiler = _Compiler("")
+    expression = _parse(match["expr"], "expression")
+    compiler.source = match["expr"]
+    value = compiler.value(expression.body)
+    conditions: list[Condition] = []
+    if match["conds"]:
+        tree = _parse(match["conds"], "condition")
+        compiler.source = match["conds"]
+        body = tree.body
+        tops = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
+        for top in tops:
+            conditions.append(Condition(ast.unparse(top), compiler.violation(top)))
+    return Objective(
+        text=" ".join(text.split()),
+        maximize=match["direction"].lower().startswith("maxim"),
+        expression=ast.unparse(expression.body),
+        value=value,
+        conditions=tuple(conditions),
+        metrics=tuple(compiler.metrics),
+    )
+
+
+def _parse(text: str, what: str) -> ast.Expression:
+    try:
+        return ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        problem = f"not a well-formed {what}: {text.strip()!r} ({exc.msg})"
+        raise ObjectiveError(problem) from None
+
+
+# --------------------------------------------------------------------------- the search
+@dataclass(slots=True)
+class Evaluation:
+    """One run judged by the objective."""
+
+    name: str
+    policy: PolicySpec
+    figures: dict[str, Any]
+    value: float | None
+    violations: tuple[float, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.violations)
+
+
+@dataclass(slots=True)
+class TuneResult:
+    objective: Objective
+    fifo: Evaluation
+    current: Evaluation
+    tuned: Evaluation | None  # None: no trial met every condition with a defined objective
+    trials: int
+    best_trial: int | None
+    factors: tuple[str, ...]
+    searched_max_wait: bool
+    history: list[tuple[float | None, bool]] = field(default_factory=list)  # (value, feasible) per trial
+
+    @property
+    def improved(self) -> bool:
+        tuned, current = self.tuned, self.current
+        if tuned is None or tuned.value is None:
+            return False
+        if current.value is None or not current.feasible:
+            return True
+        return self.objective.better(tuned.value, current.value)
+
+
+class Tuner:
+    """Runs the simulator on one cluster and workload under policies, and judges the runs."""
+
+    def __init__(
+        self, config: Config, nodes: Sequence[NodeSpec], jobs: Sequence[TraceJob], objective: Objective,
+        *, seed: int = 0,
+    ) -> None:
+        from ai_scheduler.tracesim.engine import workload_fragmentation
+
+        self.config = config
+        self.nodes = list(nodes)
+        self.jobs = list(jobs)
+        self.objective = objective
+        self.seed = seed
+        self.fragmentation: Fragmentation = workload_fragmentation(self.jobs, self.nodes)
+        self.references: dict[str, Figures] = {}
+
+    def simulate(self, policy: PolicySpec) -> dict[str, Any]:
+        from ai_scheduler.tracesim.engine import Simulation
+        from ai_scheduler.tracesim.metrics import summarize
+
+        config = with_policy(self.config, policy)
+        simulation = Simulation(
+            config, self.nodes, self.jobs, Mode.TIMED, seed=self.seed, config_name=policy.name,
+            fragmentation=self.fragmentation, progress=False,
+        )
+        return summarize(simulation.run()).as_dict()
+
+    def evaluate(self, name: str, policy: PolicySpec, figures: dict[str, Any] | None = None) -> Evaluation:
+        figures = self.simulate(policy) if figures is None else figures
+        runs = {**self.references, "run": figures}
+        return Evaluation(
+            name=name,
+            policy=policy,
+            figures=figures,
+            value=self.objective.value(runs),
+            violations=tuple(c.violation(runs) for c in self.objective.conditions),
+        )
+
+
+def with_policy(config: Config, policy: PolicySpec) -> Config:
+    """`config` with `policy` added (or replacing the one of its name) and active."""
+    policies = FrozenMap({**config.policies, policy.name: policy})
+    return replace(config, policies=policies, active_policy=policy.name)
+
+
+def default_factors(current: PolicySpec) -> tuple[str, ...]:
+    """The current policy's factors and EXTRA_FACTORS, in POLICY_FACTORS order."""
+    chosen = set(current.weights) | set(EXTRA_FACTORS)
+    return tuple(factor for factor in POLICY_FACTORS if factor in chosen)
+
+
+def tune(
+    config: Config,
+    nodes: Sequence[NodeSpec],
+    jobs: Sequence[TraceJob],
+    objective: Objective,
+    *,
+    trials: int = DEFAULT_TRIALS,
+    seed: int = 0,
+    factors: Sequence[str] | None = None,
+    max_wait: tuple[float, float] | None = None,
+) -> TuneResult:
+    """Run the references, then `trials` trials of Optuna's TPE; see the module docstring."""
+    import optuna
+
+    current_policy = config.policy
+    searched = tuple(factors) if factors else default_factors(current_policy)
+    tuner = Tuner(config, nodes, jobs, objective, seed=seed)
+    fifo_figures = tuner.simulate(FIFO_POLICY)
+    current_figures = tuner.simulate(current_policy)
+    tuner.references = {"fifo": fifo_figures, "current": current_figures}
+    objective.check(fifo_figures)
+    fifo = tuner.evaluate("fifo", FIFO_POLICY, fifo_figures)
+    current = tuner.evaluate("current", current_policy, current_figures)
+
+    evaluations: dict[int, Evaluation] = {}
+
+    def policy_of(trial: optuna.Trial) -> PolicySpec:
+        # Rounded as the fragment shows them, so that the policy written is the policy simulated.
+        weights = {factor: round(trial.suggest_float(factor, *WEIGHT_RANGE), 6) for factor in searched}
+        wait = current_policy.max_wait_seconds
+        if max_wait is not None:
+            wait = round(trial.suggest_float("maxWaitSeconds", *max_wait, log=True), 3)
+        return PolicySpec(
+            TUNED_POLICY_NAME, FrozenMap(weights), max_wait_seconds=wait,
+            fair_share_half_life_seconds=current_policy.fair_share_half_life_seconds,
+        )
+
+    # Optuna 5 takes constraints from the trial (Trial.set_constraint); Optuna 4 from the sampler's
+    # constraints_func, which Optuna 5 deprecates.
+    per_trial = hasattr(optuna.trial.Trial, "set_constraint")
+
+    def run_trial(trial: optuna.Trial) -> float:
+        evaluation = tuner.evaluate(TUNED_POLICY_NAME, policy_of(trial))
+        evaluations[trial.number] = evaluation
+        trial.set_user_attr("constraints", list(evaluation.violations))
+        if per_trial:
+            for index, violation in enumerate(evaluation.violations):
+                trial.set_constraint(str(index), violation)
+        return math.nan if evaluation.value is None else evaluation.value  # nan: Optuna fails the trial
+
+    def constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+        values: list[float] = trial.user_attrs.get("constraints", [])
+        return values
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=seed,
+            n_startup_trials=min(10, max(2, trials // 3)),
+            constraints_func=constraints if objective.conditions and not per_trial else None,
+        )
+        study = optuna.create_study(direction=objective.direction, sampler=sampler)
+    study.enqueue_trial(_enqueued(current_policy, searched, max_wait))
+    study.optimize(run_trial, n_trials=trials, catch=())
+
+    best: int | None = None
+    for number, evaluation in sorted(evaluations.items()):
+        if evaluation.value is None or not evaluation.feasible:
+            continue
+        best_value = None if best is None else evaluations[best].value
+        if best_value is None or objective.better(evaluation.value, best_value):
+            best = number
+    history = [(e.value, e.feasible) for _, e in sorted(evaluations.items())]
+    return TuneResult(
+        objective=objective, fifo=fifo, current=current,
+        tuned=None if best is None else evaluations[best], trials=trials, best_trial=best,
+        factors=searched, searched_max_wait=max_wait is not None, history=history,
+    )
+
+
+def _enqueued(
+    current: PolicySpec, factors: Iterable[str], max_wait: tuple[float, float] | None
+) -> dict[str, float]:
+    """The current policy as a point of the search space: weights scaled into [-1, 1] (the queue compares
+    scores only, so the order is the same), factors it does not weigh at 0."""
+    weights = {factor: current.weights.get(factor, 0.0) for factor in factors}
+    scale = max((abs(w) for w in weights.values()), default=0.0)
+    point = {factor: w / scale if scale > 1 else w for factor, w in weights.items()}
+    if max_wait is not None:
+        point["maxWaitSeconds"] = min(max(current.max_wait_seconds, max_wait[0]), max_wait[1])
+    return point
+
+
+# --------------------------------------------------------------------------- output
+def policy_fragment(policy: PolicySpec) -> dict[str, Any]:
+    """The config file's form of `policy` under `policies`, and `activePolicy`."""
+    return {
+        "policies": {
+            policy.name: {
+                "weights": dict(policy.weights),
+                "maxWaitSeconds": policy.max_wait_seconds,
+                "fairShareHalfLifeSeconds": policy.fair_share_half_life_seconds,
+            }
+        },
+        "activePolicy": policy.name,
+    }
+
+
+def _number(value: float | None, key: str = "") -> str:
+    """Counts as whole numbers, ratios with 4 decimals, anything else (seconds, expressions) with 2."""
+    if value is None:
+        return "-"
+    name = key.rsplit(".", 1)[-1]
+    if (name in _COUNTS or name.endswith("_count")) and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4f}" if _is_ratio(key) else f"{value:.2f}"
+
+
+def _is_ratio(key: str) -> bool:
+    name = key.rsplit(".", 1)[-1]
+    return name == "jain_groups" or name.startswith(_RATIO_PREFIXES)
+
+
+def _runs(result: TuneResult) -> list[Evaluation]:
+    return [result.fifo, result.current, *([result.tuned] if result.tuned is not None else [])]
+
+
+def table(result: TuneResult) -> str:
+    """The objective, each condition and the figures that matter, for fifo, current and tuned."""
+    objective = result.objective
+    runs = _runs(result)
+    rows: list[tuple[str, ...]] = [("", *(run.name for run in runs))]
+    rows.append((f"{objective.direction} {objective.expression}", *(_number(run.value) for run in runs)))
+    for index, condition in enumerate(objective.conditions):
+        rows.append(
+            (f"  {condition.text}", *("met" if run.violations[index] <= 0 else "VIOLATED" for run in runs))
+        )
+    named = [metric for metric in objective.metrics if metric.run == "run"]
+    keys = [metric.text for metric in named] + [key for key in MAIN_FIGURES if (key,) not in
+                                                 {metric.path for metric in named}]
+    paths = [metric.path for metric in named] + [(key,) for key in MAIN_FIGURES if (key,) not in
+                                                  {metric.path for metric in named}]
+    for key, path in zip(keys, paths, strict=True):
+        metric = Metric("run", path)
+        rows.append((key, *(_number(metric.value({"run": run.figures}), key) for run in runs)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "  ".join([row[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True))])
+        .rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines) + "\n"
+
+
+def fragment_text(result: TuneResult) -> str:
+    """The config fragment of the tuned policy, with a comment header: the objective and the figures."""
+    assert result.tuned is not None
+    header = [
+        "Written by `ai-scheduler tune`: merge into the config file (adds policy "
+        f"{TUNED_POLICY_NAME!r} and makes it active).",
+        f"objective: {result.objective.text}",
+        f"search: {result.trials} trials of Optuna's TPE over {', '.join(result.factors)}"
+        + (", maxWaitSeconds" if result.searched_max_wait else "") + f"; best: trial {result.best_trial}",
+        "",
+        *table(result).rstrip("\n").split("\n"),
+    ]
+    body = yaml.safe_dump(policy_fragment(result.tuned.policy), sort_keys=False)
+    return "".join(f"# {line}".rstrip() + "\n" for line in header) + body
+
+
+def as_json(result: TuneResult) -> dict[str, Any]:
+    def run(evaluation: Evaluation) -> dict[str, Any]:
+        return {
+            "policy": policy_fragment(evaluation.policy)["policies"][evaluation.policy.name],
+            "objective": evaluation.value,
+            "constraints": [
+                {"condition": c.text, "violation": v, "met": v <= 0}
+                for c, v in zip(result.objective.conditions, evaluation.violations, strict=True)
+            ],
+            "feasible": evaluation.feasible,
+            "figures": evaluation.figures,
+        }
+
+    return {
+        "objective": result.objective.text,
+        "direction": result.objective.direction,
+        "trials": result.trials,
+        "factors": list(result.factors),
+        "best_trial": result.best_trial,
+        "improved": result.improved,
+        "fragment": None if result.tuned is None else policy_fragment(result.tuned.policy),
+        "runs": {evaluation.name: run(evaluation) for evaluation in _runs(result)},
+    }
+
+
+# --------------------------------------------------------------------------- the command
+def add_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--cluster", metavar="FILE", required=True,
+                         help="the cluster: a CSV or YAML node list (see ai_scheduler/trace/cluster.py)")
+    command.add_argument("--trace", metavar="FILE", required=True, help="the workload: a CSV trace")
+    command.add_argument("--format", default="auto",
+                         choices=["auto", "generic", "alibaba", "philly", "helios"],
+                         help="the trace's format (default: told from its columns)")
+    command.add_argument("--config", metavar="FILE",
+                         help="scheduler config whose active policy is the current one (default: shipped)")
+    command.add_argument("--objective", required=True,
+                         help='e.g. "minimize levels[1].wait_mean subject to jain_groups >= 0.95 and '
+                         'gpu_alloc_mean >= fifo.gpu_alloc_mean" (grammar: see README)')
+    command.add_argument("--trials", type=_positive_int, default=DEFAULT_TRIALS,
+                         help=f"number of trials (simulations) of the search (default: {DEFAULT_TRIALS})")
+    command.add_argument("--seed", type=int, default=0,
+                         help="seed of the sampler and of the scheduler's tie-breaks (default: 0)")
+    command.add_argument("--factors", metavar="A,B,...",
+                         help="the factors whose weights are searched, in [-1, 1] (default: the current "
+                         f"policy's and {', '.join(EXTRA_FACTORS)})")
+    command.add_argument("--max-wait", metavar="LO,HI",
+                         help="also search maxWaitSeconds, log-uniformly between LO and HI seconds")
+    command.add_argument("--out", metavar="FILE", help="write the tuned policy here as a config fragment")
+    command.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def parse_factors(text: str) -> tuple[str, ...]:
+    factors = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [factor for factor in factors if factor not in POLICY_FACTORS]
+    if unknown or not factors:
+        raise ObjectiveError(
+            f"--factors: unknown factor(s) {', '.join(unknown) or '(none given)'}; "
+            f"known: {', '.join(POLICY_FACTORS)}"
+        )
+    return tuple(dict.fromkeys(factors))
+
+
+def parse_range(text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise ObjectiveError(f"--max-wait: expected LO,HI in seconds, got {text!r}") from None
+    if not 0 < low < high or math.isinf(high):
+        raise ObjectiveError(f"--max-wait: expected 0 < LO < HI, got {text!r}")
+    return low, high
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import optuna  # noqa: F401  # checked here to name the extra to install
+    except ImportError as exc:
+        print(f"ai-scheduler tune: {exc}; install the simulator's extras: pip install 'ai-scheduler[sim]'",
+              file=sys.stderr)
+        return 2
+    try:
+        objective = parse_objective(args.objective)
+        factors = parse_factors(args.factors) if args.factors else None
+        max_wait = parse_range(args.max_wait) if args.max_wait else None
+        nodes = read_cluster(args.cluster)
+        workload = read_workload(args.trace, args.format)
+        config = load_config(args.config) if args.config else default_config()
+    except (ObjectiveError, TraceError, ConfigError, OSError) as exc:
+        print(f"ai-scheduler tune: {exc}", file=sys.stderr)
+        return 2
+    if workload.problems:
+        print(f"ai-scheduler tune: {args.trace}: skipped {len(workload.problems)} rows (first: "
+              f"{workload.problems[0]})", file=sys.stderr)
+    try:
+        result = tune(config, nodes, workload.jobs, objective, trials=args.trials, seed=args.seed,
+                      factors=factors, max_wait=max_wait)
+    except ObjectiveError as exc:
+        print(f"ai-scheduler tune: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.write(orjson.dumps(as_json(result), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+                         .decode() + "\n")
+    else:
+        print(f"objective: {objective.text}")
+        print(table(result))
+    if result.tuned is None:
+        print("ai-scheduler tune: no trial met every condition; nothing written", file=sys.stderr)
+        return 1
+    if not result.current.feasible:
+        violations = zip(objective.conditions, result.current.violations, strict=True)
+        unmet = [condition.text for condition, violation in violations if violation > 0]
+        print(f"ai-scheduler tune: the current policy does not meet: {'; '.join(unmet)}", file=sys.stderr)
+    elif not result.improved:
+        print("ai-scheduler tune: no trial beat the current policy on the objective", file=sys.stderr)
+    if args.out:
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(fragment_text(result), encoding="utf-8")
+        if not args.json:
+            print(f"tuned policy written to {path}")
+    return 0
