@@ -6,6 +6,7 @@ thin orjson call rather than the stdlib logging machinery.
 
 from __future__ import annotations
 
+import calendar
 import sys
 import time
 from typing import Any, Protocol
@@ -22,6 +23,19 @@ def rfc3339(epoch: float | None = None, *, millis: bool = True) -> str:
     whole = int(epoch)
     text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
     return f"{text}.{int((epoch - whole) * 1000):03d}Z" if millis else f"{text}Z"
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 UTC (with or without a fraction, as `rfc3339` and Kubernetes write it) to epoch seconds;
+    None for anything else."""
+    if not text:
+        return None
+    try:
+        whole, _, rest = text.rstrip("Z").partition(".")
+        epoch = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
+        return epoch + (float(f"0.{rest}") if rest.isdigit() else 0.0)
+    except ValueError:
+        return None
 
 
 class ByteSink(Protocol):

@@ -379,8 +379,8 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
 @pytest.mark.parametrize(("data", "key", "reason"), [
     # unknown keys, at every level we define
     ({"shedulerName": "x"}, "", "unknown key 'shedulerName' (did you mean 'schedulerName'?); expected one of "
-                                "schedulerName, profiles, scheduling, gpu, server, queues, groups, users, "
-                                "namespaces, policies, activePolicy"),
+                                "schedulerName, profiles, scheduling, gpu, prediction, server, queues, "
+                                "groups, users, namespaces, policies, activePolicy"),
     ({"profiles": [{"filter": []}]}, "profiles[0]", "unknown key 'filter' (did you mean 'filters'?)"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity", "wieght": 1}]}]}, "profiles[0].scores[0]",
      "unknown key 'wieght' (did you mean 'weight'?)"),

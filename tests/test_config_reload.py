@@ -19,8 +19,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import io
+import os
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path as FilePath
 from typing import Any
 
 import orjson
@@ -34,10 +37,12 @@ from ai_scheduler.config import Config, parse_config
 from ai_scheduler.config import schema as config_schema
 from ai_scheduler.config.keys import ANY_INDEX, ANY_NAME, changed_keys, leaf_keys, within, yaml_key
 from ai_scheduler.log import JsonLogger
+from ai_scheduler.prediction import Features, RunTimeModel
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.config_reload import RESTART_REQUIRED
 from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.plugins.gpu import GpuFilter
+from ai_scheduler.scheduler.runtimes import PredictedRunTimes
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 
 Path = tuple[str | int, ...]
@@ -45,6 +50,27 @@ Live = Callable[[Scheduler, Path], Any]  # the value in force in one component o
 View = Callable[[Config, Path], Any]  # what that component should hold under a given config
 
 ZONE, RACK = "topology.kubernetes.io/zone", "example.com/rack"
+
+# A run-time model for the prediction.model case: a small one, fitted once per test process.
+MODEL = str(FilePath(tempfile.gettempdir()) / f"ai-scheduler-reload-model-{os.getpid()}.npz")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def model_file() -> Any:
+    jobs = [Features(user=f"u{i % 3}", gpu_milli=1000 * (i % 4), cpu=1000) for i in range(40)]
+    RunTimeModel.fit(jobs, [60.0 * (1 + i % 4) for i in range(40)], max_iter=20).save(MODEL)
+    yield MODEL
+    FilePath(MODEL).unlink(missing_ok=True)
+
+
+def model_in_force(s: Scheduler, _: Path) -> str | None:
+    runtimes = s.core.runtimes
+    return runtimes.model_path if isinstance(runtimes, PredictedRunTimes) else None
+
+
+def learning_online(s: Scheduler, _: Path) -> bool:
+    runtimes = s.core.runtimes
+    return isinstance(runtimes, PredictedRunTimes) and runtimes.learn_online
 
 # Every section holds at least one entry, so that every key of the schema has a place to change.
 BASE: dict[str, Any] = {
@@ -65,6 +91,7 @@ BASE: dict[str, Any] = {
         "gangTopologyLabels": [ZONE],
     },
     "gpu": {"stalenessSeconds": 120},
+    "prediction": {"learnOnline": False},
     "server": {"port": 0, "bindAddress": "127.0.0.1"},
     "queues": [
         {"name": "prod", "level": 0, "weight": 1, "quota": {"cpu": "64"}},
@@ -304,6 +331,8 @@ CASES: dict[str, Case] = {
             (gpu_filter_staleness, lambda c, p: {value_at(c, p)}),
         ),
     ),
+    "prediction.model": Case(MODEL, scalar(model_in_force)),
+    "prediction.learnOnline": Case(True, scalar(learning_online)),
     "server.port": Case(10999),  # the daemon under test serves no HTTP: nothing to read back
     "server.bindAddress": Case("127.0.0.2"),
     "queues[*].name": Case("production", TENANCY),
@@ -370,6 +399,7 @@ def test_leaf_keys_are_the_keys_the_parser_accepts() -> None:
         "profiles[*].scores[*]": set(s._SCORE_KEYS),
         "scheduling": set(s._SCHEDULING_KEYS),
         "gpu": {"stalenessSeconds"},
+        "prediction": set(s._PREDICTION_KEYS),
         "server": {"port", "bindAddress"},
         "queues[*]": set(s._QUEUE_KEYS),
         "groups.*": set(s._GROUP_KEYS),

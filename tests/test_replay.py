@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, UPDATED_ANNOTATION
-from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.log import JsonLogger, parse_time, rfc3339
 from ai_scheduler.scheduler.history import History, node_spec, pod_spec
 from ai_scheduler.sim import make_pod
 from ai_scheduler.trace import NodeSpec
@@ -27,7 +27,6 @@ from ai_scheduler.tracesim.replay import (
     explain,
     read_lines,
     read_log,
-    timestamp,
 )
 
 GIB = 2**30
@@ -287,4 +286,4 @@ def test_placements_compare_pod_by_pod_and_each_difference_is_explained() -> Non
         "d/e: same node n2, other GPUs",
         "d/f: placed on n1 in the replay, not by the daemon",
     ]
-    assert timestamp("2026-01-01T00:00:01.250Z") == 1_767_225_601.25
+    assert parse_time("2026-01-01T00:00:01.250Z") == 1_767_225_601.25

@@ -37,7 +37,6 @@ unavailable, with that reason; it never makes them wrong.
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from dataclasses import dataclass, field
@@ -48,6 +47,7 @@ import numpy as np
 import orjson
 
 from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.log import parse_time
 from ai_scheduler.messages import echo
 from ai_scheduler.quantity import QuantityError, parse_go_int, to_units
 
@@ -264,18 +264,6 @@ def parse_report(text: str | None) -> tuple[list[Device], str]:
         return [], f"{malformed}: duplicate device index"
     devices.sort(key=lambda d: d.index)
     return devices, ""
-
-
-def parse_time(text: str | None) -> float | None:
-    """RFC 3339 UTC (with or without fraction) to epoch seconds."""
-    if not text:
-        return None
-    try:
-        whole, _, rest = text.rstrip("Z").partition(".")
-        epoch = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
-        return epoch + (float(f"0.{rest}") if rest.isdigit() else 0.0)
-    except ValueError:
-        return None
 
 
 @dataclass(slots=True)

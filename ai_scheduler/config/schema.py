@@ -194,6 +194,21 @@ class SchedulingSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PredictionSettings:
+    """Run-time prediction (ai_scheduler/prediction): ``model`` is a file `ai-scheduler learn` wrote
+    (None: no model); with ``learn_online`` (on by default when there is a model) completions update
+    per-user corrections, and without a model the users' own past run times predict their next ones.
+    A pod's own ``ai-scheduler.io/estimated-runtime`` always comes first."""
+
+    model: str | None = None
+    learn_online: bool | None = None  # None: on with a model, off without
+
+    @property
+    def enabled(self) -> bool:
+        return self.model is not None or bool(self.learn_online)
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSettings:
     """How old a node agent's GPU report may be before its managed GPUs stop taking new pods."""
 
@@ -295,6 +310,7 @@ class Config:
     profiles: tuple[Profile, ...]
     scheduling: SchedulingSettings = SchedulingSettings()
     gpu: GpuSettings = GpuSettings()
+    prediction: PredictionSettings = PredictionSettings()
     server: ServerSettings = ServerSettings()
     queues: tuple[QueueSpec, ...] = ()
     groups: Mapping[str, GroupSpec] = field(default_factory=FrozenMap)
@@ -479,6 +495,7 @@ _SCHEDULING_KEYS = (
     "watchIdleSeconds",
     "apiUnreachableRestartSeconds",
 )
+_PREDICTION_KEYS = ("model", "learnOnline")
 _QUEUE_KEYS = ("name", "level", "weight", "quota", "promoteAfterSeconds")
 _GROUP_KEYS = ("level", "share", "min", "max")
 _USER_KEYS = ("group", "level", "max")
@@ -489,6 +506,7 @@ _TOP_LEVEL_KEYS = (
     "profiles",
     "scheduling",
     "gpu",
+    "prediction",
     "server",
     "queues",
     "groups",
@@ -662,6 +680,20 @@ def _parse_gpu(value: object, path: str) -> GpuSettings:
     _check_keys(data, ("stalenessSeconds",), path)
     return GpuSettings(_scalar(data, "stalenessSeconds", GpuSettings().staleness_seconds,
                                lambda v, p: _number(v, p, minimum=0, inclusive=False), path))
+
+
+def _parse_prediction(value: object, path: str) -> PredictionSettings:
+    data = _mapping(value, path)
+    _check_keys(data, _PREDICTION_KEYS, path)
+    # Both may be null: no model; online learning as the model's presence says.
+    return PredictionSettings(
+        model=_scalar(data, "model", None, _nullable(_string), path),
+        learn_online=_scalar(data, "learnOnline", None, _nullable(_boolean), path),
+    )
+
+
+def _nullable(parse: _Parse) -> _Parse:
+    return lambda value, path: None if value is None else parse(value, path)
 
 
 def _bind_address(value: object, path: str) -> str:
@@ -893,6 +925,7 @@ def _parse(data: object) -> Config:
                         (Profile(scheduler_name),))
     scheduling = _section(top, "scheduling", _parse_scheduling, SchedulingSettings())
     gpu = _section(top, "gpu", _parse_gpu, GpuSettings())
+    prediction = _section(top, "prediction", _parse_prediction, PredictionSettings())
     server = _section(top, "server", _parse_server, ServerSettings())
     queues = _section(top, "queues", _parse_queues, ())
     groups = _section(top, "groups", _parse_groups, FrozenMap())
@@ -910,6 +943,7 @@ def _parse(data: object) -> Config:
         profiles=profiles,
         scheduling=scheduling,
         gpu=gpu,
+        prediction=prediction,
         server=server,
         queues=queues,
         groups=groups,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +33,9 @@ from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
-from ai_scheduler.config import Config
-from ai_scheduler.log import JsonLogger
+from ai_scheduler.config import Config, PredictionSettings
+from ai_scheduler.log import JsonLogger, parse_time
+from ai_scheduler.prediction import ModelError, RunTimeModel, RunTimePredictor
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
@@ -45,7 +47,7 @@ from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
-from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, RunTimes
+from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, PredictedRunTimes, RunTimes
 from ai_scheduler.scheduler.schedule_one import SchedulingCycle
 
 
@@ -78,8 +80,7 @@ class SchedulerCore:
         runtimes: RunTimes | None = None,
     ) -> None:
         timed: dict[str, Any] = {"clock": clock} if clock is not None else {}
-        # The run-time hook (runtimes.py): the pod's own estimate unless a predictor is plugged in.
-        self._runtimes: RunTimes = runtimes if runtimes is not None else AnnotatedRunTimes()
+        self._wall = clock if clock is not None else time.time  # wall-clock seconds, for pods' start times
         self.config = config
         self.log = logger
         self.metrics = metrics
@@ -88,9 +89,13 @@ class SchedulerCore:
         cache = self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds, **timed)
         cache.gpus.staleness = config.gpu.staleness_seconds
         tenancy = self.tenancy = cache.tenancy = Tenancy(config)
+        # The run-time hook (runtimes.py): the pod's own estimate, and a prediction when the config's
+        # `prediction` section asks for one.
+        self._runtimes: RunTimes = runtimes if runtimes is not None else self._runtimes_for(config.prediction)
         gangs = self.gangs = GangRegistry()
         self.budgets = DisruptionBudgets()  # PodDisruptionBudgets, which preemption respects
-        self.priorities = PriorityEngine(config, tenancy, cache, self._job_members, **timed)
+        self.priorities = PriorityEngine(config, tenancy, cache, self._job_members,
+                                         runtimes=lambda: self._runtimes, **timed)
         queue = self.queue = SchedulingQueue(
             initial_backoff=settings.initial_backoff_seconds,
             max_backoff=settings.max_backoff_seconds,
@@ -130,7 +135,7 @@ class SchedulerCore:
         out.bindings.on_failure = lambda pod, result: gang_scheduler.bind_failed(pod, result.message)
         self.handlers = EventHandlers(
             cache, queue, gangs, self.budgets, self.reserver, out.reports, metrics, logger,
-            lambda: self.frameworks, self.ready,
+            lambda: self.frameworks, self.ready, finished=self.pod_finished,
         )
 
     @property
@@ -143,6 +148,42 @@ class SchedulerCore:
         """Plug in another run-time source (a learned predictor): every user of the hook takes it."""
         self._runtimes = runtimes
         self.reserver.runtimes = runtimes
+
+    def _runtimes_for(self, settings: PredictionSettings) -> RunTimes:
+        """The run-time source the config asks for: the pods' own estimates, plus a prediction when a
+        model is given or online learning is on. A model file that does not load is logged and left out
+        (online learning, when on, still runs)."""
+        if not settings.enabled:
+            return AnnotatedRunTimes()
+        model = None
+        if settings.model is not None:
+            try:
+                model = RunTimeModel.load(settings.model)
+            except (ModelError, OSError) as exc:
+                self.log.error("prediction.model_invalid", path=settings.model, error=str(exc))
+        learn_online = settings.learn_online if settings.learn_online is not None else model is not None
+        if model is None and not learn_online:
+            return AnnotatedRunTimes()
+        self.log.info("prediction.ready", model=settings.model if model else None, learn_online=learn_online)
+        return PredictedRunTimes(RunTimePredictor(model), self.tenancy, learn_online=learn_online,
+                                 model_path=settings.model if model else None)
+
+    def completed(self, pod: PodRecord, seconds: float) -> None:
+        """`pod` succeeded after running `seconds`: online learning takes it (the simulator calls this
+        with the exact run time; the daemon through `pod_finished`)."""
+        if isinstance(self._runtimes, PredictedRunTimes):
+            self._runtimes.completed(pod, seconds)
+
+    def pod_finished(self, pod: PodRecord, succeeded: bool) -> None:
+        """The event handlers saw a placed pod end: succeeded (its run time counts from its start) or
+        left otherwise (deleted, failed, evicted: nothing to learn)."""
+        if not isinstance(self._runtimes, PredictedRunTimes):
+            return
+        started = parse_time(pod.started) if succeeded else None
+        if started is not None:
+            self._runtimes.completed(pod, self._wall() - started)
+        else:
+            self._runtimes.forget(pod.uid)
 
     def _job_members(self, pod: PodRecord) -> int:
         gang = self.gangs.gang_of(pod)
@@ -188,7 +229,7 @@ class SchedulerCore:
     def reconfigure(self, config: Config) -> list[str]:
         """Hand every component of the core the new config (none keeps a copy); the profiles served."""
         settings = config.scheduling
-        self.config = config
+        previous, self.config = self.config, config
         self.cache.set_assume_timeout(settings.assume_timeout_seconds)
         self.cache.gpus.staleness = config.gpu.staleness_seconds
         self.reserver.backfill = settings.backfill
@@ -197,6 +238,8 @@ class SchedulerCore:
             self.reserver.current = None
         self.gang_scheduler.reconfigure(settings)
         self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
+        if config.prediction != previous.prediction:
+            self.runtimes = self._runtimes_for(config.prediction)
         self.priorities.reconfigure(config)
         self.frameworks = build_frameworks(config, self.cache, self.rng)
         # Pods of a profile that came or went join or leave the queue; the others are counted in the

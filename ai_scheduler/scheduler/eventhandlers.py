@@ -46,6 +46,7 @@ class EventHandlers:
         logger: JsonLogger,
         profiles: Callable[[], Container[str]],
         ready: asyncio.Event,
+        finished: Callable[[PodRecord, bool], None] | None = None,
     ) -> None:
         self.cache = cache
         self.queue = queue
@@ -57,6 +58,8 @@ class EventHandlers:
         self.log = logger
         self.profiles = profiles  # the schedulerNames we place pods for
         self.ready = ready  # after the first sync, relists are logged
+        # A placed pod ended: succeeded (True) or left otherwise; the core learns run times from it.
+        self.finished = finished
         self._gpu_problems: dict[str, str] = {}  # node -> the GPU report problem last logged
 
     def on_relist(self, resource: str, reason: str) -> None:
@@ -104,6 +107,8 @@ class EventHandlers:
             change = self.cache.set_pod(pod)
             self.gangs.observe_pod(pod)
             self.sync_queue(pod)
+        if change.freed and self.finished is not None:
+            self.finished(pod, kind != "DELETED" and pod.phase == "Succeeded")
         if change.freed:
             self.queue.move_all("AssignedPodDelete")
         elif change.placed:

@@ -31,7 +31,6 @@ grows with the live objects, not with history.
 
 from __future__ import annotations
 
-import calendar
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -40,7 +39,7 @@ import orjson
 
 from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION, UPDATED_ANNOTATION
 from ai_scheduler.cache.records import TERMINAL_PHASES
-from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.log import JsonLogger, parse_time, rfc3339
 
 VERSION = 1
 ANNOTATION_PREFIX = "ai-scheduler.io/"
@@ -128,15 +127,6 @@ def node_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 def _fingerprint(obj: Mapping[str, Any]) -> int:
     return hash(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS))
-
-
-def _epoch(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(text.rstrip("Z").split(".")[0], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return None
 
 
 def _ended(obj: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -247,11 +237,11 @@ class History:
         ended, reason = _ended(obj)
         if phase not in TERMINAL_PHASES:  # left before it finished: ends now
             ended, phase, reason = None, "Deleted", reason or "deleted"
-        end_s = _epoch(ended) if ended else None
+        end_s = parse_time(ended) if ended else None
         if end_s is None:  # no container said when: now, as this line's own time does
             end_s = time.time()
             ended = rfc3339(end_s, millis=False)
-        start_s = _epoch(started)
+        start_s = parse_time(started)
         runtime = round(end_s - start_s, 3) if start_s is not None else None
         self.log.info(
             "pod.finished", v=VERSION, pod=f"{meta.get('namespace', '')}/{meta.get('name', '')}", uid=uid,

@@ -10,9 +10,11 @@ weight; a negative weight prefers the small end of that factor. Factors:
   capped at 1;
 - jobSize: the whole job's GPUs (a gang counts all minMember pods), or its cpu
   cores for jobs without GPUs, over the largest waiting job of the same kind;
-- estimatedRuntime: the annotation `ai-scheduler.io/estimated-runtime`
-  (`90m`, `2h`, `1h30m`) over the longest waiting estimate; a pod without
-  one counts as the longest;
+- estimatedRuntime: the pod's run time from the core's run-time hook
+  (runtimes.py: the annotation `ai-scheduler.io/estimated-runtime`, `90m`,
+  `2h`, `1h30m`, else a learned prediction's median when the config's
+  `prediction` section asks for one) over the longest waiting estimate; a pod
+  with neither counts as the longest;
 - fairShare: Slurm's 2^(-U/S) for the owner's group, U its share of the
   decayed GPU usage (cpu for clusters without GPUs), S its share of the
   configured shares; usage decays with fairShareHalfLifeSeconds;
@@ -55,6 +57,7 @@ from ai_scheduler.config import Config
 from ai_scheduler.quantity import MAX_DURATION_SECONDS as MAX_DURATION_SECONDS
 from ai_scheduler.quantity import parse_duration as parse_duration  # with the key: records refuse bad ones
 from ai_scheduler.queue import QueuedPod
+from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, RunTime, RunTimes
 
 
 def job_gpus(amounts: dict[str, int]) -> float:
@@ -105,8 +108,10 @@ class PriorityEngine:
         cache: SchedulerCache,
         job_members: Callable[[PodRecord], int],
         clock: Callable[[], float] = time.monotonic,
+        runtimes: Callable[[], RunTimes] = AnnotatedRunTimes,
     ) -> None:
         self.config = config
+        self.runtimes = runtimes  # the core's run-time hook, as it is now (a reload may replace it)
         self.tenancy = tenancy
         self.cache = cache
         self.job_members = job_members
@@ -165,8 +170,8 @@ class PriorityEngine:
                 return min(gpus / stats.largest_gpu_job, 1.0)
             return min(cpus / stats.largest_cpu_job, 1.0)
         if name == "estimatedRuntime":
-            estimate = parse_duration(pod.annotations.get(ESTIMATE_ANNOTATION))
-            return 1.0 if estimate is None else min(estimate / stats.longest_estimate, 1.0)
+            estimate = self.run_time(pod)
+            return 1.0 if estimate is None else min(estimate.median / stats.longest_estimate, 1.0)
         if name == "fairShare":
             return self._group_fairness(tenant.group)
         if name == "queueLevel":
@@ -174,6 +179,10 @@ class PriorityEngine:
             level, _ = self._effective_level(qp, tenant.queue)
             return 1.0 - (level / top if top else 0.0)
         raise ValueError(f"unknown factor {name!r}")
+
+    def run_time(self, pod: PodRecord) -> RunTime | None:
+        """The pod's run time as the core's run-time hook knows it (its estimate, or a prediction)."""
+        return self.runtimes().estimate(pod)
 
     def _observe(self, pod: PodRecord, stats: _Stats) -> None:
         """Widen the normalisers to include this pod (a pod arriving between refreshes is not clipped)."""
@@ -184,9 +193,9 @@ class PriorityEngine:
             stats.largest_gpu_job = max(stats.largest_gpu_job, gpus)
         else:
             stats.largest_cpu_job = max(stats.largest_cpu_job, cpus)
-        estimate = parse_duration(pod.annotations.get(ESTIMATE_ANNOTATION))
+        estimate = self.run_time(pod)
         if estimate is not None:
-            stats.longest_estimate = max(stats.longest_estimate, estimate)
+            stats.longest_estimate = max(stats.longest_estimate, estimate.median)
 
     def _job_size(self, pod: PodRecord) -> tuple[float, float]:
         members = max(self.job_members(pod), 1)

@@ -34,7 +34,6 @@ takes it over.
 
 from __future__ import annotations
 
-import calendar
 import heapq
 import math
 import time
@@ -46,23 +45,16 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PODS, PodRecord
-from ai_scheduler.log import JsonLogger
+from ai_scheduler.log import JsonLogger, parse_time
 from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, RunTimes
 
 UNKNOWN = math.inf  # the end of a pod with no known run time, and the due time of a fit that waits for one
 DEFAULT_RUNTIMES: RunTimes = AnnotatedRunTimes()
 
 
-def _epoch(text: str) -> float | None:
-    try:
-        return float(calendar.timegm(time.strptime(text.rstrip("Z").split(".")[0], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return None
-
-
 def waiting_since(pods: Iterable[PodRecord]) -> float | None:
     """When a unit started waiting (wall time): the earliest creation of its pods; None if unreadable."""
-    times = [t for t in (_epoch(pod.creation) for pod in pods if pod.creation) if t is not None]
+    times = [t for t in (parse_time(pod.creation) for pod in pods if pod.creation) if t is not None]
     return min(times, default=None)
 
 
@@ -72,7 +64,7 @@ def expected_end(pod: PodRecord, now: float, runtimes: RunTimes = DEFAULT_RUNTIM
     run = runtimes.estimate(pod)
     if run is None:
         return UNKNOWN
-    started = _epoch(pod.started) if pod.started else None
+    started = parse_time(pod.started) if pod.started else None
     start = started if started is not None else now
     return max(start + run.upper, now)
 

@@ -242,6 +242,10 @@ class SchedulingCycle:
         }
         if decision.gpu_ids:
             fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
+        run = self.priorities.run_time(pod)
+        if run is not None:  # what the policy, reservations and backfill took its run time to be
+            fields["runtime"] = {"median_s": round(run.median, 1), "upper_s": round(run.upper, 1),
+                                 "source": run.source}
         if decision.node is None:
             fields["message"] = decision.message
         fields.update(extra)

@@ -370,7 +370,10 @@ class Simulation:
 
     def _depart(self, uid: str) -> None:
         live = self._live[uid]
-        self.result.pods[live.index].end = self.clock.now
+        outcome = self.result.pods[live.index]
+        outcome.end = self.clock.now
+        if outcome.start is not None:  # it succeeded: the core learns its run time (online prediction)
+            self.core.completed(live.pod, outcome.end - outcome.start)
         self._delete(uid)
 
     def _delete(self, uid: str) -> None:

@@ -16,6 +16,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.tenancy import Tenancy
+from ai_scheduler.config import default_config
 from ai_scheduler.prediction import (
     Features,
     ModelError,
@@ -27,7 +30,10 @@ from ai_scheduler.prediction import (
     report_table,
     split_by_time,
 )
+from ai_scheduler.scheduler.runtimes import pod_features
 from ai_scheduler.trace import JobStatus, TraceError, TraceJob, read_workload
+from ai_scheduler.tracesim.replay import VERSION as LOG_VERSION
+from ai_scheduler.tracesim.replay import ReplayError, read_log
 
 MIN_JOBS = 10
 USABLE = frozenset({JobStatus.SUCCEEDED, JobStatus.UNKNOWN})
@@ -51,7 +57,23 @@ def features_of_job(job: TraceJob) -> Features:
     )
 
 
-def samples_of(jobs: list[TraceJob]) -> tuple[list[Sample], int]:
+def _from_log(sources: list[str], field_path: str | None) -> tuple[list[TraceJob], str, Tenancy]:
+    """The pods of a replayable log as trace jobs: each its logged Pod (`manifest`), the run time it had
+    from its placement to its end, and how it ended. Their features are read from the Pod itself, as the
+    daemon reads them (`features_of`)."""
+    replay = read_log(sources, field_path)
+    return replay.jobs, f"log v{LOG_VERSION}", Tenancy(replay.config)
+
+
+def features_of(job: TraceJob, tenancy: Tenancy | None = None) -> Features:
+    """A job's features: from its logged Pod when it has one, read as the daemon reads it
+    (`pod_features`, with the logged config's tenancy), else from the trace's columns."""
+    if job.manifest is None:
+        return features_of_job(job)
+    return pod_features(PodRecord.from_api(dict(job.manifest)), tenancy or Tenancy(default_config()))
+
+
+def samples_of(jobs: list[TraceJob], tenancy: Tenancy | None = None) -> tuple[list[Sample], int]:
     """The history the model learns from, and how many pods were left out (no run time, ended badly)."""
     samples: list[Sample] = []
     gangs: set[tuple[str, str, float]] = set()
@@ -65,13 +87,19 @@ def samples_of(jobs: list[TraceJob]) -> tuple[list[Sample], int]:
         if job.duration is None or job.status not in USABLE:
             skipped += 1
             continue
-        samples.append(Sample(features_of_job(job), job.duration, job.submit_time))
+        samples.append(Sample(features_of(job, tenancy), job.duration, job.submit_time))
     return samples, skipped
 
 
 def add_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--trace", metavar="FILE", required=True,
-                         help="the history: a CSV trace (generic, Alibaba GPU v2023, Philly or Helios)")
+    source = command.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", metavar="FILE",
+                        help="the history: a CSV trace (generic, Alibaba GPU v2023, Philly or Helios)")
+    source.add_argument("--log", metavar="LOG", nargs="+",
+                        help="the history: the daemon's replayable log (files or a directory of rotated "
+                        "logs, as `ai-scheduler replay` reads them)")
+    command.add_argument("--field", metavar="PATH",
+                         help="with --log: the dotted path to the original line in each collected record")
     command.add_argument("--format", default="auto",
                          choices=["auto", "generic", "alibaba", "philly", "helios"],
                          help="the trace's format (default: told from its columns)")
@@ -95,33 +123,39 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.test_fraction < 1:
         return fail(f"--test-fraction must be above 0 and below 1, got {args.test_fraction}")
     try:
-        workload = read_workload(args.trace, args.format)
-    except (TraceError, OSError) as exc:
+        tenancy = None
+        if args.log:
+            history, source_format, tenancy = _from_log(args.log, args.field)
+        else:
+            workload = read_workload(args.trace, args.format)
+            history, source_format = workload.jobs, workload.format.value
+            if workload.problems:
+                print(f"ai-scheduler learn: {args.trace}: skipped {len(workload.problems)} unreadable rows "
+                      f"(first: {workload.problems[0]})", file=sys.stderr)
+    except (TraceError, ReplayError, OSError) as exc:
         return fail(str(exc))
-    if workload.problems:
-        print(f"ai-scheduler learn: {args.trace}: skipped {len(workload.problems)} unreadable rows "
-              f"(first: {workload.problems[0]})", file=sys.stderr)
-    samples, skipped = samples_of(workload.jobs)
+    where = args.trace or " ".join(args.log)
+    samples, skipped = samples_of(history, tenancy)
     if len(samples) < MIN_JOBS:
-        return fail(f"{args.trace}: {len(samples)} jobs with a run time that completed; "
+        return fail(f"{where}: {len(samples)} jobs with a run time that completed; "
                     f"a model needs at least {MIN_JOBS}")
     train, test = split_by_time(samples, args.test_fraction)
     try:
         _, report = evaluate(train, test, args.quantile, seed=args.seed)
         model = RunTimeModel.fit([s.features for s in samples], [s.duration for s in samples],
                                  args.quantile, seed=args.seed)
-        model.info.update({"trace": str(args.trace), "format": workload.format.value})
+        model.info.update({"trace": where, "format": source_format})
         model.save(args.out)
     except (ModelError, OSError) as exc:
         return fail(str(exc))
-    print(f"{len(samples)} jobs from {args.trace} ({workload.format.value}); {skipped} left out "
+    print(f"{len(samples)} jobs from {where} ({source_format}); {skipped} left out "
           "(no run time, or did not succeed)")
     print(report_table(report))
     print(f"model: {args.out} (fitted on all {len(samples)} jobs)")
     if args.report:
         import orjson
 
-        figures = {"trace": str(args.trace), "format": workload.format.value, "jobs": len(samples),
+        figures = {"trace": where, "format": source_format, "jobs": len(samples),
                    "left_out": skipped, "model": str(args.out), **report.as_dict()}
         path = Path(args.report)
         path.parent.mkdir(parents=True, exist_ok=True)

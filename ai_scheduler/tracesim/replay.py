@@ -30,10 +30,8 @@ counted.
 from __future__ import annotations
 
 import argparse
-import calendar
 import gzip
 import sys
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,28 +41,26 @@ import orjson
 
 from ai_scheduler.cache.gangs import gang_ref
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
-from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.records import ESTIMATE_ANNOTATION, PodRecord
 from ai_scheduler.cache.tenancy import QUEUE_LABEL, USER_LABEL
 from ai_scheduler.config import Config, ConfigError, default_config, load_config, parse_config
+from ai_scheduler.log import parse_time
+from ai_scheduler.prediction import TASK_TYPE_LABEL, WORKLOAD_CLASS_LABEL
+from ai_scheduler.quantity import parse_duration
 from ai_scheduler.trace.cluster import NodeSpec
-from ai_scheduler.trace.records import TraceJob
+from ai_scheduler.trace.records import JobStatus, TraceJob
 from ai_scheduler.tracesim.records import Mode
 
 VERSION = 1
 HISTORY_EVENTS = frozenset({"node.spec", "node.removed", "pod.spec", "pod.finished", "config.active"})
 
 Placement = tuple[str, str, tuple[int, ...]]  # pod (namespace/name), node, managed GPU ids
+# How a pod's `pod.finished` phase reads as a trace job's status (one still running at the end: RUNNING).
+PHASES = {"Succeeded": JobStatus.SUCCEEDED, "Failed": JobStatus.FAILED, "Deleted": JobStatus.KILLED}
 
 
 class ReplayError(Exception):
     """The log cannot be replayed (no history lines, or a config that does not parse)."""
-
-
-def timestamp(text: str) -> float:
-    """A log line's `ts` (2026-11-25T16:29:02.566Z) as epoch seconds."""
-    whole, _, fraction = text.rstrip("Z").partition(".")
-    seconds = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
-    return seconds + (float(f"0.{fraction}") if fraction else 0.0)
 
 
 def _files(sources: Sequence[str | Path]) -> list[Path]:
@@ -118,11 +114,8 @@ def _line(raw: bytes, path: Sequence[str]) -> dict[str, Any] | None:
         return None
     if not isinstance(line, dict) or not isinstance(line.get("event"), str) or "ts" not in line:
         return None
-    try:
-        line["_t"] = timestamp(str(line["ts"]))
-    except ValueError:
-        return None
-    return line
+    line["_t"] = parse_time(str(line["ts"]))
+    return line if line["_t"] is not None else None
 
 
 @dataclass(slots=True)
@@ -207,7 +200,8 @@ def read_log(
             note("pods deleted while pending (not replayed)")
             continue
         duration = end[0] - placed[0] if placed is not None and end is not None else None
-        jobs.append(_job(manifest, max(seen - ready, 0.0), duration))
+        status = PHASES.get(end[1], JobStatus.KILLED) if end is not None else JobStatus.RUNNING
+        jobs.append(_job(manifest, max(seen - ready, 0.0), duration, status))
     jobs.sort(key=lambda job: job.submit_time)  # stable: pods seen together keep the log's order
     return ReplayInput(list(nodes.values()), jobs, config or logged, content, placements, len(lines), skipped,
                        notes)
@@ -217,7 +211,7 @@ def _gated(manifest: Mapping[str, Any]) -> bool:
     return bool((manifest.get("spec") or {}).get("schedulingGates"))
 
 
-def _job(manifest: dict[str, Any], submit: float, duration: float | None) -> TraceJob:
+def _job(manifest: dict[str, Any], submit: float, duration: float | None, status: JobStatus) -> TraceJob:
     """The trace job of a logged Pod: the Pod itself (`manifest`), and what the metrics read of it."""
     pod = PodRecord.from_api(manifest)
     request, _ = gpu_request(pod)
@@ -235,7 +229,10 @@ def _job(manifest: dict[str, Any], submit: float, duration: float | None) -> Tra
         gang=gang.key if gang is not None else "",
         gang_size=(gang.min_member or 0) if gang is not None else 0,
         user=pod.labels.get(USER_LABEL, pod.namespace), namespace=pod.namespace,
-        queue=pod.labels.get(QUEUE_LABEL, ""), priority=pod.priority, manifest=manifest, **shape,
+        queue=pod.labels.get(QUEUE_LABEL, ""), priority=pod.priority, manifest=manifest, status=status,
+        estimate=parse_duration(pod.annotations.get(ESTIMATE_ANNOTATION)),
+        task_type=pod.labels.get(TASK_TYPE_LABEL, ""),
+        workload_class=pod.labels.get(WORKLOAD_CLASS_LABEL, ""), **shape,
     )
 
 
