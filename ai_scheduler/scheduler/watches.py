@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
@@ -44,34 +44,13 @@ class Watches:
     def build(self, config: Config) -> dict[str, Informer[Any]]:
         """The informers of every kind the config needs; none runs yet."""
         on, history = self.handlers, self.history
-
-        def node_event(kind: str, obj: dict[str, Any]) -> None:
-            history.node_event(kind, obj)
-            on.on_node_event(kind, obj)
-
-        def node_listed(obj: dict[str, Any]) -> NodeRecord:
-            history.node_seen(obj)
-            return NodeRecord.from_api(obj)
-
-        def replace_nodes(nodes: list[NodeRecord]) -> None:
-            history.nodes_listed({node.name for node in nodes})
-            on.replace_nodes(nodes)
-
-        def pod_event(kind: str, obj: dict[str, Any]) -> None:
-            history.pod_event(kind, obj)
-            on.on_pod_event(kind, obj)
-
-        def pod_listed(obj: dict[str, Any]) -> PodRecord:
-            history.pod_seen(obj)
-            return PodRecord.from_api(obj)
-
-        def replace_pods(pods: list[PodRecord]) -> None:
-            history.pods_listed({pod.uid for pod in pods})
-            on.replace_pods(pods)
-
+        nodes = _recorded(on.on_node_event, on.replace_nodes, NodeRecord.from_api, lambda node: node.name,
+                          history.node_event, history.node_seen, history.nodes_listed)
+        pods = _recorded(on.on_pod_event, on.replace_pods, PodRecord.from_api, lambda pod: pod.uid,
+                         history.pod_event, history.pod_seen, history.pods_listed)
         self.informers = {
-            "nodes": self._informer("nodes", node_event, replace_nodes, node_listed),
-            "pods": self._informer("pods", pod_event, replace_pods, pod_listed),
+            "nodes": self._informer("nodes", *nodes),
+            "pods": self._informer("pods", *pods),
             # Namespace labels, for pod affinity terms' namespaceSelector.
             "namespaces": self._informer("namespaces", on.on_namespace_event, on.replace_namespaces),
             # PodDisruptionBudgets: preemption takes the pods they protect last, as kube-scheduler does.
@@ -137,3 +116,34 @@ class Watches:
             self.informers[resource] = informer
             if self._spawn is not None:
                 self._spawn(informer)
+
+
+R = TypeVar("R")
+
+
+def _recorded(
+    on_event: Callable[[str, dict[str, Any]], None],
+    on_replace: Callable[[list[R]], None],
+    convert: Callable[[dict[str, Any]], R],
+    key: Callable[[R], str],
+    seen_event: Callable[[str, dict[str, Any]], None],
+    seen: Callable[[dict[str, Any]], None],
+    listed: Callable[[set[str]], None],
+) -> tuple[Callable[[str, dict[str, Any]], None], Callable[[list[R]], None], Callable[[dict[str, Any]], R]]:
+    """An informer's event handler, relist handler and converter that show each object to the history
+    (history.py) before the event handlers get it: every watch event, every listed object, and which
+    objects a relist no longer has."""
+
+    def handle(kind: str, obj: dict[str, Any]) -> None:
+        seen_event(kind, obj)
+        on_event(kind, obj)
+
+    def replace(records: list[R]) -> None:
+        listed({key(record) for record in records})
+        on_replace(records)
+
+    def converted(obj: dict[str, Any]) -> R:
+        seen(obj)
+        return convert(obj)
+
+    return handle, replace, converted

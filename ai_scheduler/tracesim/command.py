@@ -52,6 +52,13 @@ def add_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def missing_extras(command: str, exc: ImportError) -> int:
+    """The exit status and message of a simulator command whose optional libraries are not installed."""
+    print(f"ai-scheduler {command}: {exc}; install the simulator's extras: pip install 'ai-scheduler[sim]'",
+          file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here: `ai-scheduler run` builds this parser too, and needs neither the engine nor matplotlib.
     try:
@@ -59,10 +66,7 @@ def run(args: argparse.Namespace) -> int:
         from ai_scheduler.tracesim.metrics import summarize
         from ai_scheduler.tracesim.report import compare, summary_table
     except ImportError as exc:
-        print(f"ai-scheduler simulate: {exc}; install the simulator's extras: "
-              "pip install 'ai-scheduler[sim]'",
-              file=sys.stderr)
-        return 2
+        return missing_extras("simulate", exc)
 
     try:
         nodes = read_cluster(args.cluster)

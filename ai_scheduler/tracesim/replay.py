@@ -49,6 +49,7 @@ from ai_scheduler.prediction import TASK_TYPE_LABEL, WORKLOAD_CLASS_LABEL
 from ai_scheduler.quantity import parse_duration
 from ai_scheduler.trace.cluster import NodeSpec
 from ai_scheduler.trace.records import JobStatus, TraceJob
+from ai_scheduler.tracesim.command import missing_extras
 from ai_scheduler.tracesim.records import Mode
 
 VERSION = 1
@@ -300,9 +301,7 @@ def run(args: argparse.Namespace) -> int:
         from ai_scheduler.tracesim.metrics import summarize
         from ai_scheduler.tracesim.report import compare, summary_table
     except ImportError as exc:
-        print(f"ai-scheduler replay: {exc}; install the simulator's extras: pip install 'ai-scheduler[sim]'",
-              file=sys.stderr)
-        return 2
+        return missing_extras("replay", exc)
     try:
         other = load_config(args.config) if args.config else None
         replay = read_log(args.log, args.field)

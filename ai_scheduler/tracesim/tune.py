@@ -72,6 +72,7 @@ from ai_scheduler.config import (
     load_config,
 )
 from ai_scheduler.trace import NodeSpec, TraceError, TraceJob, read_cluster, read_workload
+from ai_scheduler.tracesim.command import missing_extras
 from ai_scheduler.tracesim.records import Mode
 
 if TYPE_CHECKING:
@@ -724,9 +725,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import optuna  # noqa: F401  # checked here to name the extra to install
     except ImportError as exc:
-        print(f"ai-scheduler tune: {exc}; install the simulator's extras: pip install 'ai-scheduler[sim]'",
-              file=sys.stderr)
-        return 2
+        return missing_extras("tune", exc)
     try:
         objective = parse_objective(args.objective)
         factors = parse_factors(args.factors) if args.factors else None
