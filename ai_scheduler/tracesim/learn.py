@@ -32,6 +32,7 @@ from ai_scheduler.prediction import (
 )
 from ai_scheduler.scheduler.runtimes import pod_features
 from ai_scheduler.trace import JobStatus, TraceError, TraceJob, read_workload
+from ai_scheduler.tracesim.command import missing_extras
 from ai_scheduler.tracesim.replay import VERSION as LOG_VERSION
 from ai_scheduler.tracesim.replay import ReplayError, read_log
 
@@ -146,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
                                  args.quantile, seed=args.seed)
         model.info.update({"trace": where, "format": source_format})
         model.save(args.out)
+    except ImportError as exc:  # scikit-learn: the offline tools' extra
+        return missing_extras("learn", exc)
     except (ModelError, OSError) as exc:
         return fail(str(exc))
     print(f"{len(samples)} jobs from {where} ({source_format}); {skipped} left out "
