@@ -18,15 +18,8 @@ from ai_scheduler.cli import main
 from ai_scheduler.config import FrozenMap, PolicySpec, default_config, load_config, parse_config
 from ai_scheduler.trace import NodeSpec, TraceJob, read_cluster, read_workload
 from ai_scheduler.tracesim.engine import Simulation
-from ai_scheduler.tracesim.tune import (
-    FIFO_POLICY,
-    Metric,
-    ObjectiveError,
-    TuneResult,
-    parse_objective,
-    tune,
-    with_policy,
-)
+from ai_scheduler.tracesim.objective import Metric, ObjectiveError, parse_objective
+from ai_scheduler.tracesim.tune import FIFO_POLICY, TuneResult, tune, with_policy
 
 DATA = Path(__file__).parent / "data"
 CLUSTER = DATA / "cluster_tune.csv"
