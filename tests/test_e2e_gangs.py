@@ -216,8 +216,9 @@ async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
         lambda: podgroup_status(cluster, "resumed").get("phase") == "Failed", what="partial gang reported"
     )
     assert bound_count(cluster, "resumed") == 2
-    assert events(cluster, "resumed", "Timeout")
-    assert "2 of 4 placed" in events(cluster, "resumed", "Timeout")[0]["message"]
+    # The event is a write of its own beside the PodGroup's status: it may land a moment after it.
+    timeouts = await wait_for(lambda: events(cluster, "resumed", "Timeout"), what="the Timeout event")
+    assert "2 of 4 placed" in timeouts[0]["message"]
     assert podgroup_status(cluster, "resumed")["running"] == 2
     # Room appears: the restarted scheduler completes the gang and the failure becomes history.
     assert (await api.create_node(gpu_nodes(1, prefix="late")[0])).ok
