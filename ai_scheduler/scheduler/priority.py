@@ -78,6 +78,7 @@ class Priority:
     queue_level: int = 0  # the level the pod is ordered at: its queue's, or the top one once promoted
     queue_fairness: float = 1.0
     promoted: bool = False  # waited past its queue's promoteAfterSeconds: ordered at the top level
+    run_time: RunTime | None = None  # what the run-time hook said when it was computed
 
 
 @dataclass(slots=True)
@@ -139,16 +140,17 @@ class PriorityEngine:
         config = self.config
         policy = config.policy
         pod = qp.pod
-        self._observe(pod, self._stats)
+        run = self.run_time(pod)  # asked once per evaluation: the normalisers and the factor share it
+        self._observe(pod, self._stats, run)
         tenant = self.tenancy.tenant_of(pod)
-        factors = {name: self._factor(name, qp, tenant) for name in policy.weights}
+        factors = {name: self._factor(name, qp, tenant, run) for name in policy.weights}
         score = sum(weight * factors[name] for name, weight in policy.weights.items())
         level, promoted = self._effective_level(qp, tenant.queue)
-        priority = Priority(score, factors, level, self._queue_fairness(tenant.queue, level), promoted)
+        priority = Priority(score, factors, level, self._queue_fairness(tenant.queue, level), promoted, run)
         self._last[pod.uid] = priority
         return priority
 
-    def _factor(self, name: str, qp: QueuedPod, tenant: Any) -> float:
+    def _factor(self, name: str, qp: QueuedPod, tenant: Any, run: RunTime | None) -> float:
         config, stats, pod = self.config, self._stats, qp.pod
         if name == "userLevel":
             top = max((u.level for u in config.users.values()), default=0)
@@ -170,8 +172,7 @@ class PriorityEngine:
                 return min(gpus / stats.largest_gpu_job, 1.0)
             return min(cpus / stats.largest_cpu_job, 1.0)
         if name == "estimatedRuntime":
-            estimate = self.run_time(pod)
-            return 1.0 if estimate is None else min(estimate.median / stats.longest_estimate, 1.0)
+            return 1.0 if run is None else min(run.median / stats.longest_estimate, 1.0)
         if name == "fairShare":
             return self._group_fairness(tenant.group)
         if name == "queueLevel":
@@ -184,7 +185,7 @@ class PriorityEngine:
         """The pod's run time as the core's run-time hook knows it (its estimate, or a prediction)."""
         return self.runtimes().estimate(pod)
 
-    def _observe(self, pod: PodRecord, stats: _Stats) -> None:
+    def _observe(self, pod: PodRecord, stats: _Stats, run: RunTime | None) -> None:
         """Widen the normalisers to include this pod (a pod arriving between refreshes is not clipped)."""
         stats.priority_low = min(stats.priority_low, pod.priority)
         stats.priority_high = max(stats.priority_high, pod.priority)
@@ -193,9 +194,8 @@ class PriorityEngine:
             stats.largest_gpu_job = max(stats.largest_gpu_job, gpus)
         else:
             stats.largest_cpu_job = max(stats.largest_cpu_job, cpus)
-        estimate = self.run_time(pod)
-        if estimate is not None:
-            stats.longest_estimate = max(stats.longest_estimate, estimate.median)
+        if run is not None:
+            stats.longest_estimate = max(stats.longest_estimate, run.median)
 
     def _job_size(self, pod: PodRecord) -> tuple[float, float]:
         members = max(self.job_members(pod), 1)
@@ -260,7 +260,7 @@ class PriorityEngine:
         if pending:
             stats.priority_low = stats.priority_high = pending[0].pod.priority
         for qp in pending:
-            self._observe(qp.pod, stats)
+            self._observe(qp.pod, stats, self.run_time(qp.pod))
         self._stats = stats
         live = {qp.pod.uid for qp in pending}
         self._last = {uid: p for uid, p in self._last.items() if uid in live}

@@ -242,8 +242,9 @@ class SchedulingCycle:
         }
         if decision.gpu_ids:
             fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
-        run = self.priorities.run_time(pod)
-        if run is not None:  # what the policy, reservations and backfill took its run time to be
+        explained = self.priorities.explain(pod.uid)
+        run = explained.run_time if explained is not None else None
+        if run is not None:  # what the policy (and reservations, backfill) took its run time to be
             fields["runtime"] = {"median_s": round(run.median, 1), "upper_s": round(run.upper, 1),
                                  "source": run.source}
         if decision.node is None:
