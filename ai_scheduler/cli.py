@@ -178,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
     import uvloop
 
     from ai_scheduler.scheduler.daemon import run_scheduler
+    from ai_scheduler.tracesim.forecast import forecaster
 
     logger = JsonLogger(level=args.log_level)
     try:
@@ -188,7 +189,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     uvloop.run(
         run_scheduler(
-            config, kubeconfig=args.kubeconfig, master=args.master, logger=logger, config_path=args.config
+            config, kubeconfig=args.kubeconfig, master=args.master, logger=logger, config_path=args.config,
+            forecaster=forecaster,
         )
     )
     return 0

@@ -333,6 +333,7 @@ CASES: dict[str, Case] = {
     ),
     "prediction.model": Case(MODEL, scalar(model_in_force)),
     "prediction.learnOnline": Case(True, scalar(learning_online)),
+    "prediction.forecastSeconds": Case(15, scalar(lambda s, _: s.forecast_interval)),
     "server.port": Case(10999),  # the daemon under test serves no HTTP: nothing to read back
     "server.bindAddress": Case("127.0.0.2"),
     "queues[*].name": Case("production", TENANCY),

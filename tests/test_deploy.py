@@ -17,12 +17,17 @@ from ai_scheduler.config import default_config, parse_config
 
 KUBERNETES_VERSION = "1.36.0"
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+# Prometheus rules and a Grafana dashboard, no Kubernetes objects (`kubectl apply -f deploy/` does not
+# recurse into it): tests/test_monitoring.py checks them.
+MONITORING = DEPLOY / "monitoring"
 DEFAULT_YAML = Path(__file__).resolve().parent.parent / "ai_scheduler" / "config" / "default.yaml"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection", "*"})
 
 
 def _documents() -> Iterator[tuple[str, dict[str, Any]]]:
     for path in sorted([*DEPLOY.rglob("*.yaml"), *DEPLOY.rglob("*.yml")]):
+        if path.is_relative_to(MONITORING):
+            continue
         with path.open() as f:
             for i, doc in enumerate(yaml.safe_load_all(f)):
                 if doc is not None:  # an empty document between two '---' is no object

@@ -253,6 +253,12 @@ class GangRegistry:
         self.dirty.add(gang.key)
         return gang
 
+    def copy_podgroups(self, other: GangRegistry) -> None:
+        """Take `other`'s PodGroups (specs are immutable): a forecast's registry starts from the daemon's."""
+        for gang in other.gangs.values():
+            if gang.podgroup is not None:
+                self._gang(gang.namespace, gang.name).podgroup = gang.podgroup
+
     def remove_podgroup(self, obj: dict[str, Any]) -> Gang | None:
         meta = obj.get("metadata") or {}
         gang = self.gangs.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}")

@@ -202,6 +202,7 @@ class PredictionSettings:
 
     model: str | None = None
     learn_online: bool | None = None  # None: on with a model, off without
+    forecast_seconds: float = 60.0  # how often the daemon forecasts the waiting pods' starts; 0: never
 
     @property
     def enabled(self) -> bool:
@@ -495,7 +496,7 @@ _SCHEDULING_KEYS = (
     "watchIdleSeconds",
     "apiUnreachableRestartSeconds",
 )
-_PREDICTION_KEYS = ("model", "learnOnline")
+_PREDICTION_KEYS = ("model", "learnOnline", "forecastSeconds")
 _QUEUE_KEYS = ("name", "level", "weight", "quota", "promoteAfterSeconds")
 _GROUP_KEYS = ("level", "share", "min", "max")
 _USER_KEYS = ("group", "level", "max")
@@ -689,6 +690,8 @@ def _parse_prediction(value: object, path: str) -> PredictionSettings:
     return PredictionSettings(
         model=_scalar(data, "model", None, _nullable(_string), path),
         learn_online=_scalar(data, "learnOnline", None, _nullable(_boolean), path),
+        forecast_seconds=_scalar(data, "forecastSeconds", PredictionSettings().forecast_seconds,
+                                 lambda v, p: _number(v, p, minimum=0, inclusive=True), path),
     )
 
 

@@ -138,6 +138,10 @@ class SchedulerCore:
             lambda: self.frameworks, self.ready, finished=self.pod_finished,
         )
 
+    def wall(self) -> float:
+        """Wall-clock seconds now, as the core reads them (the simulator's clock in a simulation)."""
+        return self._wall()
+
     @property
     def runtimes(self) -> RunTimes:
         """The run-time hook every component that needs a run time asks (reservations, backfill)."""

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 from collections.abc import Coroutine
 from typing import Any
+
+import orjson
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config
@@ -39,9 +42,12 @@ from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.outbox import Outbox
+from ai_scheduler.scheduler.visibility import ExpectedStarts, Forecaster, queue_view
 from ai_scheduler.scheduler.watches import Watches
 
 HOUSEKEEPING_SECONDS = 1.0
+FORECAST_POLL_SECONDS = 1.0  # how often the forecast loop looks whether one is due
+FORECAST_HORIZON_SECONDS = 7 * 86_400.0  # a pod not started within it has no expected start
 
 
 class Scheduler:
@@ -57,6 +63,7 @@ class Scheduler:
         serve_http: bool = True,
         seed: int | None = None,
         config_poll_seconds: float = 2.0,
+        forecaster: Forecaster | None = None,
     ) -> None:
         self.client = client
         self.log = logger
@@ -93,6 +100,9 @@ class Scheduler:
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[None] | None = None
         self.priority_interval = settings.priority_refresh_seconds  # the period of the refresh loop
+        self.forecaster = forecaster
+        self.forecast_interval = config.prediction.forecast_seconds  # 0: no forecasts
+        self.expected = ExpectedStarts()  # the last forecast's expected starts
 
     @property
     def frameworks(self) -> dict[str, Framework]:
@@ -102,7 +112,8 @@ class Scheduler:
     async def run(self) -> None:
         """Run until stop(); the caller owns the client."""
         if self.serve_http:
-            self.http = HealthServer(live=self._live, ready=self._ready, metrics=self.metrics.render)
+            self.http = HealthServer(live=self._live, ready=self._ready, metrics=self.metrics.render,
+                                     queue=lambda: orjson.dumps(queue_view(self.core, self.expected)))
             port = await self.http.start(self.config.server.bind_address, self.config.server.port)
             self.log.info("http.listening", port=port)
         self._apply_api_settings()
@@ -129,6 +140,7 @@ class Scheduler:
                 self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue))
                 self._loop_task = asyncio.create_task(self.cycle.run(), name="scheduling-loop")
                 self._spawn(self._housekeeping(), "housekeeping")
+                self._spawn(self._forecasts(), "forecasts")
             self._spawn(self._refresh_priorities(), "priorities")
             gang_status = GangStatusWriter(self.client, self.gangs, self.log, self.metrics)
             self._spawn(gang_status.run(), "gang-status")
@@ -208,6 +220,32 @@ class Scheduler:
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             self.core.housekeeping()
 
+    async def _forecasts(self) -> None:
+        """Every `prediction.forecastSeconds`, while pods wait: snapshot the core here, simulate it on a
+        worker thread (visibility.Forecaster), keep the expected starts."""
+        last = -math.inf
+        while True:
+            await asyncio.sleep(FORECAST_POLL_SECONDS)
+            interval, loop = self.forecast_interval, asyncio.get_running_loop()
+            if self.forecaster is None or not interval or loop.time() - last < interval:
+                continue
+            last = loop.time()
+            if not len(self.queue):
+                self.expected = ExpectedStarts({}, self.core.wall())
+                continue
+            made_at = self.core.wall()
+            work = self.forecaster(self.core, FORECAST_HORIZON_SECONDS)
+            started = loop.time()
+            try:
+                starts = await asyncio.to_thread(work)
+            except Exception as error:  # a forecast is advice: its failure stops nothing
+                self.log.error("forecast.failed", error=f"{type(error).__name__}: {error}")
+                continue
+            self.expected = ExpectedStarts(starts, made_at, loop.time() - started)
+            if self.log.enabled("debug"):
+                self.log.debug("forecast", pending=len(self.queue), starts=len(starts),
+                               seconds=round(self.expected.seconds, 3))
+
     # ------------------------------------------------------------------ config reload
     @property
     def config(self) -> Config:
@@ -220,6 +258,7 @@ class Scheduler:
         self.feedback.repeat_window = config.scheduling.event_repeat_seconds
         self.feedback.component = config.scheduler_name
         self.watches.watch_optional(config)
+        self.forecast_interval = config.prediction.forecast_seconds
         return self.core.reconfigure(config)
 
 
@@ -230,12 +269,13 @@ async def run_scheduler(
     master: str | None,
     logger: JsonLogger,
     config_path: str | None = None,
+    forecaster: Forecaster | None = None,
 ) -> None:
     """Connect, run until SIGTERM/SIGINT, reload the config on SIGHUP, and close cleanly (the `run`
     sub-command)."""
     pool_size = config.scheduling.bind_concurrency + 16
     client = await KubeClient.connect(kubeconfig, host=master, pool_size=pool_size)
-    scheduler = Scheduler(config, client, logger, config_path=config_path)
+    scheduler = Scheduler(config, client, logger, config_path=config_path, forecaster=forecaster)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):

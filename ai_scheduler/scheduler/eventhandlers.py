@@ -72,7 +72,10 @@ class EventHandlers:
             self.cache.remove_node(name)
             self._gpu_problems.pop(name, None)
             return
-        node = NodeRecord.from_api(obj)
+        self.node_set(NodeRecord.from_api(obj))
+
+    def node_set(self, node: NodeRecord) -> None:
+        """A node added or changed, as a record (the trace simulator's forecast gives the cache's own)."""
         if node.spec_error:
             self.log.error("node.invalid", node=node.name, error=node.spec_error)
         change = self.cache.set_node(node)

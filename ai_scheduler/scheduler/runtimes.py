@@ -11,6 +11,7 @@ without one (the config's `prediction` section, which the core reads: `Scheduler
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -44,6 +45,17 @@ class AnnotatedRunTimes:
     def estimate(self, pod: PodRecord) -> RunTime | None:
         seconds = parse_duration(pod.annotations.get(ESTIMATE_ANNOTATION))
         return None if seconds is None else RunTime(seconds, seconds, "annotation")
+
+
+class FixedRunTimes:
+    """Run times given once, by uid (a forecast's, read from the daemon's hook when it starts), so that
+    what a simulation does never teaches the daemon's predictor."""
+
+    def __init__(self, known: Mapping[str, RunTime | None]) -> None:
+        self.known = dict(known)
+
+    def estimate(self, pod: PodRecord) -> RunTime | None:
+        return self.known.get(pod.uid)
 
 
 def pod_features(pod: PodRecord, tenancy: Tenancy) -> Features:

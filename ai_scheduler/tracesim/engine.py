@@ -34,21 +34,22 @@ so a gang's timeout is noticed at the next event after it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import heapq
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
-from tqdm import tqdm
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.fragmentation import PodShape, ShapeDistribution, fragmentation
+from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.gpus import gpu_annotations
-from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger, NullStream, rfc3339
 from ai_scheduler.queue import QueuedPod
@@ -58,6 +59,7 @@ from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
 from ai_scheduler.scheduler.plugins.gpu_fragmentation import row_state
 from ai_scheduler.scheduler.preemption import Plan
+from ai_scheduler.scheduler.runtimes import RunTimes
 from ai_scheduler.trace.cluster import NodeSpec
 from ai_scheduler.trace.pods import dns_label, pod_of
 from ai_scheduler.trace.records import TraceJob
@@ -73,12 +75,53 @@ ARRIVAL, DEPARTURE = 0, 1
 Fragmentation = Callable[[SchedulerCache], float]
 
 
+class _Bar(Protocol):
+    def update(self, n: float | None = 1) -> bool | None: ...
+
+    def close(self) -> None: ...
+
+
+class _NoBar:
+    def update(self, n: float | None = 1) -> bool | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _progress_bar(total: int, progress: bool | None) -> _Bar:
+    """A progress bar (None: only when stderr is a terminal); without one, tqdm (of the `sim` extra) is
+    not imported, so that the daemon's forecasts need nothing beyond its own dependencies."""
+    if progress is False:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="pod", disable=None if progress is None else not progress, leave=False)
+
+
 @dataclasses.dataclass(slots=True)
 class SimClock:
     now: float = 0.0  # simulated seconds from the start of the trace
+    epoch: float = EPOCH  # the wall time simulated time 0 stands for (a forecast's: now)
 
     def __call__(self) -> float:
-        return EPOCH + self.now
+        return self.epoch + self.now
+
+
+@dataclasses.dataclass(slots=True)
+class LiveState:
+    """A running cluster to simulate forward from, instead of a trace's empty start (a forecast,
+    tracesim/forecast.py): simulated time 0 is `epoch` (wall time); the nodes as the daemon's cache holds
+    them; per job of the workload (by index), its pod as the cache holds it (bound: running there from
+    time 0; else waiting, with its own creation time); the run times every component reads (fixed, so
+    that nothing the simulation does teaches the daemon's predictor); and how far to look."""
+
+    epoch: float
+    nodes: Sequence[NodeRecord]
+    pods: Mapping[int, PodRecord]
+    runtimes: RunTimes
+    gangs: GangRegistry | None = None  # whose PodGroups to take
+    horizon: float = math.inf  # simulated seconds
 
 
 @dataclasses.dataclass(slots=True)
@@ -174,6 +217,7 @@ class Simulation:
         logger: JsonLogger | None = None,
         fragmentation: Fragmentation | None = None,
         progress: bool | None = False,
+        state: LiveState | None = None,
     ) -> None:
         self.config = dataclasses.replace(
             config, gpu=dataclasses.replace(config.gpu, staleness_seconds=NEVER_STALE)
@@ -191,7 +235,13 @@ class Simulation:
             self.reports = SimReports(self)
             return Outbox(SimBindings(self), self.reports, SimEvictions(self))
 
+        self.state = state
+        self.horizon = math.inf if state is None else state.horizon
+        if state is not None:
+            self.clock.epoch = state.epoch
         self.core = SchedulerCore(self.config, self.log, Metrics(), outbox, clock=self.clock, seed=seed)
+        if state is not None:
+            self.core.runtimes = state.runtimes
         if mode is Mode.PLACEMENT:
             self.core.cycle.preemptor = None  # no PostFilter, no reservation: nothing would ever leave
         self.placements: list[tuple[str, str, tuple[int, ...]]] = []  # (pod, node, GPU ids), in order
@@ -220,14 +270,17 @@ class Simulation:
         updated = time.time()
         for spec in self.nodes:
             core.handlers.on_node_event("ADDED", spec.to_node(updated=updated))
+        if self.state is not None:
+            for record in self.state.nodes:
+                core.handlers.node_set(record)
+            if self.state.gangs is not None:
+                core.gangs.copy_podgroups(self.state.gangs)
         for index, job in enumerate(self.jobs):
             self.result.pods.append(self._outcome(index, job))
             if self.mode is Mode.TIMED:
                 self._push(job.submit_time, ARRIVAL, f"sim-{index}", 0)
         core.start()
-        # tqdm's disable=None: a bar only when the output is a terminal.
-        disable = None if self.progress is None else not self.progress
-        bar = tqdm(total=len(self.jobs), unit="pod", disable=disable, leave=False)
+        bar = _progress_bar(len(self.jobs), self.progress)
         try:
             if self.mode is Mode.PLACEMENT:
                 self._run_placement(bar)
@@ -238,7 +291,7 @@ class Simulation:
         self.result.wall_seconds = time.perf_counter() - started
         return self.result
 
-    def _run_placement(self, bar: tqdm[Any]) -> None:
+    def _run_placement(self, bar: _Bar) -> None:
         jobs = self.jobs
         index = 0
         while index < len(jobs):
@@ -260,7 +313,7 @@ class Simulation:
             bar.update(len(batch))
             self._sample()
 
-    def _run_timed(self, bar: tqdm[Any]) -> None:
+    def _run_timed(self, bar: _Bar) -> None:
         core = self.core
         settings = self.config.scheduling
         last_refresh = last_housekeeping = -math.inf
@@ -269,11 +322,13 @@ class Simulation:
             # simulator misses none (a pod that did not fit is tried again when something leaves).
             backoff, _flush = core.queue.deadlines() if len(core.queue) else (None, None)
             if self._events:
-                due = min(self._events[0][0], math.inf if backoff is None else backoff - EPOCH)
+                due = min(self._events[0][0], math.inf if backoff is None else backoff - self.clock.epoch)
             elif backoff is not None:
-                due = backoff - EPOCH  # pods moved by the last event wait out their backoff
+                due = backoff - self.clock.epoch  # pods moved by the last event wait out their backoff
             else:
                 break  # nothing arrives or leaves any more: the pods still waiting never fit
+            if due > self.horizon:
+                break  # a forecast looks no further
             self.clock.now = now = max(self.clock.now, due)
             while self._events and self._events[0][0] <= now:
                 _, _, kind, uid, generation = heapq.heappop(self._events)
@@ -308,14 +363,21 @@ class Simulation:
     def _arrive(self, uid: str) -> None:
         index = int(uid.split("-")[1])
         job = self.jobs[index]
-        obj = pod_of(job, scheduler_name=self._scheduler_name, uid=uid, name=self._names[index])
-        obj["metadata"]["creationTimestamp"] = rfc3339(self.clock(), millis=False)
-        pod = PodRecord.from_api(obj)
-        self._live[uid] = _Live(index, pod)
+        given = self.state.pods.get(index) if self.state is not None else None
+        if given is not None:  # a forecast's pod, as the daemon's cache holds it
+            pod = copy.copy(given)
+            pod.uid, pod.derived = uid, {}  # what a cycle derives is the simulation's own
+        else:
+            obj = pod_of(job, scheduler_name=self._scheduler_name, uid=uid, name=self._names[index])
+            obj["metadata"]["creationTimestamp"] = rfc3339(self.clock(), millis=False)
+            pod = PodRecord.from_api(obj)
+        live = self._live[uid] = _Live(index, pod)
         self._counts["arrived"] += 1
         self._requested[0] += self.job_gpu_milli(job, self._device_memory)
         self._requested[1] += job.cpu
         self.core.handlers.pod_event("ADDED", pod)
+        if pod.node_name:  # a forecast's running pod: it runs where it is until its run time ends
+            self._running(live, pod.node_name, ())
 
     def bound(self, pod: PodRecord, decision: Decision) -> None:
         """The outbox's binding: the pod is bound now; it leaves when its run time ends (timed mode)."""
@@ -328,20 +390,24 @@ class Simulation:
         self.core.handlers.pod_event("MODIFIED", live.pod)
         cache.binding_finished(pod.uid)
         self.core.queue.done(pod.uid)
+        self.result.pods[live.index].backfilled = self._backfilled(pod, node)
+        self._running(live, node, decision.gpu_ids)
+
+    def _running(self, live: _Live, node: str, devices: tuple[int, ...]) -> None:
+        """`live`'s pod runs on `node` from now: counted, and its departure set for when its run ends."""
         job = self.jobs[live.index]
         outcome = self.result.pods[live.index]
         outcome.start = self.clock.now if self.mode is Mode.TIMED else outcome.submit  # placement: no wait
         outcome.node = node
-        outcome.devices = decision.gpu_ids
-        outcome.backfilled = self._backfilled(pod, node)
+        outcome.devices = devices
         live.gpu_milli = self.job_gpu_milli(job, self._node_device_memory(node))
         self._allocated[0] += live.gpu_milli
         self._allocated[1] += job.cpu
         self._counts["placed"] += 1
         self._counts["running"] += 1
-        self.placements.append((pod.key, node, decision.gpu_ids))
+        self.placements.append((live.pod.key, node, devices))
         if self.mode is Mode.TIMED and job.duration is not None:
-            self._push(self.clock.now + job.duration, DEPARTURE, pod.uid, live.generation)
+            self._push(self.clock.now + job.duration, DEPARTURE, live.pod.uid, live.generation)
 
     def refused(self, pod: PodRecord, message: str) -> None:
         live = self._live.get(pod.uid)
@@ -372,7 +438,8 @@ class Simulation:
         live = self._live[uid]
         outcome = self.result.pods[live.index]
         outcome.end = self.clock.now
-        if outcome.start is not None:  # it succeeded: the core learns its run time (online prediction)
+        if outcome.start is not None and self.state is None:
+            # It succeeded: the core learns its run time (online prediction); a forecast learns nothing.
             self.core.completed(live.pod, outcome.end - outcome.start)
         self._delete(uid)
 
