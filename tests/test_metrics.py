@@ -15,6 +15,8 @@ from test_cache import pod
 from test_scheduling_queue import FakeClock
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.config import parse_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.binder import Binder
@@ -24,6 +26,7 @@ from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector, attempts_label
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.tracesim.engine import Simulation
 
 ATTEMPTS = "scheduler_schedule_attempts_total"
 INCOMING = "scheduler_queue_incoming_pods_total"
@@ -229,3 +232,53 @@ async def test_the_daemon_reports_attempts_preemptions_and_gated_pods(sim: SimAp
         scheduler.stop()
         await asyncio.wait_for(task, 15)
         await client.close()
+
+
+def test_quota_use_and_bounds_are_exposed_per_group_user_and_queue() -> None:
+    config = parse_config({
+        "groups": {"vision": {"min": {"nvidia.com/gpu": 4}, "max": {"nvidia.com/gpu": 8, "cpu": "32"}}},
+        "users": {"ana": {"group": "vision", "max": {"cpu": "16"}}},
+        "namespaces": {"team-a": {"user": "ana"}},
+    })
+    simulation = Simulation(config, [], [])
+    core = simulation.core
+    core.handlers.on_node_event("ADDED", make_node("n0", cpu="64", memory="256Gi", gpus=8))
+    core.handlers.pod_event("ADDED", PodRecord.from_api(
+        make_pod("train", namespace="team-a", cpu="2500m", memory="1Gi", gpus=2, node_name="n0")
+    ))
+    metrics = Metrics()
+    metrics.watch_state(StateCollector(lambda: {}, lambda: {}, lambda: 0, lambda: {}, lambda: {},
+                                       core.tenancy.quotas))
+    text = rendered(metrics)
+
+    def quota(metric: str, kind: str, who: str, resource: str, bound: str = "") -> float | None:
+        labels = {"kind": kind, "name": who, "resource": resource, **({"bound": bound} if bound else {})}
+        return value(text, f"ai_scheduler_quota_{metric}{{" + ",".join(
+            f'{k}="{v}"' for k, v in sorted(labels.items())) + "}")
+
+    gpu = "nvidia.com/gpu"
+    assert quota("used", "group", "vision", gpu) == 2
+    assert quota("used", "group", "vision", "cpu") == 2.5  # cores
+    assert quota("used", "user", "ana", "cpu") == 2.5
+    assert quota("limit", "group", "vision", gpu, bound="max") == 8
+    assert quota("limit", "group", "vision", gpu, bound="min") == 4
+    assert quota("limit", "user", "ana", "cpu", bound="max") == 16
+    assert quota("limit", "user", "ana", "cpu", bound="min") is None
+
+
+def test_a_gang_that_times_out_is_counted() -> None:
+    config = parse_config({"scheduling": {"gangScheduleTimeoutSeconds": 5}})
+    simulation = Simulation(config, [], [])
+    core = simulation.core
+    core.handlers.on_node_event("ADDED", make_node("n0", cpu="64", memory="256Gi", gpus=8))
+    core.start()
+    labels = {"pod-group.scheduling.sigs.k8s.io/name": "big",
+              "pod-group.scheduling.sigs.k8s.io/min-available": "2"}
+    for name in ("big-0", "big-1"):  # two members of 8 GPUs each: never both on the one node
+        core.handlers.pod_event("ADDED", PodRecord.from_api(make_pod(name, gpus=8, labels=labels)))
+    counter = "ai_scheduler_gang_timeouts_total"
+    assert value(rendered(core.metrics), counter) == 0
+    simulation._drain()
+    simulation.clock.now += 6
+    core.housekeeping()
+    assert value(rendered(core.metrics), counter) == 1

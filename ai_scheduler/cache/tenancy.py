@@ -50,6 +50,18 @@ class Tenant:
     error: str = ""  # e.g. a queue label naming no configured queue
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaState:
+    """A group's, user's or queue's quota (resource -> units, as the config states them; empty: none)
+    and what its placed pods use now."""
+
+    kind: str  # "group", "user" or "queue"
+    name: str
+    used: dict[str, int]
+    min: dict[str, int]
+    max: dict[str, int]
+
+
 def quota_amounts(pod: PodRecord) -> dict[str, int]:
     """What a pod counts against quotas: its resource requests plus its managed GPUs."""
     amounts = dict(pod.requests)
@@ -166,3 +178,21 @@ class Tenancy:
 
     def used(self, kind: str, name: str) -> dict[str, int]:
         return dict(self.usage.get((kind, name), {}))
+
+    def quotas(self) -> list[QuotaState]:
+        """Every configured group, user and queue with a quota: its bounds and what its placed pods use
+        (for metrics and the visibility API)."""
+        config = self.config
+        states = [
+            QuotaState("group", name, self.used("group", name), dict(group.min), dict(group.max))
+            for name, group in sorted(config.groups.items())
+        ]
+        states += [
+            QuotaState("user", name, self.used("user", name), {}, dict(user.max))
+            for name, user in sorted(config.users.items())
+        ]
+        states += [
+            QuotaState("queue", queue.name, self.used("queue", queue.name), {}, dict(queue.quota))
+            for queue in config.queues if queue.quota
+        ]
+        return states

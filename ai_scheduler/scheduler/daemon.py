@@ -48,6 +48,7 @@ from ai_scheduler.scheduler.watches import Watches
 HOUSEKEEPING_SECONDS = 1.0
 FORECAST_POLL_SECONDS = 1.0  # how often the forecast loop looks whether one is due
 FORECAST_HORIZON_SECONDS = 7 * 86_400.0  # a pod not started within it has no expected start
+FORECAST_SHARE_FACTOR = 5.0  # the next forecast waits at least this many times the last one's duration
 
 
 class Scheduler:
@@ -93,7 +94,7 @@ class Scheduler:
         self.informers = self.watches.build(config)
         metrics.watch_state(StateCollector(core.queue.counts_by_queue, core.cache_sizes,
                                            lambda: self.binder.in_flight, core.gpu_allocation,
-                                           core.queue.pending_counts))
+                                           core.queue.pending_counts, core.tenancy.quotas))
         self.stopped = asyncio.Event()
         self.http: HealthServer | None = None
         self.monitor: ApiMonitor | None = None
@@ -227,6 +228,8 @@ class Scheduler:
         while True:
             await asyncio.sleep(FORECAST_POLL_SECONDS)
             interval, loop = self.forecast_interval, asyncio.get_running_loop()
+            # A forecast's simulation shares the interpreter with scheduling: at most a fifth of the time.
+            interval = max(interval, FORECAST_SHARE_FACTOR * self.expected.seconds) if interval else 0.0
             if self.forecaster is None or not interval or loop.time() - last < interval:
                 continue
             last = loop.time()

@@ -455,6 +455,7 @@ class GangScheduler:
             if now - gang.first_attempt < timeout:
                 continue
             gang.timeouts += 1
+            self.metrics.gang_timeouts.inc()
             backoff = min(self.settings.initial_backoff_seconds * 2**gang.timeouts, MAX_TIMEOUT_BACKOFF)
             gang.not_before = now + backoff
             gang.first_attempt = None

@@ -37,6 +37,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ai_scheduler.cache.tenancy import QuotaState
+from ai_scheduler.quantity import MILLI_RESOURCES
+
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
     """component-base's metrics.ExponentialBuckets: `count` bounds, each `factor` times the one before."""
@@ -79,12 +82,14 @@ class StateCollector(Collector):
         binds_in_flight: Callable[[], int],
         gpus: Callable[[], dict[str, dict[str, int]]],
         queue_pending: Callable[[], dict[str, int]],
+        quotas: Callable[[], list[QuotaState]] = list,
     ) -> None:
         self._pending = pending
         self._cache_sizes = cache_sizes
         self._binds_in_flight = binds_in_flight
         self._gpus = gpus
         self._queue_pending = queue_pending
+        self._quotas = quotas
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         by_queue = self._queue_pending()
@@ -119,6 +124,30 @@ class StateCollector(Collector):
             "ai_scheduler_binds_in_flight", "Binding requests in flight", value=self._binds_in_flight()
         )
         yield from self._gpu_families(self._gpus())
+        yield from self._quota_families(self._quotas())
+
+    @staticmethod
+    def _quota_families(states: list[QuotaState]) -> Iterator[GaugeMetricFamily]:
+        """Each group's, user's and queue's quota bounds and use, in base units (cores, bytes, devices;
+        a GPU fraction in devices)."""
+        used = GaugeMetricFamily(
+            "ai_scheduler_quota_used", "What the placed pods of a group, user or queue request, by resource",
+            labels=["kind", "name", "resource"],
+        )
+        limit = GaugeMetricFamily(
+            "ai_scheduler_quota_limit", "A group's, user's or queue's quota bound (min or max), by resource",
+            labels=["kind", "name", "resource", "bound"],
+        )
+        for state in states:
+            for resource in sorted({*state.used, *state.min, *state.max}):
+                scale = 1000 if resource in MILLI_RESOURCES else 1
+                labels = [state.kind, state.name, resource]
+                used.add_metric(labels, state.used.get(resource, 0) / scale)
+                for bound, amounts in (("min", state.min), ("max", state.max)):
+                    if resource in amounts:
+                        limit.add_metric([*labels, bound], amounts[resource] / scale)
+        yield used
+        yield limit
 
     @staticmethod
     def _gpu_families(per_node: dict[str, dict[str, int]]) -> Iterator[GaugeMetricFamily]:
@@ -208,6 +237,9 @@ class Metrics:
         )
         self._incoming: dict[tuple[str, str], Counter] = {}  # label children, for the queue's hot path
         # ---- ours
+        self.gang_timeouts = Counter(
+            "ai_scheduler_gang_timeouts", "Gangs not placed whole within their schedule timeout", registry=r
+        )
         self.gang_attempt_duration = Histogram(
             "ai_scheduler_gang_attempt_duration_seconds",
             "Time of one gang attempt (all members tried together), by outcome",
