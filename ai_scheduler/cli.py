@@ -131,6 +131,16 @@ def _parser() -> argparse.ArgumentParser:
 
     add_learn_arguments(learn)
 
+    from ai_scheduler.status.command import DESCRIPTION as STATUS_DESCRIPTION
+    from ai_scheduler.status.command import add_arguments as add_status_arguments
+
+    status = commands.add_parser(
+        "status",
+        help="the queue, quotas and GPUs for users; hold, release, requeue and cancel their pods",
+        description=STATUS_DESCRIPTION,
+    )
+    add_status_arguments(status)
+
     replay = commands.add_parser(
         "replay",
         help="rebuild a cluster and workload from the daemon's log and run them again",
@@ -142,6 +152,33 @@ def _parser() -> argparse.ArgumentParser:
     from ai_scheduler.tracesim.replay import add_arguments as add_replay_arguments
 
     add_replay_arguments(replay)
+
+    policy = commands.add_parser(
+        "admission-policy",
+        help="print the ValidatingAdmissionPolicy that refuses pods that can never fit a quota",
+        description="Print, as YAML for kubectl apply, a ValidatingAdmissionPolicy and its binding generated "
+        "from the config: the API server then refuses at creation a pod (or a gang, by its min-available) "
+        "that asks more than its user's, group's or queue's max, instead of leaving it Unschedulable "
+        "forever; and a second policy that does the same for the max of the ElasticQuota objects of the "
+        "pod's namespace (in namespaces the config does not map). Generate and apply it again whenever the "
+        "config's tenancy or quotas change. Needs Kubernetes 1.34 or newer.",
+    )
+    policy.add_argument("--config", metavar="FILE", help="YAML config file (default: built-in defaults)")
+    policy.add_argument(
+        "--name", default="ai-scheduler-quota",
+        help="name of the policy and its binding (default: %(default)s)",
+    )
+    policy.add_argument(
+        "--no-elastic-quotas",
+        action="store_true",
+        help="leave out the second policy, which holds pods to the ElasticQuota objects of their namespace",
+    )
+    policy.add_argument(
+        "--no-gangs",
+        action="store_true",
+        help="judge each pod alone, not by its request times its gang's min-available (for gangs whose "
+        "members ask differently, such as an MPI launcher beside its workers)",
+    )
     return parser
 
 
@@ -159,10 +196,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ai_scheduler.tracesim.command import run as simulate
 
         return simulate(args)
+    if args.command == "status":
+        from ai_scheduler.status.command import run as status
+
+        return status(args)
     if args.command == "replay":
         from ai_scheduler.tracesim.replay import run as replay
 
         return replay(args)
+    if args.command == "admission-policy":
+        return _admission_policy(args)
     if args.command == "tune":
         from ai_scheduler.tracesim.tune import run as tune
 
@@ -187,12 +230,26 @@ def _run(args: argparse.Namespace) -> int:
         logger.error("config.invalid", path=args.config, error=str(exc))
         print(f"ai-scheduler: invalid config: {exc}", file=sys.stderr)
         return 2
-    uvloop.run(
+    return uvloop.run(  # 1 when the leader election's Lease was lost, as kube-scheduler exits
         run_scheduler(
             config, kubeconfig=args.kubeconfig, master=args.master, logger=logger, config_path=args.config,
             forecaster=forecaster,
         )
     )
+
+
+def _admission_policy(args: argparse.Namespace) -> int:
+    from ai_scheduler.cache.admission import admission_policy, render
+
+    try:
+        config = load_config(args.config) if args.config else default_config()
+    except ConfigError as exc:
+        print(f"ai-scheduler: invalid config: {exc}", file=sys.stderr)
+        return 2
+    documents = admission_policy(
+        config, name=args.name, gangs=not args.no_gangs, elastic_quotas=not args.no_elastic_quotas
+    )
+    sys.stdout.write(render(documents, args.config or "the built-in defaults"))
     return 0
 
 

@@ -379,14 +379,23 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
 @pytest.mark.parametrize(("data", "key", "reason"), [
     # unknown keys, at every level we define
     ({"shedulerName": "x"}, "", "unknown key 'shedulerName' (did you mean 'schedulerName'?); expected one of "
-                                "schedulerName, profiles, scheduling, gpu, prediction, server, queues, "
-                                "groups, users, namespaces, policies, activePolicy"),
+                                "schedulerName, profiles, scheduling, gpu, prediction, server, "
+                                "leaderElection, queues, groups, users, namespaces, policies, activePolicy"),
     ({"profiles": [{"filter": []}]}, "profiles[0]", "unknown key 'filter' (did you mean 'filters'?)"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity", "wieght": 1}]}]}, "profiles[0].scores[0]",
      "unknown key 'wieght' (did you mean 'weight'?)"),
     ({"scheduling": {"bindConcurency": 1}}, "scheduling", "unknown key 'bindConcurency'"),
     ({"gpu": {"sharing": True}}, "gpu", "unknown key 'sharing'; expected one of stalenessSeconds"),
     ({"server": {"host": "x"}}, "server", "unknown key 'host'"),
+    ({"leaderElection": {"leaseDuration": 15}}, "leaderElection",
+     "unknown key 'leaseDuration' (did you mean 'leaseDurationSeconds'?)"),
+    ({"leaderElection": {"enabled": "yes"}}, "leaderElection.enabled", "must be true or false, got 'yes'"),
+    ({"leaderElection": {"leaseNamespace": "Kube_System"}}, "leaderElection.leaseNamespace",
+     "must be empty (the daemon's own namespace) or a DNS-1123 label, got 'Kube_System'"),
+    ({"leaderElection": {"renewDeadlineSeconds": 12}}, "leaderElection.renewDeadlineSeconds",
+     "must be < leaderElection.leaseDurationSeconds (12), got 12"),
+    ({"leaderElection": {"retryPeriodSeconds": 7}}, "leaderElection.retryPeriodSeconds",
+     "must be < leaderElection.renewDeadlineSeconds / 1.2 (8 / 1.2), got 7"),
     ({1: 2}, "", "unknown key 1;"),
     # the document and sections
     (["a"], "", "must be a mapping, got a list"),

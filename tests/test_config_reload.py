@@ -93,6 +93,7 @@ BASE: dict[str, Any] = {
     "gpu": {"stalenessSeconds": 120},
     "prediction": {"learnOnline": False},
     "server": {"port": 0, "bindAddress": "127.0.0.1"},
+    "leaderElection": {},
     "queues": [
         {"name": "prod", "level": 0, "weight": 1, "quota": {"cpu": "64"}},
         {"name": "batch", "level": 1},
@@ -336,6 +337,17 @@ CASES: dict[str, Case] = {
     "prediction.forecastSeconds": Case(15, scalar(lambda s, _: s.forecast_interval)),
     "server.port": Case(10999),  # the daemon under test serves no HTTP: nothing to read back
     "server.bindAddress": Case("127.0.0.2"),
+    "server.visibilityEnabled": Case(True),  # restart-required, as the three below
+    "server.visibilityPort": Case(18443),
+    "server.visibilityCertFile": Case("/etc/ai-scheduler/tls/tls.crt"),
+    "server.visibilityKeyFile": Case("/etc/ai-scheduler/tls/tls.key"),
+    # Restart-required (config_reload.RESTART_REQUIRED): the elector is made once, at start.
+    "leaderElection.enabled": Case(False),
+    "leaderElection.leaseName": Case("other-lease"),
+    "leaderElection.leaseNamespace": Case("ai-system"),
+    "leaderElection.leaseDurationSeconds": Case(30),
+    "leaderElection.renewDeadlineSeconds": Case(10),
+    "leaderElection.retryPeriodSeconds": Case(3),
     "queues[*].name": Case("production", TENANCY),
     "queues[*].level": Case(3, TENANCY),
     "queues[*].weight": Case(2.5, TENANCY),
@@ -401,7 +413,8 @@ def test_leaf_keys_are_the_keys_the_parser_accepts() -> None:
         "scheduling": set(s._SCHEDULING_KEYS),
         "gpu": {"stalenessSeconds"},
         "prediction": set(s._PREDICTION_KEYS),
-        "server": {"port", "bindAddress"},
+        "server": set(s._SERVER_KEYS),
+        "leaderElection": set(s._LEADER_ELECTION_KEYS),
         "queues[*]": set(s._QUEUE_KEYS),
         "groups.*": set(s._GROUP_KEYS),
         "users.*": set(s._USER_KEYS),

@@ -83,7 +83,9 @@ def test_deploy_holds_the_expected_objects() -> None:
             ("ServiceAccount", "ai-scheduler-agent"), ("ClusterRole", "ai-scheduler-agent"),
             ("ClusterRoleBinding", "ai-scheduler-agent"), ("DaemonSet", "ai-scheduler-agent"),
             ("ValidatingAdmissionPolicy", "ai-scheduler-agent-own-node-gpus"),
-            ("ValidatingAdmissionPolicyBinding", "ai-scheduler-agent-own-node-gpus")} <= kinds
+            ("ValidatingAdmissionPolicyBinding", "ai-scheduler-agent-own-node-gpus"),
+            ("PodDisruptionBudget", "ai-scheduler"), ("Role", "ai-scheduler-leader-election"),
+            ("RoleBinding", "ai-scheduler-leader-election")} <= kinds
 
 
 @pytest.mark.parametrize(("where", "doc"), DOCUMENTS, ids=[where for where, _ in DOCUMENTS])
@@ -195,7 +197,7 @@ def test_the_pieces_refer_to_each_other() -> None:
     pod = spec["template"]["spec"]
     assert deployment["metadata"]["namespace"] == account["metadata"]["namespace"] == "kube-system"
     assert configmap["metadata"]["namespace"] == "kube-system"
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2  # one leader, one warm standby (test_high_availability below)
     assert spec["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
     assert spec["template"]["metadata"]["labels"]["app.kubernetes.io/name"] == "ai-scheduler"
     assert pod["serviceAccountName"] == account["metadata"]["name"]
@@ -240,6 +242,50 @@ def test_examples_are_not_applied_with_the_scheduler() -> None:
     for where, doc in DOCUMENTS:
         if doc["kind"] == "CustomResourceDefinition":
             assert where.startswith("crds/"), f"{where}: CRDs belong in deploy/crds/"
+
+
+def test_high_availability_two_replicas_apart_a_budget_and_the_lease() -> None:
+    """Two replicas on different nodes where possible, one kept through drains, each knowing its own
+    name and namespace (the leader election's identity and the Lease's namespace), and a Role for that
+    Lease and no other."""
+    deployment = _find("Deployment", "ai-scheduler")
+    spec = deployment["spec"]
+    labels = spec["template"]["metadata"]["labels"]
+    pod = spec["template"]["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # the standby stays through a rollout
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    (container,) = pod["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+    budget = _find("PodDisruptionBudget", "ai-scheduler")
+    assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+    election = default_config().leader_election
+    assert election.enabled and election.lease_namespace == ""  # the pod's own: kube-system
+    role = _find("Role", "ai-scheduler-leader-election")
+    assert role["metadata"]["namespace"] == "kube-system"
+    granted = {(verb, name) for rule in role["rules"] for verb in rule["verbs"]
+               for name in rule.get("resourceNames", ["*"])}
+    assert all(rule["apiGroups"] == ["coordination.k8s.io"] and rule["resources"] == ["leases"]
+               for rule in role["rules"])
+    # get and update of our Lease only; create cannot name the object (its name is not in the URL).
+    assert granted == {("create", "*"), ("get", election.lease_name), ("update", election.lease_name)}
+    binding = _find("RoleBinding", "ai-scheduler-leader-election")
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                    "namespace": "kube-system"}]
+    # Nothing about Leases in the ClusterRole: no other Lease of the cluster is the scheduler's to touch.
+    assert not any("coordination.k8s.io" in rule["apiGroups"]
+                   for rule in _find("ClusterRole", "ai-scheduler")["rules"])
 
 
 # ---------------------------------------------------------------------------- the node agent
@@ -309,3 +355,34 @@ def test_agent_policy_limits_the_agent_to_its_own_nodes_gpu_annotations() -> Non
         assert needed in cel, f"the policy's CEL does not mention {needed}"
     binding = _find("ValidatingAdmissionPolicyBinding", "ai-scheduler-agent-own-node-gpus")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+
+
+def test_visibility_api_is_registered_for_the_daemon() -> None:
+    """deploy/visibility/: the APIService reaches the daemon's visibility port through its Service, the
+    daemon may delegate authentication and authorization, and the users' roles name the API's resources."""
+    from ai_scheduler.scheduler.visibility_api import GROUP, RESOURCES, VERSION
+
+    apiservice = _find("APIService", f"{VERSION}.{GROUP}")
+    spec = apiservice["spec"]
+    assert (spec["group"], spec["version"]) == (GROUP, VERSION)
+    service = _find("Service", spec["service"]["name"])
+    assert service["metadata"]["namespace"] == spec["service"]["namespace"] == "kube-system"
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == spec["service"]["port"] == 443 and port["name"] == "https"
+    assert port["targetPort"] == default_config().server.visibility_port
+    deployment = _find("Deployment", "ai-scheduler")
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    account = {"kind": "ServiceAccount", "name": "ai-scheduler", "namespace": "kube-system"}
+    delegator = _find("ClusterRoleBinding", "ai-scheduler-visibility:auth-delegator")
+    assert delegator["roleRef"]["name"] == "system:auth-delegator" and delegator["subjects"] == [account]
+    reader = _find("RoleBinding", "ai-scheduler-visibility:auth-reader")
+    assert reader["metadata"]["namespace"] == "kube-system" and reader["subjects"] == [account]
+    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+    served = {r["name"] for r in RESOURCES} | {"ui"}
+    for name in ("ai-scheduler-visibility-viewer", "ai-scheduler-visibility-namespace",
+                 "ai-scheduler-visibility-queue"):
+        for rule in _find("ClusterRole", name)["rules"]:
+            assert rule["apiGroups"] == [GROUP] and set(rule["resources"]) <= served
+            assert set(rule["verbs"]) <= {"get", "list"}, "the visibility API is read-only"
+    queue = _find("ClusterRoleBinding", "ai-scheduler-visibility-queue")
+    assert queue["subjects"][0]["name"] == "system:authenticated"

@@ -73,7 +73,13 @@ from ai_scheduler.cache.gpus import (
     MANAGED_LABEL,
     UPDATED_ANNOTATION,
 )
-from ai_scheduler.cache.records import LAST_APPLIED, NodeRecord, PodRecord
+from ai_scheduler.cache.records import (
+    HOLD_ANNOTATION,
+    LAST_APPLIED,
+    REQUEUE_ANNOTATION,
+    NodeRecord,
+    PodRecord,
+)
 from ai_scheduler.cache.tenancy import QUEUE_LABEL, USER_LABEL, Tenancy, quota_amounts
 from ai_scheduler.config import POLICY_FACTORS, Config, ConfigError, load_config, parse_config
 from ai_scheduler.config.schema import _GPU_MEMORY_RESOURCE
@@ -83,6 +89,8 @@ from ai_scheduler.scheduler.core import build_frameworks
 from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION, PriorityEngine
+from ai_scheduler.scheduler.visibility import API_VERSION
+from ai_scheduler.scheduler.visibility_api import GROUP as API_GROUP
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 
 # ----------------------------------------------------------------------------------------- the keys
@@ -108,6 +116,15 @@ NOT_READ = {
     LAST_APPLIED: "dropped unread from every pod record",
     _GPU_MEMORY_RESOURCE: "a resource name in config quotas (the config fuzz covers it)",
     DEVICE_PLUGIN_GPU: "a resource name, read from resources and allocatable",
+    API_VERSION: "the visibility API's group and version, served, not read",
+    API_GROUP: "the visibility API's group, served, not read",
+}
+# Keys of users' commands on their own pods (`ai-scheduler status hold|requeue`): a value gates a pod or
+# retries it, nothing else; tests/test_hold_requeue.py covers any value (only "true" holds; any new
+# requeue value retries).
+USER_COMMANDS = {
+    HOLD_ANNOTATION: "`hold`: only the value \"true\" holds the pod (test_hold_requeue.py)",
+    REQUEUE_ANNOTATION: "`requeue`: any new value retries the pod now (test_hold_requeue.py)",
 }
 # Well-known Kubernetes keys read from other objects than pods (nodes, volumes, claims), whose values are
 # used as they are (a topology domain, a node name) or only tested for presence; their plugins' unit tests
@@ -600,7 +617,7 @@ def test_every_key_the_code_reads_is_fuzzed_and_documented() -> None:
     """A key added to the code must be added here (to FUZZED_KEYS with an oracle, to NOT_READ, or to
     READ_FROM_OTHER_OBJECTS for well-known keys of nodes and volumes)."""
     in_code = keys_in_code()
-    known = FUZZED_KEYS | NOT_READ.keys() | READ_FROM_OTHER_OBJECTS.keys()
+    known = FUZZED_KEYS | NOT_READ.keys() | READ_FROM_OTHER_OBJECTS.keys() | USER_COMMANDS.keys()
     unknown = {k: where for k, where in in_code.items() if k not in known}
     assert not unknown, f"keys in the code that the fuzz does not cover: {unknown}"
     gone = known - in_code.keys()

@@ -45,6 +45,7 @@ from kubernetes_asyncio import client, config
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 @dataclass(slots=True)
@@ -110,6 +111,8 @@ class Reachability:
 
 
 PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+# scheduler-plugins' Capacity Scheduling quotas, read as group quotas (config/elasticquota.py).
+ELASTICQUOTAS = ("scheduling.x-k8s.io", "v1alpha1", "elasticquotas")
 
 # Lists come in pages of this many objects, each converted before the next is read, so that a list of
 # 50,000 pods never exists as one parsed document (about 10 KiB of Python objects per pod as parsed).
@@ -170,6 +173,7 @@ class KubeClient:
         self.apps: Any = client.AppsV1Api(api_client)
         self.storage: Any = client.StorageV1Api(api_client)
         self.policy: Any = client.PolicyV1Api(api_client)
+        self.coordination: Any = client.CoordinationV1Api(api_client)
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
         self.reachability = Reachability(last_answer=time.monotonic())
         self.epoch = 0  # abandon_requests() calls so far
@@ -320,6 +324,8 @@ class KubeClient:
             return self.core.list_namespace
         if resource == "podgroups":
             return functools.partial(self.custom.list_cluster_custom_object, *PODGROUPS)
+        if resource == "elasticquotas":
+            return functools.partial(self.custom.list_cluster_custom_object, *ELASTICQUOTAS)
         if resource == "poddisruptionbudgets":  # preemption respects them
             return self.policy.list_pod_disruption_budget_for_all_namespaces
         # The workloads whose selectors PodTopologySpread's system default constraints read.
@@ -475,6 +481,19 @@ class KubeClient:
             )
         )
 
+    async def request(
+        self, method: str, path: str, *, query: dict[str, str] | None = None, body: Any = None,
+        content_type: str = "application/json",
+    ) -> ApiResult:
+        """Any path of the API with this client's credentials, for what has no generated method: an
+        aggregated API (`/apis/visibility.ai-scheduler.io/...`), a JSON patch (`content_type` JSON_PATCH,
+        `body` a list of operations). The users' command line (ai_scheduler/status) uses it."""
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        return await self._call(self.api_client.call_api(
+            path, method.upper(), query_params=list((query or {}).items()), header_params=headers, body=body,
+            auth_settings=["BearerToken"], _preload_content=False,
+        ))
+
     async def patch_persistent_volume_claim(
         self, namespace: str, name: str, patch: dict[str, Any]
     ) -> ApiResult:
@@ -493,6 +512,23 @@ class KubeClient:
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
         return await self._call(self.core.create_namespaced_event(namespace, event, _preload_content=False))
+
+    # The leader election's Lease (scheduler/leader.py): read, create, and replace under the read one's
+    # resourceVersion, so that of two replicas writing it at once one gets 409 Conflict.
+    async def get_lease(self, namespace: str, name: str) -> ApiResult:
+        return await self._call(
+            self.coordination.read_namespaced_lease(name, namespace, _preload_content=False)
+        )
+
+    async def create_lease(self, namespace: str, lease: dict[str, Any]) -> ApiResult:
+        return await self._call(
+            self.coordination.create_namespaced_lease(namespace, lease, _preload_content=False)
+        )
+
+    async def replace_lease(self, namespace: str, name: str, lease: dict[str, Any]) -> ApiResult:
+        return await self._call(
+            self.coordination.replace_namespaced_lease(name, namespace, lease, _preload_content=False)
+        )
 
     # Object management, for the demo, the benchmarks and tests that drive a cluster.
     async def create_node(self, node: dict[str, Any]) -> ApiResult:
@@ -547,6 +583,11 @@ class KubeClient:
             self.core.delete_namespaced_pod(name, namespace, _preload_content=False, **extra)
         )
 
+    async def delete_lease(self, namespace: str, name: str) -> ApiResult:
+        return await self._call(
+            self.coordination.delete_namespaced_lease(name, namespace, _preload_content=False)
+        )
+
     async def get_pod(self, namespace: str, name: str) -> ApiResult:
         return await self._call(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
 
@@ -573,6 +614,17 @@ class KubeClient:
                 name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH
             )
         )
+
+    # ------------------------------------------------------------------ delegated authn and authz
+    # What the visibility API (scheduler/visibility_api.py) asks as an aggregated API server does: the
+    # requestheader CA and names of the front proxy, and whether a user may do something.
+    async def get_config_map(self, namespace: str, name: str) -> ApiResult:
+        return await self._call(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+
+    async def create_subject_access_review(self, review: dict[str, Any]) -> ApiResult:
+        """POST authorization.k8s.io/v1 SubjectAccessReview; the answer's `status.allowed` says it."""
+        authorization: Any = client.AuthorizationV1Api(self.api_client)
+        return await self._call(authorization.create_subject_access_review(review, _preload_content=False))
 
 
 def _identity(obj: dict[str, Any]) -> dict[str, Any]:

@@ -95,6 +95,14 @@ SPREAD_CONTROLLERS = frozenset(
     {("v1", "ReplicationController"), ("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet")}
 )
 ESTIMATE_ANNOTATION = "ai-scheduler.io/estimated-runtime"  # the user's run-time estimate ("90m", "2h")
+# A user's hold (`ai-scheduler status hold`): Kubernetes lets spec.schedulingGates only be removed after a
+# pod's creation, never added, so a pending pod is held by this annotation ("true"), which the scheduler
+# treats as one more scheduling gate; a pod may also be created with the scheduling gate of the same name.
+HOLD_ANNOTATION = "ai-scheduler.io/hold"
+HOLD_GATE = "ai-scheduler.io/hold"
+# A user's "retry now" (`ai-scheduler status requeue`): a new value (RFC 3339) moves the pending pod to
+# activeQ with its backoff reset.
+REQUEUE_ANNOTATION = "ai-scheduler.io/requeue-at"
 
 
 def _shared(value: Any) -> Any:
@@ -397,7 +405,7 @@ class PodRecord:
         self.priority = 0
         self.creation = ""
         self.deleting = False
-        self.gated = False
+        self.gated = False  # spec.schedulingGates, or a user's hold (HOLD_ANNOTATION): never tried
         self.labels: dict[str, str] = {}
         self.annotations: dict[str, str] = {}
         self.node_selector: dict[str, str] = {}
@@ -469,7 +477,7 @@ class PodRecord:
             rec.priority = int(spec.get("priority") or 0)
         except (TypeError, ValueError):
             rec.spec_error = f"invalid spec.priority {echo(spec.get('priority'))}"
-        rec.gated = bool(spec.get("schedulingGates"))
+        rec.gated = bool(spec.get("schedulingGates")) or rec.annotations.get(HOLD_ANNOTATION) == "true"
         rec.preempts = spec.get("preemptionPolicy") != "Never"
         rec.node_selector = _shared_map(spec.get("nodeSelector"))
         rec.affinity = spec.get("affinity") or {}

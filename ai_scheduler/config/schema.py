@@ -218,10 +218,32 @@ class GpuSettings:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """Where /healthz, /readyz and /metrics listen."""
+    """Where /healthz, /readyz and /metrics listen, and the visibility API (scheduler/visibility_api.py):
+    HTTPS on ``visibility_port`` when ``visibility_enabled``, behind the API server's aggregation layer,
+    with the serving certificate from ``visibility_cert_file``/``visibility_key_file`` ("": self-signed,
+    made at start)."""
 
     port: int = 10251
     bind_address: str = "0.0.0.0"
+    visibility_enabled: bool = False
+    visibility_port: int = 8443
+    visibility_cert_file: str = ""
+    visibility_key_file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderElectionSettings:
+    """Leader election between replicas on a coordination.k8s.io Lease (scheduler/leader.py), with
+    kube-scheduler's timings. ``lease_namespace`` "" is the namespace the daemon runs in (POD_NAMESPACE,
+    from the downward API), else kube-system. Only `ai-scheduler run` elects; a Scheduler built without
+    these settings (tests, the demo) leads at once."""
+
+    enabled: bool = True
+    lease_name: str = "ai-scheduler"
+    lease_namespace: str = ""
+    lease_duration_seconds: float = 12.0
+    renew_deadline_seconds: float = 8.0
+    retry_period_seconds: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +335,7 @@ class Config:
     gpu: GpuSettings = GpuSettings()
     prediction: PredictionSettings = PredictionSettings()
     server: ServerSettings = ServerSettings()
+    leader_election: LeaderElectionSettings = LeaderElectionSettings()
     queues: tuple[QueueSpec, ...] = ()
     groups: Mapping[str, GroupSpec] = field(default_factory=FrozenMap)
     users: Mapping[str, UserSpec] = field(default_factory=FrozenMap)
@@ -497,6 +520,14 @@ _SCHEDULING_KEYS = (
     "apiUnreachableRestartSeconds",
 )
 _PREDICTION_KEYS = ("model", "learnOnline", "forecastSeconds")
+_LEADER_ELECTION_KEYS = (
+    "enabled",
+    "leaseName",
+    "leaseNamespace",
+    "leaseDurationSeconds",
+    "renewDeadlineSeconds",
+    "retryPeriodSeconds",
+)
 _QUEUE_KEYS = ("name", "level", "weight", "quota", "promoteAfterSeconds")
 _GROUP_KEYS = ("level", "share", "min", "max")
 _USER_KEYS = ("group", "level", "max")
@@ -509,6 +540,7 @@ _TOP_LEVEL_KEYS = (
     "gpu",
     "prediction",
     "server",
+    "leaderElection",
     "queues",
     "groups",
     "users",
@@ -709,14 +741,61 @@ def _bind_address(value: object, path: str) -> str:
     return text
 
 
+_SERVER_KEYS = ("port", "bindAddress", "visibilityEnabled", "visibilityPort", "visibilityCertFile",
+                "visibilityKeyFile")
+
+
 def _parse_server(value: object, path: str) -> ServerSettings:
     data = _mapping(value, path)
-    _check_keys(data, ("port", "bindAddress"), path)
+    _check_keys(data, _SERVER_KEYS, path)
     d = ServerSettings()
     return ServerSettings(
         port=_scalar(data, "port", d.port, lambda v, p: _integer(v, p, 0, 65535), path),
         bind_address=_scalar(data, "bindAddress", d.bind_address, _bind_address, path),
+        visibility_enabled=_scalar(data, "visibilityEnabled", d.visibility_enabled, _boolean, path),
+        visibility_port=_scalar(data, "visibilityPort", d.visibility_port,
+                                lambda v, p: _integer(v, p, 0, 65535), path),
+        visibility_cert_file=_scalar(data, "visibilityCertFile", d.visibility_cert_file, _string, path),
+        visibility_key_file=_scalar(data, "visibilityKeyFile", d.visibility_key_file, _string, path),
     )
+
+
+def _lease_namespace(value: object, path: str) -> str:
+    text = _string(value, path)
+    if text and (len(text) > 63 or not _DNS1123_LABEL.match(text)):
+        _fail(path, f"must be empty (the daemon's own namespace) or a DNS-1123 label, got {text!r}")
+    return text
+
+
+def _parse_leader_election(value: object, path: str) -> LeaderElectionSettings:
+    data = _mapping(value, path)
+    _check_keys(data, _LEADER_ELECTION_KEYS, path)
+    d = LeaderElectionSettings()
+
+    def get(key: str, default: Any, parse: _Parse) -> Any:
+        return _scalar(data, key, default, parse, path)
+
+    settings = LeaderElectionSettings(
+        enabled=get("enabled", d.enabled, _boolean),
+        lease_name=get("leaseName", d.lease_name, _dns_subdomain),
+        lease_namespace=get("leaseNamespace", d.lease_namespace, _lease_namespace),
+        lease_duration_seconds=get("leaseDurationSeconds", d.lease_duration_seconds, _positive),
+        renew_deadline_seconds=get("renewDeadlineSeconds", d.renew_deadline_seconds, _positive),
+        retry_period_seconds=get("retryPeriodSeconds", d.retry_period_seconds, _positive),
+    )
+    # client-go's checks: a leader gives up (renew deadline) before its lease runs out for the others,
+    # and tries to renew more than once within the deadline.
+    if settings.renew_deadline_seconds >= settings.lease_duration_seconds:
+        _fail(_child(path, "renewDeadlineSeconds"),
+              f"must be < {_child(path, 'leaseDurationSeconds')} "
+              f"({_show(_whole(settings.lease_duration_seconds))}), "
+              f"got {_show(_whole(settings.renew_deadline_seconds))}")
+    if settings.retry_period_seconds * 1.2 >= settings.renew_deadline_seconds:
+        _fail(_child(path, "retryPeriodSeconds"),
+              f"must be < {_child(path, 'renewDeadlineSeconds')} / 1.2 "
+              f"({_show(_whole(settings.renew_deadline_seconds))} / 1.2), "
+              f"got {_show(_whole(settings.retry_period_seconds))}")
+    return settings
 
 
 # --- tenancy and policy ----------------------------------------------------------------------------
@@ -930,6 +1009,7 @@ def _parse(data: object) -> Config:
     gpu = _section(top, "gpu", _parse_gpu, GpuSettings())
     prediction = _section(top, "prediction", _parse_prediction, PredictionSettings())
     server = _section(top, "server", _parse_server, ServerSettings())
+    leader_election = _section(top, "leaderElection", _parse_leader_election, LeaderElectionSettings())
     queues = _section(top, "queues", _parse_queues, ())
     groups = _section(top, "groups", _parse_groups, FrozenMap())
     users = _section(top, "users", _parse_users, FrozenMap())
@@ -948,6 +1028,7 @@ def _parse(data: object) -> Config:
         gpu=gpu,
         prediction=prediction,
         server=server,
+        leader_election=leader_election,
         queues=queues,
         groups=groups,
         users=users,

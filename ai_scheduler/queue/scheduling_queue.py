@@ -50,6 +50,7 @@ POD_UPDATE = "UnschedulablePodUpdate"
 SCHEDULE_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
 BACKOFF_COMPLETE = "BackoffComplete"
 UNSCHEDULABLE_TIMEOUT = "UnschedulableTimeout"
+FORCE_ACTIVATE = "ForceActivate"  # a user asked for a retry now (`retry_now`)
 
 # PodRecord fields that come from the pod's status (or bookkeeping): an update
 # that changes only these cannot make an unschedulable pod fit, and the
@@ -73,6 +74,7 @@ class QueuedPod:
     last_failure: float = 0.0  # clock() at the last requeue
     reason: str = ""  # last unschedulable reason (for logs / status)
     popped_move_cycle: int = 0
+    backoff_base: int = 0  # attempts when a user last asked for a retry now: backoff counts from here
 
 
 def _spec_changed(old: PodRecord, new: PodRecord) -> bool:
@@ -196,6 +198,25 @@ class SchedulingQueue:
         if uid not in self._gated:
             self._gated.add(uid)
             self._incoming(UNSCHEDULABLE, POD_ADD)  # where kube-scheduler keeps gated pods
+
+    def is_gated(self, uid: str) -> bool:
+        return uid in self._gated
+
+    def retry_now(self, uid: str) -> bool:
+        """A user asked to retry the pod now (`ai-scheduler status requeue`): its backoff starts over (the
+        attempts so far stay counted, for the metrics, but no longer lengthen it) and, waiting in backoff
+        or unschedulable, it moves to activeQ. False when nothing moved: the queue does not hold it, it is
+        active already, or its attempt is underway (a failure of it then backs off from scratch)."""
+        qp = self._entries.get(uid)
+        if qp is None:
+            return False
+        qp.backoff_base = qp.attempts
+        state = self._state[uid]
+        if state in (IN_FLIGHT, ACTIVE):
+            return False
+        self._leave(qp)
+        self._push_active(qp, self._clock(), FORCE_ACTIVATE)
+        return True
 
     def update(self, pod: PodRecord) -> None:
         """Replace the record wherever it is; an unschedulable pod whose spec changed may now fit."""
@@ -455,7 +476,7 @@ class SchedulingQueue:
         self._nonempty.set()
 
     def _backoff_deadline(self, qp: QueuedPod) -> float:
-        return qp.last_failure + self.backoff_duration(qp.attempts)
+        return qp.last_failure + self.backoff_duration(qp.attempts - qp.backoff_base)
 
     def _push_active_or_backoff(self, qp: QueuedPod, event: str) -> None:
         """Into backoffQ while the backoff since the last failure runs, else straight to activeQ."""

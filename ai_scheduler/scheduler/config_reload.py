@@ -33,8 +33,21 @@ RESTART_REQUIRED: frozenset[str] = frozenset(
         # /healthz, /readyz and /metrics stay where they were bound at start (where the probes look).
         "server.port",
         "server.bindAddress",
+        # The visibility API's listener and its certificate are made once, at start.
+        "server.visibilityEnabled",
+        "server.visibilityPort",
+        "server.visibilityCertFile",
+        "server.visibilityKeyFile",
         # Also sizes the API client's connection pool, which is made once, when the daemon connects.
         "scheduling.bindConcurrency",
+        # The elector (leader.py) is made once, at start, with its identity, Lease and timings: replicas
+        # that changed them one by one would disagree on the Lease they contend for.
+        "leaderElection.enabled",
+        "leaderElection.leaseName",
+        "leaderElection.leaseNamespace",
+        "leaderElection.leaseDurationSeconds",
+        "leaderElection.renewDeadlineSeconds",
+        "leaderElection.retryPeriodSeconds",
     }
 )
 

@@ -11,6 +11,19 @@ asynchronously; `feedback.py`: conditions and events; `evictions.py`:
 preemption's deletions). It starts and stops them, serves health and metrics,
 and applies config reloads (`config_reload.py`) between two cycles, whole.
 
+With leader election (`leader.py`; `ai-scheduler run` with `leaderElection`
+enabled, two replicas in deploy/), both replicas start their informers at once
+and keep cache and queue current, so a standby is warm and ready (/readyz 200):
+once synced, it campaigns for the Lease. Only the leader runs what writes: the
+scheduling loop (and so bindings, events, evictions), housekeeping, gang status
+and forecasts. A standby never assumes a pod, so a new leader's cache holds no
+assumption it did not make; what the old leader bound comes in on the watch,
+and a binding of a pod that is already bound is refused by the API server
+(409), so nothing is bound twice. A lost Lease stops scheduling at once and
+ends `run()` with `lost_lease` set, for the process to exit (1), as
+kube-scheduler does; SIGTERM stops popping, waits for the bindings in flight,
+then releases the Lease so that the standby takes over at once.
+
 Everything runs on one event loop. Watch handlers and scheduling cycles are
 synchronous between awaits, so a cycle always sees a consistent cache; the
 loop yields after every pod so that watch events and binding replies keep
@@ -29,7 +42,8 @@ from typing import Any
 import orjson
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.config import Config
+from ai_scheduler.config import Config, LeaderElectionSettings
+from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.config_reload import ConfigReload
@@ -40,9 +54,25 @@ from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.informer import Informer
+from ai_scheduler.scheduler.leader import LeaderElector, Role
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.scheduler.visibility import ExpectedStarts, Forecaster, queue_view
+from ai_scheduler.scheduler.visibility import (
+    ExpectedStarts,
+    Forecaster,
+    RecentDecisions,
+    decision_items,
+    gpu_node_items,
+    pending_pod_items,
+    queue_view,
+    quota_items,
+)
+from ai_scheduler.scheduler.visibility_api import (
+    SubjectAccessReviews,
+    VisibilityServer,
+    VisibilitySource,
+    trust_front_proxy,
+)
 from ai_scheduler.scheduler.watches import Watches
 
 HOUSEKEEPING_SECONDS = 1.0
@@ -65,7 +95,10 @@ class Scheduler:
         seed: int | None = None,
         config_poll_seconds: float = 2.0,
         forecaster: Forecaster | None = None,
+        leader_election: LeaderElectionSettings | None = None,
     ) -> None:
+        """`leader_election` (enabled): schedule only while holding its Lease; without it (tests, the
+        demo) the scheduler leads from its first sync."""
         self.client = client
         self.log = logger
         self.serve_http = serve_http
@@ -83,7 +116,8 @@ class Scheduler:
             self.evictions = KubeEvictions(client, self.feedback, logger)
             return Outbox(self.binder, self.feedback, self.evictions)
 
-        core = self.core = SchedulerCore(config, logger, metrics, outbox, seed=seed)
+        self.decisions = RecentDecisions(logger)  # the core's logger, keeping its last decisions
+        core = self.core = SchedulerCore(config, self.decisions, metrics, outbox, seed=seed)
         # The parts tests and tools look at, by their usual names.
         self.cache, self.queue, self.gangs, self.tenancy = core.cache, core.queue, core.gangs, core.tenancy
         self.cycle, self.reserver, self.preemptor = core.cycle, core.reserver, core.preemptor
@@ -92,11 +126,15 @@ class Scheduler:
         self.gang_scheduler = core.gang_scheduler
         self.watches = Watches(client, core.handlers, logger)
         self.informers = self.watches.build(config)
+        # Group quotas from ElasticQuota objects, under the config file's (config/elasticquota.py).
+        self.elastic_quotas = ElasticQuotas()
+        self.watches.watch_elastic_quotas(self._on_elastic_quota, self._on_elastic_quotas)
         metrics.watch_state(StateCollector(core.queue.counts_by_queue, core.cache_sizes,
                                            lambda: self.binder.in_flight, core.gpu_allocation,
                                            core.queue.pending_counts, core.tenancy.quotas))
         self.stopped = asyncio.Event()
         self.http: HealthServer | None = None
+        self.visibility: VisibilityServer | None = None  # the visibility API, when server.visibilityEnabled
         self.monitor: ApiMonitor | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._loop_task: asyncio.Task[None] | None = None
@@ -104,6 +142,10 @@ class Scheduler:
         self.forecaster = forecaster
         self.forecast_interval = config.prediction.forecast_seconds  # 0: no forecasts
         self.expected = ExpectedStarts()  # the last forecast's expected starts
+        self.elector = (LeaderElector(client, leader_election, logger, on_change=self._role_changed)
+                        if leader_election is not None and leader_election.enabled else None)
+        self._election: asyncio.Task[None] | None = None
+        self.lost_lease = False  # set when the Lease was lost: the process must exit
 
     @property
     def frameworks(self) -> dict[str, Framework]:
@@ -117,6 +159,8 @@ class Scheduler:
                                      queue=lambda: orjson.dumps(queue_view(self.core, self.expected)))
             port = await self.http.start(self.config.server.bind_address, self.config.server.port)
             self.log.info("http.listening", port=port)
+            if self.config.server.visibility_enabled:
+                await self._start_visibility()
         self._apply_api_settings()
         monitor = self.monitor = ApiMonitor(
             self.client, self.log, self.informers.values,
@@ -138,17 +182,43 @@ class Scheduler:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if not self.stopped.is_set():
                 self.core.start()
-                self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue))
-                self._loop_task = asyncio.create_task(self.cycle.run(), name="scheduling-loop")
-                self._spawn(self._housekeeping(), "housekeeping")
-                self._spawn(self._forecasts(), "forecasts")
+                self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue),
+                              standby=self.elector is not None)
+                if self.elector is None:
+                    self._lead()
+                else:  # synced: campaign (kube-scheduler too waits for its caches first)
+                    self._election = asyncio.create_task(self._campaign(), name="leader-election")
             self._spawn(self._refresh_priorities(), "priorities")
-            gang_status = GangStatusWriter(self.client, self.gangs, self.log, self.metrics)
-            self._spawn(gang_status.run(), "gang-status")
             await stop
             synced.cancel()
         finally:
             await self._shutdown()
+
+    def _lead(self) -> None:
+        """Start what only the leader runs: everything that writes to the API server."""
+        self.metrics.leader.set(1)
+        self._loop_task = asyncio.create_task(self.cycle.run(), name="scheduling-loop")
+        self._spawn(self._housekeeping(), "housekeeping")
+        self._spawn(self._forecasts(), "forecasts")
+        gang_status = GangStatusWriter(self.client, self.gangs, self.log, self.metrics)
+        self._spawn(gang_status.run(), "gang-status")
+
+    async def _campaign(self) -> None:
+        assert self.elector is not None
+        await self.elector.run()  # returns only when the Lease was lost (see _role_changed)
+
+    def _role_changed(self, role: Role) -> None:
+        """The elector's news: lead now, or stop at once (lost: no binding may leave from now on)."""
+        if role is Role.LEADER and not self.stopped.is_set():
+            self._lead()
+            return
+        self.metrics.leader.set(0)
+        if role is Role.LOST:
+            self.lost_lease = True
+            self.queue.close()
+            if self._loop_task is not None:
+                self._loop_task.cancel()
+            self.stop()
 
     def _spawn(self, job: Coroutine[Any, Any, Any], name: str) -> None:
         self._tasks.append(asyncio.create_task(job, name=name))
@@ -160,29 +230,57 @@ class Scheduler:
         self.stopped.set()
 
     async def _shutdown(self) -> None:
+        """Stop popping, finish the bindings and evictions in flight (cancel them at once when the Lease
+        was lost: another replica may lead already), release the Lease, stop the rest."""
         self.queue.close()
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
-        await self.binder.drain(timeout=5.0)
-        await self.evictions.drain(timeout=5.0)
+        grace = 0.0 if self.lost_lease else 5.0
+        await self.binder.drain(timeout=grace)
+        await self.evictions.drain(timeout=grace)
+        if self._election is not None:
+            self._election.cancel()
+            await asyncio.gather(self._election, return_exceptions=True)
+        if self.elector is not None and not self.lost_lease:
+            await self.elector.release()
+        self.metrics.leader.set(0)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.feedback.close()
         if self.http is not None:
             await self.http.stop()
+        if self.visibility is not None:
+            await self.visibility.stop()
         self.log.info("scheduler.stopped")
+
+    async def _start_visibility(self) -> None:
+        """The visibility API (visibility_api.py): HTTPS for the aggregation layer, over the core's state."""
+        source = VisibilitySource(
+            pending=lambda: pending_pod_items(self.core, self.expected),
+            quotas=lambda: quota_items(self.tenancy.config, self.tenancy.used),
+            gpus=lambda: gpu_node_items(self.core),
+            decisions=lambda: decision_items(self.decisions),
+        )
+        authorize = SubjectAccessReviews(self.client, self.log)
+        server = self.visibility = VisibilityServer(source, authorize, self.log)
+        settings = self.config.server
+        port = await server.start(settings.bind_address, settings.visibility_port,
+                                  settings.visibility_cert_file, settings.visibility_key_file)
+        self._spawn(trust_front_proxy(server, self.client, self.log), "visibility-front-proxy")
+        self.log.info("visibility.listening", port=port)
 
     def _live(self) -> str:
         """Why /healthz fails ("" when it does not): the scheduling loop stopped, or the API server has been
         out of reach long enough that a restart is wanted (health.ApiMonitor)."""
-        if self.ready.is_set() and (self._loop_task is None or self._loop_task.done()):
+        if self._loop_task is not None and self._loop_task.done():  # a standby has none
             return "scheduling loop stopped"
         return self.monitor.live_problem() if self.monitor is not None else ""
 
     def _ready(self) -> str:
-        """Why /readyz fails ("" when it does not): no first sync yet, or the API server out of reach."""
+        """Why /readyz fails ("" when it does not): no first sync yet, or the API server out of reach. A
+        synced standby is ready: it takes over in a moment, with a warm cache."""
         if not self.ready.is_set():
             return "informers not synced"
         return self.monitor.ready_problem() if self.monitor is not None else ""
@@ -262,7 +360,24 @@ class Scheduler:
         self.feedback.component = config.scheduler_name
         self.watches.watch_optional(config)
         self.forecast_interval = config.prediction.forecast_seconds
-        return self.core.reconfigure(config)
+        return self.core.reconfigure(with_elastic_quotas(config, self.elastic_quotas.quotas.values()))
+
+    # ------------------------------------------------------------------ ElasticQuota objects
+    def _on_elastic_quota(self, event: str, obj: dict[str, Any]) -> None:
+        if self.elastic_quotas.apply(event, obj):
+            self._elastic_quotas_changed()
+
+    def _on_elastic_quotas(self, objects: list[dict[str, Any]]) -> None:
+        if self.elastic_quotas.replace(objects):
+            self._elastic_quotas_changed()
+
+    def _elastic_quotas_changed(self) -> None:
+        """Merge the quotas now in force under the config file's and hand the result to the core, as a
+        reload does (the config file's own keys are unchanged)."""
+        quotas = self.elastic_quotas
+        self.core.reconfigure(with_elastic_quotas(self.config, quotas.quotas.values()))
+        self.reload.reconfigured.set()
+        self.log.info("elasticquotas.applied", quotas=quotas.described(), refused=dict(quotas.errors))
 
 
 async def run_scheduler(
@@ -273,12 +388,13 @@ async def run_scheduler(
     logger: JsonLogger,
     config_path: str | None = None,
     forecaster: Forecaster | None = None,
-) -> None:
+) -> int:
     """Connect, run until SIGTERM/SIGINT, reload the config on SIGHUP, and close cleanly (the `run`
-    sub-command)."""
+    sub-command); the exit status: 0, or 1 when the leader election's Lease was lost."""
     pool_size = config.scheduling.bind_concurrency + 16
     client = await KubeClient.connect(kubeconfig, host=master, pool_size=pool_size)
-    scheduler = Scheduler(config, client, logger, config_path=config_path, forecaster=forecaster)
+    scheduler = Scheduler(config, client, logger, config_path=config_path, forecaster=forecaster,
+                          leader_election=config.leader_election)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
@@ -289,3 +405,4 @@ async def run_scheduler(
         await scheduler.run()
     finally:
         await client.close()
+    return 1 if scheduler.lost_lease else 0

@@ -24,7 +24,7 @@ from typing import Any
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
-from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, NodeRecord, PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.metrics import Metrics
@@ -131,13 +131,29 @@ class EventHandlers:
             self.log.info("informer.reconciled", resource="pods", changed=len(changed), removed=len(removed))
 
     def sync_queue(self, pod: PodRecord) -> None:
-        """Keep the queue equal to the set of our pending pods that are not already placed."""
+        """Keep the queue equal to the set of our pending pods that are not already placed.
+
+        A user's hold (annotation HOLD_ANNOTATION, which `PodRecord.gated` counts as a gate) takes the pod
+        out of the queue like a scheduling gate; a new value of REQUEUE_ANNOTATION retries it now with its
+        backoff reset. Both are logged when they take effect (`pod.held`, `pod.ungated`, `pod.requeued`).
+        """
         ours = pod.scheduler_name in self.profiles()
         if ours and pod.pending and pod.gated:
+            if not self.queue.is_gated(pod.uid):
+                held = pod.annotations.get(HOLD_ANNOTATION) == "true"
+                self.log.info("pod.held", pod=pod.key, by="annotation" if held else "schedulingGates")
             self.queue.gate(pod.uid)  # never tried until its gates go; counted as gated
         elif ours and pod.pending:
+            if self.queue.is_gated(pod.uid):
+                self.log.info("pod.ungated", pod=pod.key)
             if not self.cache.is_assumed(pod.uid):
+                queued = self.queue.pending_info(pod.uid)  # its record is replaced by add()
+                before = queued.pod.annotations.get(REQUEUE_ANNOTATION) if queued is not None else None
+                asked = pod.annotations.get(REQUEUE_ANNOTATION)
                 self.queue.add(pod)
+                if asked and queued is not None and before != asked:
+                    moved = self.queue.retry_now(pod.uid)
+                    self.log.info("pod.requeued", pod=pod.key, at=asked, moved=moved)
         else:
             self.queue.delete(pod.uid)
             if not pod.pending:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -273,6 +273,12 @@ class Metrics:
         )
         self.config_reloads = Counter(
             "ai_scheduler_config_reloads", "Config file reloads by result", ["result"], registry=r
+        )
+        # Set on the (rare) change of role, not read at scrape time: 1 while this replica schedules.
+        self.leader = Gauge(
+            "ai_scheduler_leader",
+            "1 while this replica leads (holds the leader election Lease, or runs without election)",
+            registry=r,
         )
 
     def attempt(self, result: str, profile: str, seconds: float) -> None:

@@ -5,6 +5,14 @@ scheduler orders them (queue level, queue fairness, the policy's score, `spec.pr
 each with its position overall and in its queue, its priority with each factor of the formula, the run
 time the hook gives it, the last Unschedulable reason, and its expected start from the last forecast.
 
+The same data reaches users through the Kubernetes API (`visibility_api.py`, the aggregated API
+`visibility.ai-scheduler.io/v1alpha1`) as Kubernetes-style objects: `pending_pod_items` (one PendingPod
+per waiting pod, with its gang's completeness and the reservation that holds room for it),
+`quota_items` (each group's and user's min, max and use), `gpu_node_items` (each managed GPU, its
+free memory, NVLink island and holders) and `decision_items` (the last scheduling decisions, which
+`RecentDecisions` keeps as the core logs them). These functions only read; the API module decides
+who sees what.
+
 The forecast is a simulation of the daemon's own state (tracesim/forecast.py, above this layer): the
 daemon is handed a `Forecaster`, takes the snapshot on its event loop (copies of records, nothing
 shared that the loop mutates) and runs the simulation on a worker thread, so that scheduling goes on.
@@ -12,11 +20,16 @@ shared that the loop mutates) and runs the simulation on a worker thread, so tha
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ai_scheduler.log import rfc3339
+from ai_scheduler.cache.tenancy import GPU_MEMORY
+from ai_scheduler.config import Config
+from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.quantity import format_units
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import SchedulerCore
 
@@ -92,3 +105,150 @@ def queue_view(core: SchedulerCore, expected: ExpectedStarts) -> dict[str, Any]:
         "forecastSeconds": round(expected.seconds, 3),
         "pods": entries,
     }
+
+
+# ---------------------------------------------------------------------- the visibility API's objects
+API_VERSION = "visibility.ai-scheduler.io/v1alpha1"
+MIB = 1 << 20
+
+
+def pending_pod_items(core: SchedulerCore, expected: ExpectedStarts) -> list[dict[str, Any]]:
+    """One PendingPod per waiting pod, in queue order: `queue_view`'s entry with the pod's identity under
+    `metadata`, plus why it waits beyond the last reason: its gang's completeness (`gangStatus`) and the
+    reservation holding room for it (`reservation`, with the nodes and the time they should be free)."""
+    reservation = core.reserver.current
+    items = []
+    for entry in queue_view(core, expected)["pods"]:
+        item: dict[str, Any] = {
+            "apiVersion": API_VERSION, "kind": "PendingPod",
+            "metadata": {"namespace": entry.pop("namespace"), "name": entry.pop("name"),
+                         "uid": entry.pop("uid")},
+        }
+        item.update(entry)
+        item["gangStatus"] = None
+        item["reservation"] = None
+        uid = item["metadata"]["uid"]
+        qp = core.queue.pending_info(uid)
+        pod = qp.pod if qp is not None else None
+        gang = core.gangs.gang_of(pod) if pod is not None else None
+        if gang is not None:
+            item["gangStatus"] = {"minMember": gang.min_member, **gang.counts(), "problem": gang.problem}
+        if reservation is not None and uid in reservation.uids:
+            item["reservation"] = {
+                "holder": reservation.holder,
+                "nodes": list(reservation.nodes),
+                "due": None if reservation.due == float("inf") else rfc3339(reservation.due, millis=False),
+            }
+        items.append(item)
+    return items
+
+
+def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
+    return {resource: format_units("memory" if resource == GPU_MEMORY else resource, amount)
+            for resource, amount in sorted(amounts.items())}
+
+
+def quota_items(config: Config, used: Callable[[str, str], Mapping[str, int]]) -> list[dict[str, Any]]:
+    """Each configured group, user and queue with its level, quotas and what its placed pods use now
+    (`used(kind, name)`, Tenancy.used), quantities as strings ("8", "500m", "40Gi")."""
+    items: list[dict[str, Any]] = []
+    for name, group in sorted(config.groups.items()):
+        items.append({"kind": "group", "name": name, "level": group.level, "share": group.share,
+                      "min": _quantities(group.min), "max": _quantities(group.max),
+                      "used": _quantities(used("group", name))})
+    for name, user in sorted(config.users.items()):
+        items.append({"kind": "user", "name": name, "group": user.group, "level": user.level, "min": {},
+                      "max": _quantities(user.max), "used": _quantities(used("user", name))})
+    for queue in config.queues:
+        items.append({"kind": "queue", "name": queue.name, "level": queue.level, "weight": queue.weight,
+                      "min": {}, "max": _quantities(queue.quota),
+                      "used": _quantities(used("queue", queue.name))})
+    return items
+
+
+def gpu_node_items(core: SchedulerCore) -> list[dict[str, Any]]:
+    """Each node with managed GPUs (label ai-scheduler.io/gpu-managed), by name: its devices as the
+    agent reported them, with the memory our placements leave free, the NVLink island (named by its
+    lowest device index), and the pods holding each (a whole device, or a share's memory)."""
+    cache = core.cache
+    gpus = cache.gpus
+    nodes = []
+    for row in sorted(gpus.nodes, key=lambda r: cache.row_names[r]):
+        state = gpus.nodes[row]
+        holders: dict[int, list[dict[str, Any]]] = {}
+        for uid in sorted(state.holders):
+            assignment = gpus.assignments.get(uid)
+            pod = cache.pods.get(uid)
+            if assignment is None or pod is None:
+                continue
+            for index in assignment.indices:
+                holders.setdefault(index, []).append({
+                    "namespace": pod.record.namespace, "name": pod.record.name,
+                    "memoryMiB": assignment.memory // MIB if assignment.memory else None,
+                    "whole": not assignment.memory,
+                })
+        devices = []
+        width = gpus.share_free.shape[1]
+        for device in state.devices:
+            i = device.index
+            free = int(gpus.share_free[row, i]) if 0 <= i < width else -1
+            devices.append({
+                "index": i, "uuid": device.uuid, "model": device.model,
+                "memoryMiB": device.total // MIB, "freeMemoryMiB": max(free, 0) // MIB,
+                "wholeFree": bool(gpus.whole_free[row, i]) if 0 <= i < width else False,
+                "island": int(gpus.island[row, i]) if 0 <= i < width else -1,
+                "error": device.error or None,
+                "holders": holders.get(i, []),
+            })
+        nodes.append({
+            "apiVersion": API_VERSION, "kind": "GpuNode",
+            "metadata": {"name": cache.row_names[row]},
+            "healthy": bool(gpus.healthy[row]), "problem": state.problem or None,
+            "updated": None if state.updated is None else rfc3339(state.updated, millis=False),
+            "devices": devices,
+        })
+    return nodes
+
+
+def decisions_view(core: SchedulerCore, limit: int = 50) -> dict[str, Any]:
+    """The last scheduling decisions in short, newest first (the page's "recent decisions")."""
+    recent = list(core.cycle.recent)[-limit:]
+    items = [{**line, "time": rfc3339(line["time"], millis=False)} for line in reversed(recent)]
+    return {"apiVersion": API_VERSION, "kind": "DecisionList", "metadata": {}, "items": items}
+
+
+DECISIONS_KEPT = 200
+
+
+class RecentDecisions(JsonLogger):
+    """The core's logger: every line goes to `inner` as it would have, and the last DECISIONS_KEPT
+    `decision` lines (schedule_one.py: one per attempt, whatever the log level) are kept, with their wall
+    time, for the visibility API's `decisions`."""
+
+    def __init__(self, inner: JsonLogger, keep: int = DECISIONS_KEPT) -> None:
+        # No JsonLogger.__init__: nothing is written here, every line goes to `inner`.
+        self.inner = inner
+        self.recent: deque[tuple[float, dict[str, Any]]] = deque(maxlen=keep)
+
+    def enabled(self, level: str) -> bool:
+        return self.inner.enabled(level)
+
+    def log(self, level: str, event: str, **fields: Any) -> None:
+        if event == "decision":
+            self.recent.append((time.time(), fields))
+        self.inner.log(level, event, **fields)
+
+
+def decision_items(recent: RecentDecisions) -> list[dict[str, Any]]:
+    """The last decisions, newest first: the pod (`metadata` and `pod`, "ns/name"), its queue, the result
+    (`scheduled`, `unschedulable`, ...), the node chosen and, for a pod not placed, the message."""
+    items = []
+    for at, fields in reversed(recent.recent):
+        key = str(fields.get("pod", ""))
+        namespace, _, name = key.partition("/")
+        items.append({
+            "metadata": {"namespace": namespace, "name": name, "uid": fields.get("uid")},
+            "time": rfc3339(at, millis=False), "pod": key, "queue": fields.get("queue"),
+            "result": fields.get("result"), "node": fields.get("node"), "message": fields.get("message"),
+        })
+    return items

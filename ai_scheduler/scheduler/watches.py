@@ -63,6 +63,13 @@ class Watches:
         self.watch_optional(config)
         return self.informers
 
+    def watch_elastic_quotas(
+        self, on_event: Callable[[str, dict[str, Any]], None], on_replace: Callable[[list[Any]], None]
+    ) -> None:
+        """ElasticQuota objects (scheduler-plugins' Capacity Scheduling; an optional CRD): group quotas
+        under the config's (config/elasticquota.py). Call before the informers start."""
+        self.informers["elasticquotas"] = self._informer("elasticquotas", on_event, on_replace, optional=True)
+
     def start_added(self, spawn: Callable[[Informer[Any]], None]) -> None:
         """From now on an informer added by `watch_optional` is started with `spawn`."""
         self._spawn = spawn

@@ -27,6 +27,7 @@ from multidict import MultiMapping
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.quantity import QuantityError, parse_quantity
 from ai_scheduler.sim import patch as patches
+from ai_scheduler.sim.aggregation import Aggregation
 from ai_scheduler.sim.kubelet import TAINT_NOT_READY, TAINT_UNREACHABLE, NodeLifecycleController, SimKubelets
 from ai_scheduler.sim.store import (
     ApiError,
@@ -116,6 +117,7 @@ class SimApiServer:
         self._bindings_conflict = 0
         self._runner: web.AppRunner | None = None
         self._bookmark_task: asyncio.Task[None] | None = None
+        self.aggregation: Aggregation | None = None  # users, RBAC and APIServices: enable_aggregation()
         for name, value in BUILTIN_PRIORITY_CLASSES.items():
             self.store.create(self._priority_classes, {
                 "metadata": {"name": name}, "value": value, "globalDefault": False,
@@ -154,8 +156,17 @@ class SimApiServer:
             self.logger.info("sim_apiserver_started", url=self.url)
         return self.url
 
+    def enable_aggregation(self) -> Aggregation:
+        """Serve the aggregation layer from now on (sim/aggregation.py): users with tokens, RBAC,
+        SubjectAccessReviews and APIServices proxied to extension API servers."""
+        if self.aggregation is None:
+            self.aggregation = Aggregation(self.store)
+        return self.aggregation
+
     async def stop(self) -> None:
         """End every watch, cancel every timer, stop listening."""
+        if self.aggregation is not None:
+            await self.aggregation.close()
         if self._bookmark_task is not None:
             self._bookmark_task.cancel()
             self._bookmark_task = None
@@ -376,6 +387,10 @@ class SimApiServer:
             parts = [p for p in request.path.split("/") if p]
             if not parts or parts[0] not in ("api", "apis"):
                 raise _NO_ROUTE
+            if self.aggregation is not None:
+                aggregated = await self.aggregation.handle(request, parts)
+                if aggregated is not None:
+                    return aggregated
             discovery = self._discovery(parts)
             if discovery is not None:
                 if request.method != "GET":

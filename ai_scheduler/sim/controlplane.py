@@ -189,6 +189,13 @@ spec:
 """
 
 
+# The common name of the front proxy's client certificate (--requestheader-allowed-names).
+FRONT_PROXY_NAME = "front-proxy-client"
+# Users of the static token file besides the admin: plain users with no rights until a test binds roles
+# to them (token = the user's name and a random suffix, see ControlPlane.user_tokens).
+TEST_USERS = ("alice", "bob", "carol")
+
+
 class ControlPlaneError(RuntimeError):
     """The control plane could not be built or started; the message says what is missing."""
 
@@ -228,7 +235,7 @@ def _write_pki(folder: Path) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import NameOID
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     def pem_key(key: rsa.RSAPrivateKey) -> bytes:
         return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
@@ -257,6 +264,26 @@ def _write_pki(folder: Path) -> None:
     (folder / "apiserver.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (folder / "apiserver.key").write_bytes(pem_key(key))
     (folder / "sa.key").write_bytes(pem_key(sa_key))
+    # The aggregation layer's front proxy: its own CA (requestheader-client-ca-file) and the client
+    # certificate the API server presents to extension API servers with the user in X-Remote-* headers.
+    proxy_ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    proxy_ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ai-scheduler-test-front-proxy-ca")])
+    proxy_ca = (x509.CertificateBuilder().subject_name(proxy_ca_name).issuer_name(proxy_ca_name)
+                .public_key(proxy_ca_key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .sign(proxy_ca_key, hashes.SHA256()))
+    proxy_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    proxy_cert = (x509.CertificateBuilder()
+                  .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, FRONT_PROXY_NAME)]))
+                  .issuer_name(proxy_ca_name).public_key(proxy_key.public_key())
+                  .serial_number(x509.random_serial_number())
+                  .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
+                  .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                  .sign(proxy_ca_key, hashes.SHA256()))
+    (folder / "front-proxy-ca.crt").write_bytes(proxy_ca.public_bytes(serialization.Encoding.PEM))
+    (folder / "front-proxy-client.crt").write_bytes(proxy_cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "front-proxy-client.key").write_bytes(pem_key(proxy_key))
     (folder / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
@@ -272,6 +299,9 @@ class ControlPlane:
     apiserver_port: int = field(default_factory=free_port)
     kwok_port: int = field(default_factory=free_port)
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    # Tokens of TEST_USERS (each in the group "users", and system:authenticated as every user).
+    user_tokens: dict[str, str] = field(
+        default_factory=lambda: {user: f"{user}-{secrets.token_hex(8)}" for user in TEST_USERS})
     node_monitor_grace_seconds: int = 120
     # kwok renews each node's Lease about four times per lease duration: at 40 s and 5,000 nodes that is
     # 500 writes per second, which on a small machine starves everything else; benchmarks lengthen it
@@ -325,7 +355,8 @@ class ControlPlane:
     def start(self, timeout: float = 90.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         _write_pki(self.workdir)
-        (self.workdir / "tokens.csv").write_text(f'{self.admin_token},admin,admin,"system:masters"\n')
+        users = "".join(f'{token},{user},{user},"users"\n' for user, token in self.user_tokens.items())
+        (self.workdir / "tokens.csv").write_text(f'{self.admin_token},admin,admin,"system:masters"\n{users}')
         (self.workdir / "audit-policy.yaml").write_text(AUDIT_POLICY)
         (self.workdir / "kwok.yaml").write_text(KWOK_STAGES)
         self.write_kubeconfig(self.admin_kubeconfig, self.admin_token)
@@ -499,6 +530,18 @@ class ControlPlane:
             "--service-cluster-ip-range", "10.96.0.0/16",
             "--endpoint-reconciler-type", "none",
             "--allow-privileged",
+            # The aggregation layer (APIService), as kubeadm sets it up: the front proxy's CA and client
+            # certificate, and the headers that carry the user. No kube-proxy runs: the aggregator dials the
+            # Service's endpoints (EndpointSlices) itself.
+            "--requestheader-client-ca-file", str(w / "front-proxy-ca.crt"),
+            "--requestheader-allowed-names", FRONT_PROXY_NAME,
+            "--requestheader-username-headers", "X-Remote-User",
+            "--requestheader-uid-headers", "X-Remote-Uid",
+            "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+            "--proxy-client-cert-file", str(w / "front-proxy-client.crt"),
+            "--proxy-client-key-file", str(w / "front-proxy-client.key"),
+            "--enable-aggregator-routing=true",
             "--profiling=false",
         ]
         if self.audit:

@@ -106,6 +106,8 @@ DEFAULT_TYPES: tuple[ResourceType, ...] = (
     ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", namespaced=False),
     ResourceType("leases", "Lease", "coordination.k8s.io", "v1"),
     ResourceType("podgroups", "PodGroup", "scheduling.x-k8s.io", "v1alpha1", has_status=True),
+    # Kept, not acted on (no Capacity Scheduling controller fills their status): ai-scheduler reads them.
+    ResourceType("elasticquotas", "ElasticQuota", "scheduling.x-k8s.io", "v1alpha1", has_status=True),
     # Kept, not enforced: pods may name a namespace that was never created, and no controller runs Jobs.
     ResourceType("namespaces", "Namespace", namespaced=False, has_status=True),
     ResourceType("jobs", "Job", "batch", "v1", has_status=True),
