@@ -49,9 +49,7 @@ each answer is one consistent state.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import importlib
-import ipaddress
 import ssl
 import tempfile
 import time
@@ -64,6 +62,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from ai_scheduler import pki
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.log import JsonLogger
 
@@ -249,29 +248,13 @@ def anonymous_decision(item: dict[str, Any]) -> dict[str, Any]:
 def self_signed(folder: Path, host: str = "localhost") -> tuple[Path, Path]:
     """A self-signed serving certificate and key (PEM files in `folder`) for localhost, 127.0.0.1 and the
     in-cluster names of the Service `ai-scheduler-visibility`."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ai-scheduler-visibility")])
-    now = dt.datetime.now(dt.UTC)
-    names: list[x509.GeneralName] = [
-        x509.DNSName(host), x509.DNSName("ai-scheduler-visibility.kube-system.svc"),
-        x509.DNSName("ai-scheduler-visibility.kube-system.svc.cluster.local"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-    ]
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=365))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .sign(key, hashes.SHA256()))
-    cert_file, key_file = folder / "tls.crt", folder / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_file, key_file
+    key = pki.new_key()
+    cert = pki.certificate(
+        "ai-scheduler-visibility", key, days=365,
+        names=(host, "ai-scheduler-visibility.kube-system.svc",
+               "ai-scheduler-visibility.kube-system.svc.cluster.local", "127.0.0.1"),
+    )
+    return pki.write(folder, "tls", cert, key)
 
 
 class VisibilityServer:

@@ -22,7 +22,6 @@ one. Once on:
 
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 import ssl
 import tempfile
@@ -34,6 +33,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from ai_scheduler import pki
 from ai_scheduler.sim.store import ResourceType, Store
 
 FRONT_PROXY_NAME = "front-proxy-client"
@@ -54,31 +54,12 @@ TYPES = (
 
 def _front_proxy(folder: Path) -> tuple[str, Path, Path]:
     """The front proxy's CA (PEM text) and its client certificate and key (files)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sim-front-proxy-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(hours=1))
-          .not_valid_after(now + dt.timedelta(days=30))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, FRONT_PROXY_NAME)]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    cert_file, key_file = folder / "front-proxy-client.crt", folder / "front-proxy-client.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return ca.public_bytes(serialization.Encoding.PEM).decode(), cert_file, key_file
+    ca_key = pki.new_key()
+    ca = pki.certificate("sim-front-proxy-ca", ca_key, ca=True)
+    key = pki.new_key()
+    client = pki.certificate(FRONT_PROXY_NAME, key, issuer=ca, issuer_key=ca_key, client=True)
+    cert_file, key_file = pki.write(folder, "front-proxy-client", client, key)
+    return pki.pem(ca).decode(), cert_file, key_file
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:

@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import datetime as dt
-import ipaddress
 import json
 import os
 import secrets
@@ -48,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ai_scheduler import pki
 from ai_scheduler.sim.objects import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -231,61 +230,29 @@ def kube_version() -> str:
 
 
 def _write_pki(folder: Path) -> None:
-    """A CA, a serving certificate for 127.0.0.1 and localhost, and the service-account key pair."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    """A CA, a serving certificate for 127.0.0.1 and localhost, and the service-account key pair; and the
+    aggregation layer's front proxy: its own CA (requestheader-client-ca-file) and the client certificate
+    the API server presents to extension API servers with the user in X-Remote-* headers."""
+    from cryptography.hazmat.primitives import serialization
 
-    def pem_key(key: rsa.RSAPrivateKey) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                 serialization.NoEncryption())
-
-    now = dt.datetime.now(dt.UTC)
-    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ai-scheduler-test-ca")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.DNSName("kubernetes"),
-                x509.DNSName("kubernetes.default.svc"),
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (folder / "apiserver.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "apiserver.key").write_bytes(pem_key(key))
-    (folder / "sa.key").write_bytes(pem_key(sa_key))
-    # The aggregation layer's front proxy: its own CA (requestheader-client-ca-file) and the client
-    # certificate the API server presents to extension API servers with the user in X-Remote-* headers.
-    proxy_ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    proxy_ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ai-scheduler-test-front-proxy-ca")])
-    proxy_ca = (x509.CertificateBuilder().subject_name(proxy_ca_name).issuer_name(proxy_ca_name)
-                .public_key(proxy_ca_key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
-                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                .sign(proxy_ca_key, hashes.SHA256()))
-    proxy_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    proxy_cert = (x509.CertificateBuilder()
-                  .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, FRONT_PROXY_NAME)]))
-                  .issuer_name(proxy_ca_name).public_key(proxy_key.public_key())
-                  .serial_number(x509.random_serial_number())
-                  .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=30))
-                  .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                  .sign(proxy_ca_key, hashes.SHA256()))
-    (folder / "front-proxy-ca.crt").write_bytes(proxy_ca.public_bytes(serialization.Encoding.PEM))
-    (folder / "front-proxy-client.crt").write_bytes(proxy_cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "front-proxy-client.key").write_bytes(pem_key(proxy_key))
+    ca_key = pki.new_key()
+    ca = pki.certificate("ai-scheduler-test-ca", ca_key, ca=True)
+    pki.write(folder, "ca", ca)
+    key = pki.new_key()
+    serving = pki.certificate("kube-apiserver", key, issuer=ca, issuer_key=ca_key,
+                              names=("localhost", "kubernetes", "kubernetes.default.svc", "127.0.0.1"))
+    pki.write(folder, "apiserver", serving, key)
+    sa_key = pki.new_key("rsa")
+    (folder / "sa.key").write_bytes(pki.pem_key(sa_key))
     (folder / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    proxy_ca_key = pki.new_key()
+    proxy_ca = pki.certificate("ai-scheduler-test-front-proxy-ca", proxy_ca_key, ca=True)
+    pki.write(folder, "front-proxy-ca", proxy_ca)
+    proxy_key = pki.new_key()
+    proxy_client = pki.certificate(FRONT_PROXY_NAME, proxy_key, issuer=proxy_ca, issuer_key=proxy_ca_key,
+                                   client=True)
+    pki.write(folder, "front-proxy-client", proxy_client, proxy_key)
 
 
 @dataclass
