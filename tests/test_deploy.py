@@ -371,7 +371,12 @@ def test_visibility_api_is_registered_for_the_daemon() -> None:
     assert port["port"] == spec["service"]["port"] == 443 and port["name"] == "https"
     assert port["targetPort"] == default_config().server.visibility_port
     deployment = _find("Deployment", "ai-scheduler")
-    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    # The Deployment's pods, and of them the leader alone: the role label is the daemon's own to write.
+    from ai_scheduler.scheduler.leader import ROLE_LABEL
+
+    selector = dict(service["spec"]["selector"])
+    assert selector.pop(ROLE_LABEL) == "leader"
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     account = {"kind": "ServiceAccount", "name": "ai-scheduler", "namespace": "kube-system"}
     delegator = _find("ClusterRoleBinding", "ai-scheduler-visibility:auth-delegator")
     assert delegator["roleRef"]["name"] == "system:auth-delegator" and delegator["subjects"] == [account]

@@ -33,6 +33,7 @@ from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, parse_config
+from ai_scheduler.scheduler.leader import ROLE_LABEL
 from ai_scheduler.sim import make_node, make_pod
 
 COMMAND = [sys.executable, "-m", "ai_scheduler"]
@@ -171,15 +172,30 @@ def cut_off(cluster: Cluster) -> set[str]:
     return {pod for pod, code in codes if code == 504} - succeeded
 
 
+def role(cluster: Cluster, pod: str) -> str | None:
+    """The role label a replica wrote on its own pod (scheduler/leader.py)."""
+    obj = cluster.store.get("pods", NAMESPACE, pod)
+    value = ((obj or {}).get("metadata") or {}).get("labels", {}).get(ROLE_LABEL)
+    return str(value) if value is not None else None
+
+
 async def test_the_standby_takes_over_a_killed_leader_and_every_pod_is_bound_once(
     cluster: Cluster, api: KubeClient, tmp_path: Path, processes: list[LeaderProcess],
-    start_scheduler: StartScheduler,
+    start_scheduler: StartScheduler, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     raw = config_data(SHORT[cluster.backend])
     config = parse_config(raw)
+    # The replicas' own pods (as the Deployment's, by POD_NAME / POD_NAMESPACE), which they label with
+    # their role; nobody schedules these stand-ins.
+    await create_all(api, [], [make_pod(name, namespace=NAMESPACE, scheduler_name="nobody")
+                               for name in ("leader-0", "standby-0")])
+    monkeypatch.setenv("POD_NAME", "standby-0")
+    monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
     leader, standby = await leader_then_standby(
         cluster, api, tmp_path, processes, start_scheduler, config, raw
     )
+    await wait_for(lambda: (role(cluster, "leader-0"), role(cluster, "standby-0")) == ("leader", "standby"),
+                   what="each replica's pod labelled with its role")
     loop = asyncio.get_running_loop()
     streaming = asyncio.create_task(stream(api, PODS))
     await wait_for(lambda: bound(cluster) >= KILL_AFTER_BOUND, timeout=60, interval=0.05,
@@ -204,6 +220,8 @@ async def test_the_standby_takes_over_a_killed_leader_and_every_pod_is_bound_onc
     assert cluster.bindings()["ok"] + len(cut_off(cluster)) == PODS  # one binding landed per pod
     assert holder_of(await lease(api)) == elector.identity
     assert leader.events("leader.acquired") and standby.log_lines("leader.acquired")
+    # The visibility Service now selects the new leader's pod (the killed one is not ready in a cluster).
+    await wait_for(lambda: role(cluster, "standby-0") == "leader", what="the new leader's pod labelled")
     # The standby decided nothing (so assumed and bound nothing) before it led.
     events = [line["event"] for line in standby.log_lines()]
     assert "decision" in events and events.index("leader.acquired") < events.index("decision")

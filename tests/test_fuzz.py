@@ -87,6 +87,7 @@ from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import build_frameworks
 from ai_scheduler.scheduler.daemon import Scheduler
+from ai_scheduler.scheduler.leader import ROLE_LABEL
 from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION, PriorityEngine
 from ai_scheduler.scheduler.visibility import API_VERSION
@@ -118,6 +119,7 @@ NOT_READ = {
     DEVICE_PLUGIN_GPU: "a resource name, read from resources and allocatable",
     API_VERSION: "the visibility API's group and version, served, not read",
     API_GROUP: "the visibility API's group, served, not read",
+    ROLE_LABEL: "written on the daemon's own pod for the visibility Service's selector, never read",
 }
 # Keys of users' commands on their own pods (`ai-scheduler status hold|requeue`): a value gates a pod or
 # retries it, nothing else; tests/test_hold_requeue.py covers any value (only "true" holds; any new

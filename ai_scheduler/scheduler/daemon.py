@@ -54,7 +54,7 @@ from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.informer import Informer
-from ai_scheduler.scheduler.leader import LeaderElector, Role
+from ai_scheduler.scheduler.leader import LeaderElector, Role, label_own_pod
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.outbox import Outbox
 from ai_scheduler.scheduler.visibility import (
@@ -197,6 +197,7 @@ class Scheduler:
     def _lead(self) -> None:
         """Start what only the leader runs: everything that writes to the API server."""
         self.metrics.leader.set(1)
+        self._spawn(label_own_pod(self.client, Role.LEADER, self.log), "role-label")
         self._loop_task = asyncio.create_task(self.cycle.run(), name="scheduling-loop")
         self._spawn(self._housekeeping(), "housekeeping")
         self._spawn(self._forecasts(), "forecasts")
@@ -205,6 +206,7 @@ class Scheduler:
 
     async def _campaign(self) -> None:
         assert self.elector is not None
+        await label_own_pod(self.client, Role.STANDBY, self.log)
         await self.elector.run()  # returns only when the Lease was lost (see _role_changed)
 
     def _role_changed(self, role: Role) -> None:

@@ -35,7 +35,16 @@ random suffix, so that a restarted pod of the same name is a new candidate.
   holder cleared and a duration of 1 s, so that a standby takes over at its
   next try instead of waiting the Lease out.
 
-Timings default to kube-scheduler's: 15 s lease, 10 s renew deadline, 2 s retry.
+Timings default to a 12 s lease, an 8 s renew deadline and a 2 s retry, shorter than
+kube-scheduler's 15 s / 10 s so that a crashed leader is replaced within 15 s.
+
+Each replica also labels its own pod (`POD_NAME`, `POD_NAMESPACE` from the
+downward API) `ai-scheduler.io/role: standby` when it starts to campaign and
+`leader` when it leads, so that the Service of the visibility API selects the
+leader alone: a standby has never tried a pod, so it knows no reason and makes
+no forecast. A crashed leader keeps its label until it is restarted (then
+`standby` is its first write), but it is not ready meanwhile, so the Service
+sends nothing to it.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from ai_scheduler.config import LeaderElectionSettings
 from ai_scheduler.log import JsonLogger
 
 DEFAULT_NAMESPACE = "kube-system"
+ROLE_LABEL = "ai-scheduler.io/role"  # on the replica's own pod: "leader" or "standby"
 JITTER = 1.2  # a candidate's tries are spread over [retry, retry x JITTER], as client-go's JitterUntil
 
 
@@ -70,6 +80,21 @@ class LeaseApi(Protocol):
     async def create_lease(self, namespace: str, lease: dict[str, Any]) -> ApiResult: ...
 
     async def replace_lease(self, namespace: str, name: str, lease: dict[str, Any]) -> ApiResult: ...
+
+
+class PodPatcher(Protocol):
+    async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult: ...
+
+
+async def label_own_pod(client: PodPatcher, role: Role, logger: JsonLogger) -> None:
+    """Label this replica's pod with its role (see the module); nothing outside a pod (no POD_NAME)."""
+    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not name or not namespace:
+        return
+    result = await client.patch_pod(namespace, name, {"metadata": {"labels": {ROLE_LABEL: role.value}}})
+    if not result.ok:
+        logger.warning("leader.label_failed", pod=f"{namespace}/{name}", role=role.value, code=result.status,
+                       error=result.message)
 
 
 class Role(enum.Enum):
