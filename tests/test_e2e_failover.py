@@ -179,16 +179,25 @@ def role(cluster: Cluster, pod: str) -> str | None:
     return str(value) if value is not None else None
 
 
+@pytest.fixture
+async def replica_pods(api: KubeClient) -> AsyncIterator[None]:
+    """The replicas' own pods (as the Deployment's, by POD_NAME / POD_NAMESPACE), which they label with
+    their role; nobody schedules these stand-ins, and they go afterwards (the real backend's control plane
+    outlives the test, and later tests wait for every pod to finish)."""
+    names = ("leader-0", "standby-0")
+    stand_ins = [make_pod(name, namespace=NAMESPACE, scheduler_name="nobody") for name in names]
+    await create_all(api, [], stand_ins)
+    yield
+    for name in names:
+        await api.delete_pod(NAMESPACE, name, grace_period_seconds=0)
+
+
 async def test_the_standby_takes_over_a_killed_leader_and_every_pod_is_bound_once(
     cluster: Cluster, api: KubeClient, tmp_path: Path, processes: list[LeaderProcess],
-    start_scheduler: StartScheduler, monkeypatch: pytest.MonkeyPatch,
+    start_scheduler: StartScheduler, monkeypatch: pytest.MonkeyPatch, replica_pods: None,
 ) -> None:
     raw = config_data(SHORT[cluster.backend])
     config = parse_config(raw)
-    # The replicas' own pods (as the Deployment's, by POD_NAME / POD_NAMESPACE), which they label with
-    # their role; nobody schedules these stand-ins.
-    await create_all(api, [], [make_pod(name, namespace=NAMESPACE, scheduler_name="nobody")
-                               for name in ("leader-0", "standby-0")])
     monkeypatch.setenv("POD_NAME", "standby-0")
     monkeypatch.setenv("POD_NAMESPACE", NAMESPACE)
     leader, standby = await leader_then_standby(

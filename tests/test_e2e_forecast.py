@@ -1,12 +1,12 @@
 """Expected start times end to end: the daemon forecasts the waiting pods' starts by simulating its own
-state (tracesim/forecast.py) and serves them, in queue order with their reasons, at /queue."""
+state (tracesim/forecast.py) and keeps them for its queue view (visibility.queue_view: what the
+visibility API serves to users, tests/test_e2e_visibility.py), in queue order with their reasons."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-import aiohttp
 import pytest
 from backends import Cluster
 from conftest import StartScheduler, create_all, wait_for
@@ -14,6 +14,7 @@ from conftest import StartScheduler, create_all, wait_for
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.log import parse_time
+from ai_scheduler.scheduler.visibility import queue_view
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.tracesim.forecast import forecaster
 
@@ -44,24 +45,14 @@ async def test_waiting_pods_are_served_in_order_with_reasons_and_expected_starts
     await wait_for(lambda: [d for d in running.log_lines("decision") if d["pod"] == "default/next"],
                    what="next tried")
     await create_all(api, [], [pod("later", 8, "2h")])
-    http = running.scheduler.http
-    assert http is not None
+    scheduler = running.scheduler
 
-    async def queue() -> dict[str, Any]:
-        url = f"http://127.0.0.1:{http.port}/queue"
-        async with aiohttp.ClientSession() as session, session.get(url) as reply:
-            assert reply.status == 200 and reply.content_type == "application/json"
-            body: dict[str, Any] = await reply.json()
-            return body
-
-    view: dict[str, Any] = {}
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        view = await queue()
+    def forecast_made() -> dict[str, Any] | None:
+        view = queue_view(scheduler.core, scheduler.expected)
         pods = view["pods"]
-        if len(pods) == 2 and all(p["expectedStart"] and p["reason"] for p in pods):
-            break
-        await wait_for(lambda: True, timeout=0.1)
+        return view if len(pods) == 2 and all(p["expectedStart"] and p["reason"] for p in pods) else None
+
+    view = await wait_for(forecast_made, timeout=30, interval=0.1, what="both pods forecast, with reasons")
     pods = {p["name"]: p for p in view["pods"]}
     assert set(pods) == {"next", "later"}, view
     assert (pods["next"]["position"], pods["later"]["position"]) == (1, 2)

@@ -39,8 +39,6 @@ import signal
 from collections.abc import Coroutine
 from typing import Any
 
-import orjson
-
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, LeaderElectionSettings
 from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
@@ -64,7 +62,6 @@ from ai_scheduler.scheduler.visibility import (
     decision_items,
     gpu_node_items,
     pending_pod_items,
-    queue_view,
     quota_items,
 )
 from ai_scheduler.scheduler.visibility_api import (
@@ -155,8 +152,7 @@ class Scheduler:
     async def run(self) -> None:
         """Run until stop(); the caller owns the client."""
         if self.serve_http:
-            self.http = HealthServer(live=self._live, ready=self._ready, metrics=self.metrics.render,
-                                     queue=lambda: orjson.dumps(queue_view(self.core, self.expected)))
+            self.http = HealthServer(live=self._live, ready=self._ready, metrics=self.metrics.render)
             port = await self.http.start(self.config.server.bind_address, self.config.server.port)
             self.log.info("http.listening", port=port)
             if self.config.server.visibility_enabled:

@@ -168,13 +168,11 @@ class HealthServer:
     """`live` and `ready` say what is wrong ("" when nothing is): 503 with that text, else 200 "ok"."""
 
     def __init__(
-        self, *, live: Callable[[], str], ready: Callable[[], str], metrics: Callable[[], bytes],
-        queue: Callable[[], bytes] | None = None,
+        self, *, live: Callable[[], str], ready: Callable[[], str], metrics: Callable[[], bytes]
     ) -> None:
         self._live = live
         self._ready = ready
         self._metrics = metrics
-        self._queue = queue  # the waiting pods in order, as JSON (visibility.queue_view)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -184,8 +182,6 @@ class HealthServer:
         app.router.add_get("/livez", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_handler)
-        if self._queue is not None:
-            app.router.add_get("/queue", self._queue_handler)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -208,11 +204,6 @@ class HealthServer:
         response = web.Response(body=self._metrics())
         response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
         return response
-
-
-    async def _queue_handler(self, _request: web.Request) -> web.Response:
-        assert self._queue is not None
-        return web.Response(body=self._queue(), content_type="application/json")
 
 
 def _answer(problem: str) -> web.Response:
