@@ -118,7 +118,7 @@ class SchedulerCore:
         out = self.outbox = outbox(self)
         cycle = self.cycle = SchedulingCycle(
             lambda: self.config, lambda: self.frameworks, cache, queue, gangs, tenancy, self.priorities,
-            self.reserver, metrics, logger, wall=self._wall, **timed,
+            self.reserver, metrics, logger, **timed,
         )
         gang_scheduler = self.gang_scheduler = GangScheduler(
             gangs, cache, queue, out.bindings, out.reports, metrics, logger, settings, cycle.log_decision,

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,8 +49,6 @@ from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
-
-RECENT_DECISIONS = 200  # decisions kept in short for the visibility API's page
 
 
 @dataclass(slots=True)
@@ -79,7 +76,6 @@ class SchedulingCycle:
         metrics: Metrics,
         logger: JsonLogger,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.frameworks = frameworks
@@ -92,9 +88,6 @@ class SchedulingCycle:
         self.metrics = metrics
         self.log = logger
         self.clock = clock
-        self.wall = wall  # wall-clock seconds, for the times people read
-        # The last decisions, in short, newest last (for the visibility API's page; the log has them whole).
-        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT_DECISIONS)
         # Set by the daemon once built (they take this cycle's admission and decision log in turn).
         self.binder: Bindings | None = None
         self.feedback: Reports | None = None
@@ -227,10 +220,6 @@ class SchedulingCycle:
             self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, decision.duration)
         if not self.log.enabled("info"):  # nobody reads it: not worth building (the simulator's default)
             return
-        self.recent.append({
-            "time": self.wall(), "pod": pod.key, "result": result, "node": decision.node,
-            "gpus": list(decision.gpu_ids), "message": decision.message if decision.node is None else "",
-        })
         tenant = self.tenancy.tenant_of(pod)
         fields: dict[str, Any] = {
             "v": HISTORY_VERSION,  # the replayable log's format (history.py)

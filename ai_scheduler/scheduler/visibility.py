@@ -210,13 +210,6 @@ def gpu_node_items(core: SchedulerCore) -> list[dict[str, Any]]:
     return nodes
 
 
-def decisions_view(core: SchedulerCore, limit: int = 50) -> dict[str, Any]:
-    """The last scheduling decisions in short, newest first (the page's "recent decisions")."""
-    recent = list(core.cycle.recent)[-limit:]
-    items = [{**line, "time": rfc3339(line["time"], millis=False)} for line in reversed(recent)]
-    return {"apiVersion": API_VERSION, "kind": "DecisionList", "metadata": {}, "items": items}
-
-
 DECISIONS_KEPT = 200
 
 
