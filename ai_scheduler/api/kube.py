@@ -174,6 +174,7 @@ class KubeClient:
         self.storage: Any = client.StorageV1Api(api_client)
         self.policy: Any = client.PolicyV1Api(api_client)
         self.coordination: Any = client.CoordinationV1Api(api_client)
+        self.authorization: Any = client.AuthorizationV1Api(api_client)
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
         self.reachability = Reachability(last_answer=time.monotonic())
         self.epoch = 0  # abandon_requests() calls so far
@@ -623,8 +624,9 @@ class KubeClient:
 
     async def create_subject_access_review(self, review: dict[str, Any]) -> ApiResult:
         """POST authorization.k8s.io/v1 SubjectAccessReview; the answer's `status.allowed` says it."""
-        authorization: Any = client.AuthorizationV1Api(self.api_client)
-        return await self._call(authorization.create_subject_access_review(review, _preload_content=False))
+        return await self._call(
+            self.authorization.create_subject_access_review(review, _preload_content=False)
+        )
 
 
 def _identity(obj: dict[str, Any]) -> dict[str, Any]:

@@ -75,6 +75,7 @@ from ai_scheduler.cache.gangs import (
     LEGACY_POD_GROUP_LABEL,
     POD_GROUP_LABEL,
 )
+from ai_scheduler.cache.records import is_pod_level_resource
 from ai_scheduler.cache.tenancy import (
     DEFAULT_QUEUE,
     GPU_COUNT,
@@ -82,16 +83,15 @@ from ai_scheduler.cache.tenancy import (
     GPU_MEMORY,
     QUEUE_LABEL,
     USER_LABEL,
+    show_amount,
 )
 from ai_scheduler.config import Config
-from ai_scheduler.quantity import MILLI_RESOURCES, format_units
+from ai_scheduler.quantity import MILLI_RESOURCES
 
 POLICY_NAME = "ai-scheduler-quota"
 ELASTIC_QUOTA_POLICY_NAME = f"{POLICY_NAME}-elasticquota"
 # A request must pass a max by this much (relative) to be refused: the amounts are floating-point sums.
 MARGIN = 1e-9
-# Resources that pod-level spec.resources may set (records._is_pod_level_resource).
-_POD_LEVEL = ("cpu", "memory")
 _MANAGED = (GPU_COUNT, GPU_MEMORY, GPU_FRACTION)
 
 
@@ -109,7 +109,7 @@ class Limit:
         """The max as the operator wrote it: 8, 500m, 80Gi; a GPU fraction in GPUs (0.5)."""
         if self.resource == GPU_FRACTION:
             return format(Decimal(self.units).scaleb(-3).normalize(), "f")
-        return format_units("memory" if self.resource == GPU_MEMORY else self.resource, self.units)
+        return show_amount(self.resource, self.units)
 
     @property
     def threshold(self) -> float:
@@ -185,7 +185,7 @@ def _resource_amount(r: str, pod_level: str) -> str:
 
 
 def _pod_level(resource: str) -> str:
-    return "true" if resource in _POD_LEVEL or resource.startswith("hugepages-") else "false"
+    return "true" if is_pod_level_resource(resource) else "false"
 
 
 def _managed_amount(r: str, resource: str | None) -> str:

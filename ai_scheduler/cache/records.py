@@ -166,7 +166,7 @@ def container_requests(container: dict[str, Any]) -> dict[str, int]:
     return requests
 
 
-def _is_pod_level_resource(name: str) -> bool:
+def is_pod_level_resource(name: str) -> bool:
     """resourcehelper.IsSupportedPodLevelResource: pod-level spec.resources covers only these."""
     return name in ("cpu", "memory") or name.startswith("hugepages-")
 
@@ -312,7 +312,7 @@ def inline_disks(volumes: Any) -> tuple[InlineDisk, ...]:
 
 def _pod_level_requests(spec: dict[str, Any]) -> dict[str, int]:
     section = (spec.get("resources") or {}).get("requests") or {}
-    return {name: to_units(name, value) for name, value in section.items() if _is_pod_level_resource(name)}
+    return {name: to_units(name, value) for name, value in section.items() if is_pod_level_resource(name)}
 
 
 def _pod_requests(spec: dict[str, Any], non_missing: dict[str, int] | None = None) -> dict[str, int]:

@@ -30,6 +30,7 @@ from ai_scheduler.cache.gpus import (
 )
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config
+from ai_scheduler.config.schema import GroupSpec, QueueSpec, UserSpec
 from ai_scheduler.messages import echo
 from ai_scheduler.quantity import format_units
 
@@ -60,6 +61,7 @@ class QuotaState:
     used: dict[str, int]
     min: dict[str, int]
     max: dict[str, int]
+    spec: GroupSpec | UserSpec | QueueSpec  # as the config states it
 
 
 def quota_amounts(pod: PodRecord) -> dict[str, int]:
@@ -76,7 +78,8 @@ def quota_amounts(pod: PodRecord) -> dict[str, int]:
     return amounts
 
 
-def _show(resource: str, amount: int) -> str:
+def show_amount(resource: str, amount: int) -> str:
+    """An amount as quotas are written: 8, 500m, 40Gi (GPU memory as memory)."""
     return format_units("memory" if resource == GPU_MEMORY else resource, amount)
 
 
@@ -168,7 +171,7 @@ class Tenancy:
         for kind, name, limit in limits:
             used = self.usage.get((kind, name), {})
             over = [
-                f"{resource} {_show(resource, used.get(resource, 0))}/{_show(resource, cap)}"
+                f"{resource} {show_amount(resource, used.get(resource, 0))}/{show_amount(resource, cap)}"
                 for resource, cap in limit.items()
                 if amounts.get(resource, 0) and used.get(resource, 0) + amounts[resource] > cap
             ]
@@ -179,20 +182,20 @@ class Tenancy:
     def used(self, kind: str, name: str) -> dict[str, int]:
         return dict(self.usage.get((kind, name), {}))
 
-    def quotas(self) -> list[QuotaState]:
-        """Every configured group, user and queue with a quota: its bounds and what its placed pods use
-        (for metrics and the visibility API)."""
+    def quotas(self, every_queue: bool = False) -> list[QuotaState]:
+        """Every configured group and user, and every queue with a quota (`every_queue`: all of them):
+        its bounds and what its placed pods use (for metrics and the visibility API)."""
         config = self.config
         states = [
-            QuotaState("group", name, self.used("group", name), dict(group.min), dict(group.max))
+            QuotaState("group", name, self.used("group", name), dict(group.min), dict(group.max), group)
             for name, group in sorted(config.groups.items())
         ]
         states += [
-            QuotaState("user", name, self.used("user", name), {}, dict(user.max))
+            QuotaState("user", name, self.used("user", name), {}, dict(user.max), user)
             for name, user in sorted(config.users.items())
         ]
         states += [
-            QuotaState("queue", queue.name, self.used("queue", queue.name), {}, dict(queue.quota))
-            for queue in config.queues if queue.quota
+            QuotaState("queue", queue.name, self.used("queue", queue.name), {}, dict(queue.quota), queue)
+            for queue in config.queues if queue.quota or every_queue
         ]
         return states

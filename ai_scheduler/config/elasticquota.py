@@ -30,8 +30,6 @@ from typing import Any
 from ai_scheduler.config.schema import Config, FrozenMap, GroupSpec, NamespaceSpec, UserSpec
 from ai_scheduler.quantity import QuantityError, format_units, to_units
 
-API = ("scheduling.x-k8s.io", "v1alpha1", "elasticquotas")
-
 
 @dataclass(frozen=True, slots=True)
 class ElasticQuota:

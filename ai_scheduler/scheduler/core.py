@@ -185,7 +185,7 @@ class SchedulerCore:
             return
         started = parse_time(pod.started) if succeeded else None
         if started is not None:
-            self._runtimes.completed(pod, self._wall() - started)
+            self.completed(pod, self._wall() - started)
         else:
             self._runtimes.forget(pod.uid)
 

@@ -257,7 +257,7 @@ class Scheduler:
         """The visibility API (visibility_api.py): HTTPS for the aggregation layer, over the core's state."""
         source = VisibilitySource(
             pending=lambda: pending_pod_items(self.core, self.expected),
-            quotas=lambda: quota_items(self.tenancy.config, self.tenancy.used),
+            quotas=lambda: quota_items(self.tenancy),
             gpus=lambda: gpu_node_items(self.core),
             decisions=lambda: decision_items(self.decisions),
         )

@@ -110,9 +110,9 @@ class EventHandlers:
             change = self.cache.set_pod(pod)
             self.gangs.observe_pod(pod)
             self.sync_queue(pod)
-        if change.freed and self.finished is not None:
-            self.finished(pod, kind != "DELETED" and pod.phase == "Succeeded")
         if change.freed:
+            if self.finished is not None:
+                self.finished(pod, kind != "DELETED" and pod.phase == "Succeeded")
             self.queue.move_all("AssignedPodDelete")
         elif change.placed:
             self.queue.move_matching("AssignedPodAdd", waits_for_other_pods)
@@ -147,9 +147,9 @@ class EventHandlers:
             if self.queue.is_gated(pod.uid):
                 self.log.info("pod.ungated", pod=pod.key)
             if not self.cache.is_assumed(pod.uid):
-                queued = self.queue.pending_info(pod.uid)  # its record is replaced by add()
+                asked = pod.annotations.get(REQUEUE_ANNOTATION)  # rarely set: look further only then
+                queued = self.queue.pending_info(pod.uid) if asked else None  # add() replaces its record
                 before = queued.pod.annotations.get(REQUEUE_ANNOTATION) if queued is not None else None
-                asked = pod.annotations.get(REQUEUE_ANNOTATION)
                 self.queue.add(pod)
                 if asked and queued is not None and before != asked:
                     moved = self.queue.retry_now(pod.uid)

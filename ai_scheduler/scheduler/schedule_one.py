@@ -46,7 +46,7 @@ from ai_scheduler.scheduler.history import VERSION as HISTORY_VERSION
 from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
-from ai_scheduler.scheduler.priority import PriorityEngine
+from ai_scheduler.scheduler.priority import Priority, PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
 
@@ -221,13 +221,14 @@ class SchedulingCycle:
         if not self.log.enabled("info"):  # nobody reads it: not worth building (the simulator's default)
             return
         tenant = self.tenancy.tenant_of(pod)
+        explained = self.priorities.explain(pod.uid)  # read once: the factors and the run time share it
         fields: dict[str, Any] = {
             "v": HISTORY_VERSION,  # the replayable log's format (history.py)
             "pod": pod.key,
             "uid": pod.uid,
             "profile": pod.scheduler_name,
             "queue": tenant.queue,
-            **self._priority_fields(pod, tenant),
+            **self._priority_fields(pod, tenant, explained),
             "attempt": qp.attempts,
             "result": result,
             "requests": pod.requests,
@@ -242,7 +243,6 @@ class SchedulingCycle:
         }
         if decision.gpu_ids:
             fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
-        explained = self.priorities.explain(pod.uid)
         run = explained.run_time if explained is not None else None
         if run is not None:  # what the policy (and reservations, backfill) took its run time to be
             fields["runtime"] = {"median_s": round(run.median, 1), "upper_s": round(run.upper, 1),
@@ -252,8 +252,7 @@ class SchedulingCycle:
         fields.update(extra)
         self.log.info("decision", **fields)
 
-    def _priority_fields(self, pod: PodRecord, tenant: Tenant) -> dict[str, Any]:
-        priority = self.priorities.explain(pod.uid)
+    def _priority_fields(self, pod: PodRecord, tenant: Tenant, priority: Priority | None) -> dict[str, Any]:
         fields: dict[str, Any] = {"specPriority": pod.priority, "user": tenant.user, "group": tenant.group}
         if priority is not None:
             fields["priority"] = round(priority.score, 6)

@@ -26,10 +26,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ai_scheduler.cache.tenancy import GPU_MEMORY
-from ai_scheduler.config import Config
+from ai_scheduler.cache.tenancy import Tenancy, show_amount
+from ai_scheduler.config.schema import GroupSpec, UserSpec
 from ai_scheduler.log import JsonLogger, rfc3339
-from ai_scheduler.quantity import format_units
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import SchedulerCore
 
@@ -144,25 +143,24 @@ def pending_pod_items(core: SchedulerCore, expected: ExpectedStarts) -> list[dic
 
 
 def _quantities(amounts: Mapping[str, int]) -> dict[str, str]:
-    return {resource: format_units("memory" if resource == GPU_MEMORY else resource, amount)
-            for resource, amount in sorted(amounts.items())}
+    return {resource: show_amount(resource, amount) for resource, amount in sorted(amounts.items())}
 
 
-def quota_items(config: Config, used: Callable[[str, str], Mapping[str, int]]) -> list[dict[str, Any]]:
-    """Each configured group, user and queue with its level, quotas and what its placed pods use now
-    (`used(kind, name)`, Tenancy.used), quantities as strings ("8", "500m", "40Gi")."""
+def quota_items(tenancy: Tenancy) -> list[dict[str, Any]]:
+    """Each configured group, user and queue (Tenancy.quotas) with its level, quotas and what its placed
+    pods use now, quantities as strings ("8", "500m", "40Gi")."""
     items: list[dict[str, Any]] = []
-    for name, group in sorted(config.groups.items()):
-        items.append({"kind": "group", "name": name, "level": group.level, "share": group.share,
-                      "min": _quantities(group.min), "max": _quantities(group.max),
-                      "used": _quantities(used("group", name))})
-    for name, user in sorted(config.users.items()):
-        items.append({"kind": "user", "name": name, "group": user.group, "level": user.level, "min": {},
-                      "max": _quantities(user.max), "used": _quantities(used("user", name))})
-    for queue in config.queues:
-        items.append({"kind": "queue", "name": queue.name, "level": queue.level, "weight": queue.weight,
-                      "min": {}, "max": _quantities(queue.quota),
-                      "used": _quantities(used("queue", queue.name))})
+    for state in tenancy.quotas(every_queue=True):
+        spec = state.spec
+        item: dict[str, Any] = {"kind": state.kind, "name": state.name}
+        if isinstance(spec, GroupSpec):
+            item.update(level=spec.level, share=spec.share)
+        elif isinstance(spec, UserSpec):
+            item.update(group=spec.group, level=spec.level)
+        else:
+            item.update(level=spec.level, weight=spec.weight)
+        item.update(min=_quantities(state.min), max=_quantities(state.max), used=_quantities(state.used))
+        items.append(item)
     return items
 
 

@@ -239,9 +239,9 @@ class Simulation:
         self.horizon = math.inf if state is None else state.horizon
         if state is not None:
             self.clock.epoch = state.epoch
-        self.core = SchedulerCore(self.config, self.log, Metrics(), outbox, clock=self.clock, seed=seed)
-        if state is not None:
-            self.core.runtimes = state.runtimes
+        # A forecast's run times are the daemon's, fixed: the config's model is not loaded again.
+        self.core = SchedulerCore(self.config, self.log, Metrics(), outbox, clock=self.clock, seed=seed,
+                                  runtimes=state.runtimes if state is not None else None)
         if mode is Mode.PLACEMENT:
             self.core.cycle.preemptor = None  # no PostFilter, no reservation: nothing would ever leave
         self.placements: list[tuple[str, str, tuple[int, ...]]] = []  # (pod, node, GPU ids), in order
