@@ -60,7 +60,7 @@ def test_a_config_without_any_max_needs_only_the_elastic_quota_policy() -> None:
 def test_the_policy_sees_the_creation_of_the_schedulers_pods_and_denies() -> None:
     policy, binding = admission_policy(parse_config(CONFIG), elastic_quotas=False)
     for doc in (policy, binding):
-        kubernetes_validate.validate(doc, "1.36.0", strict=True)
+        kubernetes_validate.validate(doc, "1.37.0", strict=True)
     spec = policy["spec"]
     assert policy["metadata"]["name"] == POLICY_NAME
     assert spec["matchConstraints"]["resourceRules"] == [
@@ -115,7 +115,7 @@ def test_one_check_per_max_in_the_schedulers_order() -> None:
 def test_the_elastic_quota_policy_takes_the_namespaces_quotas_as_params_where_the_config_maps_none() -> None:
     policy, binding = elastic_quota_policy(parse_config(CONFIG))
     for doc in (policy, binding):
-        kubernetes_validate.validate(doc, "1.36.0", strict=True)
+        kubernetes_validate.validate(doc, "1.37.0", strict=True)
     assert policy["spec"]["paramKind"] == {
         "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "ElasticQuota"}
     # No namespace in the reference: the quotas of the pod's own namespace; none there, nothing to check.

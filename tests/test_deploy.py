@@ -1,4 +1,4 @@
-"""deploy/: every manifest is valid for Kubernetes 1.36, and the pieces agree with each other and the code."""
+"""deploy/: every manifest is valid for Kubernetes 1.37, and the pieces agree with each other and the code."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import yaml
 from ai_scheduler.agent import GPUS_ANNOTATION, UPDATED_ANNOTATION
 from ai_scheduler.config import default_config, parse_config
 
-KUBERNETES_VERSION = "1.36.0"
+KUBERNETES_VERSION = "1.37.0"
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 # Prometheus rules and a Grafana dashboard, no Kubernetes objects (`kubectl apply -f deploy/` does not
 # recurse into it): tests/test_monitoring.py checks them.

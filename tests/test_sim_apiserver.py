@@ -180,7 +180,7 @@ async def test_create_get_list_and_errors(v1: RawApi) -> None:
     assert {p.metadata.name for p in typed.items} == {"a", name}
     async with aiohttp.ClientSession() as session:
         async with session.get(f"{v1.api_client.configuration.host}/version") as resp:
-            assert (await resp.json())["minor"] == "36"
+            assert (await resp.json())["minor"] == "37"
         async with session.post(
             f"{v1.api_client.configuration.host}/api/v1/namespaces/default/pods",
             data=b"{not json",

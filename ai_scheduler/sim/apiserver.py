@@ -48,7 +48,7 @@ GARBLED_LINE = b'{"type":"MODIFIED","object":{garbled\n'
 BUILTIN_PRIORITY_CLASSES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
 # Kinds served by the real server itself: strategic merge patch works only for these, not for CRDs.
 BUILTIN_GROUPS = frozenset({"", "scheduling.k8s.io", "coordination.k8s.io", "events.k8s.io", "apps", "batch"})
-VERSION_INFO = {"major": "1", "minor": "36", "gitVersion": "v1.36.0-sim", "gitCommit": "sim",
+VERSION_INFO = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-sim", "gitCommit": "sim",
                 "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
                 "compiler": "gc", "platform": "linux/amd64"}
 _WATCH_WRITE_BATCH = 1 << 20

@@ -63,7 +63,7 @@ def make_node(name: str, *, cpu: str = "32", memory: str = "128Gi", pods: int = 
             "nodeInfo": {
                 "machineID": f"{digest:08x}", "systemUUID": f"{digest:08x}", "bootID": f"{digest:08x}",
                 "kernelVersion": "6.8.0-sim", "osImage": "sim", "containerRuntimeVersion": "sim://1.0",
-                "kubeletVersion": "v1.36.0-sim", "kubeProxyVersion": "", "operatingSystem": "linux",
+                "kubeletVersion": "v1.37.0-sim", "kubeProxyVersion": "", "operatingSystem": "linux",
                 "architecture": "amd64",
             },
         },
