@@ -73,7 +73,7 @@ def events(cluster: Cluster, name: str, reason: str | None = None) -> list[dict[
     return [
         e
         for e in cluster.store.list("events")
-        if e["involvedObject"]["name"] == name and (reason is None or e["reason"] == reason)
+        if e["involvedObject"].get("name") == name and (reason is None or e["reason"] == reason)
     ]
 
 

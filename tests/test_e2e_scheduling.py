@@ -62,7 +62,7 @@ def events_for(cluster: Cluster, name: str, reason: str) -> list[dict[str, Any]]
     return [
         e
         for e in cluster.store.list("events")
-        if e["involvedObject"]["name"] == name and e["reason"] == reason
+        if e["involvedObject"].get("name") == name and e["reason"] == reason
     ]
 
 
