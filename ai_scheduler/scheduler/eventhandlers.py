@@ -23,7 +23,7 @@ from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
-from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.gangs import GangRegistry, owner_key
 from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, NodeRecord, PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
@@ -200,3 +200,33 @@ class EventHandlers:
     def replace_podgroups(self, items: list[dict[str, Any]]) -> None:
         self.gangs.replace_podgroups(items)
         self.queue.move_all("PodGroupRelist")
+
+    def on_native_podgroup_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Kubernetes PodGroup (`scheduling.k8s.io`): its policy and minCount decide for its pods."""
+        if kind == "DELETED":
+            self.gangs.remove_native_podgroup(obj)
+        else:
+            self.gangs.set_native_podgroup(obj)
+        self.queue.move_all("PodGroupChange")
+
+    def replace_native_podgroups(self, items: list[dict[str, Any]]) -> None:
+        self.gangs.replace_native_podgroups(items)
+        self.queue.move_all("PodGroupRelist")
+
+    def on_owner_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """An owner of inferred gangs (pod_grouper.OWNER_RESOURCES): its pods' groups are read again when
+        what it says for them changed."""
+        key = owner_key(kind, obj)
+        self._regroup(self.gangs.set_owner(kind, None if event == "DELETED" else obj, key))
+
+    def replace_owners(self, kind: str, items: list[dict[str, Any]]) -> None:
+        self._regroup(self.gangs.replace_owners(kind, items))
+
+    def _regroup(self, uids: list[str]) -> None:
+        if not uids:
+            return
+        for uid in uids:
+            state = self.cache.pod_state(uid)
+            if state is not None:
+                self.gangs.observe_pod(state.record)
+        self.queue.move_all("PodGroupChange")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gangs import Gang, GangRegistry
+from ai_scheduler.cache.gangs import NATIVE, Gang, GangRegistry
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import quota_amounts
 from ai_scheduler.config import SchedulingSettings
@@ -130,13 +130,10 @@ class GangScheduler:
             )
             return 0, "waiting"
         if placed + len(members) < gang.min_member:
-            self._wait(
-                gang,
-                members,
-                f"gang {gang.key} has {placed + len(members)} of {gang.min_member} required pods",
-                placed,
-                needed,
-            )
+            count = f"gang {gang.key} has {placed + len(members)} of {gang.min_member} required pods"
+            if gang.kind == NATIVE:  # kube-scheduler's GangScheduling PreEnqueue words first
+                count = f"waiting for minCount pods from a gang to appear in scheduling queue ({count})"
+            self._wait(gang, members, count, placed, needed)
             return 0, "waiting"
         self.registry.start_attempt(gang, now)
         short = self._min_resources_shortfall(gang)
@@ -518,7 +515,15 @@ class GangScheduler:
         return ""
 
     def _involved(self, gang: Gang) -> dict[str, Any]:
-        """The object a gang's events are about: its PodGroup, or for label gangs its first member."""
+        """The object a gang's events are about: its PodGroup (either kind), or else its first member."""
+        if gang.native is not None:
+            return {
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroup",
+                "namespace": gang.namespace,
+                "name": gang.name,
+                "uid": gang.native.uid,
+            }
         if gang.podgroup is not None:
             return {
                 "apiVersion": "scheduling.x-k8s.io/v1alpha1",
