@@ -31,8 +31,8 @@ def pod(
                             "labels": labels or {}, "annotations": annotations or {}}
     if owner is not None:
         api, kind, owner_name = owner
-        meta["ownerReferences"] = [{"apiVersion": api, "kind": kind, "name": owner_name,
-                                    "uid": f"uid-{owner_name}", "controller": True, "blockOwnerDeletion": True}]
+        ref = {"apiVersion": api, "kind": kind, "name": owner_name, "uid": f"uid-{owner_name}"}
+        meta["ownerReferences"] = [{**ref, "controller": True, "blockOwnerDeletion": True}]
     spec: dict[str, Any] = {"schedulerName": "ai-scheduler", "containers": [{"name": "main", "image": "x"}]}
     if group is not None:
         spec["schedulingGroup"] = {"podGroupName": group}
