@@ -355,3 +355,21 @@ def test_the_initially_scheduled_condition_as_kube_scheduler_writes_it() -> None
     members[0].node_name = ""
     registry.observe_pod(members[0])
     assert native_conditions(gang, now=12) is None, "True is terminal"
+
+
+def test_the_job_controllers_default_basic_podgroup_does_not_hide_an_indexed_job() -> None:
+    """v1.37's Job controller (WorkloadWithJob) gives every Job a basic PodGroup unless the Job sets
+    spec.scheduling: the default does not hide the indexed Job's gang; a Job's own choice does."""
+    registry = GangRegistry()
+    registry.set_native_podgroup(native_podgroup("ranks-pg", {"basic": {}}))
+    member = job_pod("ranks", 0)
+    member.scheduling_group = "ranks-pg"
+    job = obj("Job", "ranks", {"completionMode": "Indexed", "parallelism": 4, "completions": 4})
+    registry.set_owner("Job", job, owner_key("Job", job))
+    gang = registry.observe_pod(member)
+    assert gang is not None and gang.key == f"{NS}/Job/ranks" and gang.min_member == 4
+    chosen = obj("Job", "ranks", {**job["spec"], "scheduling": {"schedulingPolicy": {"basic": {}}}})
+    uids = registry.set_owner("Job", chosen, owner_key("Job", chosen))
+    assert uids == [member.uid]
+    gang = registry.observe_pod(member)
+    assert gang is not None and gang.key == f"{NS}/PodGroup/ranks-pg" and registry.gang_of(member) is None

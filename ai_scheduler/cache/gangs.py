@@ -77,12 +77,13 @@ def _min_available(text: str, key: str) -> tuple[int | None, str]:
 OwnerLookup = Callable[[str, str, str], OwnerSpec | None]
 
 
-def gang_ref(pod: PodRecord, owners: OwnerLookup | None = None) -> GangRef | None:
-    """The gang a pod declares (or, given the owners seen, the one its owner implies), or None."""
+def gang_ref(pod: PodRecord, owners: OwnerLookup | None = None, *, native: bool = True) -> GangRef | None:
+    """The gang a pod declares (or, given the owners seen, the one its owner implies), or None.
+    `native=False` reads past `spec.schedulingGroup`."""
     labels, annotations, ns = pod.labels, pod.annotations, pod.namespace
-    if pod.scheduling_group:
-        native = pod.scheduling_group
-        return GangRef(ns, native, None, "scheduling.k8s.io", declared_by="spec.schedulingGroup", kind=NATIVE)
+    if pod.scheduling_group and native:
+        group = pod.scheduling_group
+        return GangRef(ns, group, None, "scheduling.k8s.io", declared_by="spec.schedulingGroup", kind=NATIVE)
     if labels.get(POD_GROUP_LABEL):
         return GangRef(ns, labels[POD_GROUP_LABEL], None, "PodGroup", declared_by=f"label {POD_GROUP_LABEL}")
     if labels.get(LEGACY_POD_GROUP_LABEL):
@@ -323,8 +324,25 @@ class GangRegistry:
     def owner_spec(self, kind: str, namespace: str, name: str) -> OwnerSpec | None:
         return self.owners.get((kind, namespace, name))
 
-    def observe_pod(self, pod: PodRecord) -> Gang | None:
+    def _ref(self, pod: PodRecord) -> GangRef | None:
+        """gang_ref, but past the basic PodGroup that v1.37's Job controller gives every Job by default
+        (WorkloadWithJob, no `spec.scheduling` on the Job): that one does not hide what inference finds."""
         ref = gang_ref(pod, self.owner_spec)
+        if ref is None or ref.kind != NATIVE or pod.owner is None or pod.owner[:2] != ("batch", "Job"):
+            return ref
+        group = self.gangs.get(ref.key)
+        if group is None or not group.basic:
+            return ref
+        job = self.owners.get(("Job", pod.namespace, pod.owner[2]))
+        if job is not None and job.scheduling:
+            return ref
+        inferred = gang_ref(pod, self.owner_spec, native=False)
+        if inferred is not None and inferred.owner is None:  # an explicit key below schedulingGroup: no
+            return ref
+        return inferred or ref
+
+    def observe_pod(self, pod: PodRecord) -> Gang | None:
+        ref = self._ref(pod)
         old_key = self._gang_of.get(pod.uid)
         if old_key and (ref is None or ref.key != old_key):
             self.forget_pod(pod.uid)
@@ -403,6 +421,10 @@ class GangRegistry:
         gang.native = NativePodGroupSpec.from_api(obj)
         self.dirty.add(gang.key)
         return gang
+
+    def native_members(self, gang: Gang) -> list[str]:
+        """The pods to read again when a basic PodGroup appears (see `_ref`)."""
+        return list(gang.members) if gang.basic else []
 
     def remove_native_podgroup(self, obj: dict[str, Any]) -> Gang | None:
         meta = obj.get("metadata") or {}

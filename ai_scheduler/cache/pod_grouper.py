@@ -101,6 +101,7 @@ class OwnerSpec:
     per_part: Mapping[str, int] = field(default_factory=dict)  # JobSet replicatedJob -> its minimum
     leader_ready: bool = False  # LeaderWorkerSet: workers are created once the leader is ready
     launcher_later: int = 0  # MPIJob WaitForWorkersReady: launcher replicas, not in the quorum
+    scheduling: bool = False  # Job: spec.scheduling set (WorkloadWithJob), its own choice of policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,8 +259,13 @@ def _leaderworkerset(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     return {"minimum": size, "leader_ready": spec.get("startupPolicy") == "LeaderReady"}, problems
 
 
+def _standalone_job(spec: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    values, problems = _job(spec)
+    return {**values, "scheduling": spec.get("scheduling") is not None}, problems
+
+
 _PARSERS: dict[str, Parser] = {
-    "Job": _job,
+    "Job": _standalone_job,
     "JobSet": _jobset,
     "PyTorchJob": _kubeflow("pytorchReplicaSpecs", ""),
     "MPIJob": _kubeflow("mpiReplicaSpecs", "Launcher"),

@@ -206,11 +206,13 @@ class EventHandlers:
         if kind == "DELETED":
             self.gangs.remove_native_podgroup(obj)
         else:
-            self.gangs.set_native_podgroup(obj)
+            self._regroup(self.gangs.native_members(self.gangs.set_native_podgroup(obj)))
         self.queue.move_all("PodGroupChange")
 
     def replace_native_podgroups(self, items: list[dict[str, Any]]) -> None:
         self.gangs.replace_native_podgroups(items)
+        gangs = list(self.gangs.gangs.values())
+        self._regroup([uid for gang in gangs for uid in self.gangs.native_members(gang)])
         self.queue.move_all("PodGroupRelist")
 
     def on_owner_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
