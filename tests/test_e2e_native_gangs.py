@@ -89,7 +89,8 @@ async def test_a_native_gang_of_four_on_three_free_slots_binds_nothing_then_all_
     assert condition["reason"] == "Scheduled"
     podgroup = cluster.store.get(NATIVE, "default", "ranks")
     assert podgroup is not None
-    assert condition["observedGeneration"] == podgroup["metadata"].get("generation", 0)
+    # 0 (a generation the API server does not keep for this kind) is left out, as omitempty does
+    assert condition.get("observedGeneration", 0) == podgroup["metadata"].get("generation", 0)
 
 
 async def test_b_basic_policy_pods_are_placed_one_by_one(
@@ -139,7 +140,10 @@ async def test_d_a_gang_pod_short_of_its_quorum_waits_with_kubes_words(
         lambda: told(cluster, "trio", 2, words),
         what="two of three told the gang is incomplete",
     )
-    assert "has 2 of 3 required pods" in pod_condition(cluster, "trio-0")["message"]
+    await wait_for(
+        lambda: any("has 2 of 3 required" in pod_condition(cluster, f"trio-{i}")["message"] for i in range(2)),
+        what="the latest attempt counted both members",
+    )
     assert bound_count(cluster, "trio") == 0
     await create_all(api, [], [native_member("trio", 2)])
     await wait_for(lambda: bound_count(cluster, "trio") == 3, what="the third member completes the gang")
