@@ -205,3 +205,42 @@ async def test_e_the_job_controllers_podgroup_makes_an_indexed_job_all_or_nothin
         what="all four bound once a node joins",
     )
     await wait_for(lambda: initially_scheduled(cluster, group).get("status") == "True", what="condition True")
+
+
+@pytest.mark.backend("kube", reason="only the real control plane runs the built-in Job controller")
+async def test_f_an_indexed_job_with_the_job_controllers_default_basic_podgroup_is_still_a_gang(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """With WorkloadWithJob on, every Job gets a basic PodGroup unless it sets spec.scheduling: that default
+    does not hide the gang the indexed Job implies (min(parallelism, completions), cache/pod_grouper.py)."""
+    await start_scheduler()
+    await create_all(api, gpu_nodes(3), [])
+    job = indexed_gang_job("plain", 4)
+    del job["spec"]["scheduling"]
+    batch: Any = client.BatchV1Api(api.api_client)
+    response = await batch.create_namespaced_job("default", job, _preload_content=False)
+    assert response.status == 201, await response.text()
+
+    def job_pods() -> list[dict[str, Any]]:
+        return [
+            p for p in cluster.store.list("pods", "default")
+            if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == "plain"
+        ]
+
+    await wait_for(lambda: len(job_pods()) == 4, timeout=60, what="the Job's four pods")
+    group = (job_pods()[0]["spec"].get("schedulingGroup") or {}).get("podGroupName")
+    assert group, "the Job controller gave the pods a PodGroup"
+    podgroup = cluster.store.get(NATIVE, "default", group)
+    assert podgroup is not None and podgroup["spec"]["schedulingPolicy"] == {"basic": {}}
+    whole = "gang default/Job/plain needs 4 pods placed together and they do not all fit: "
+    await wait_for(
+        lambda: all(pod_condition(cluster, p["metadata"]["name"]).get("message", "").startswith(whole)
+                    for p in job_pods()),
+        timeout=30, what="every pod of the Job told the whole gang does not fit",
+    )
+    assert not [p for p in job_pods() if p["spec"].get("nodeName")], "no pod of the Job bound while 3 fit"
+    assert (await api.create_node(make_node("late-0", cpu="32", memory="128Gi", gpus=8))).ok
+    await wait_for(
+        lambda: sum(1 for p in job_pods() if p["spec"].get("nodeName")) == 4, timeout=30,
+        what="all four bound once a node joins",
+    )

@@ -445,6 +445,8 @@ class GangRegistry:
     def set_owner(self, kind: str, obj: dict[str, Any] | None, key: tuple[str, str, str]) -> list[str]:
         """An owner object seen (None: deleted); returns the pods whose group must be read again, those of
         the gangs that read it, when what it says for inference changed."""
+        if kind == "Job" and obj is not None and not _indexed(obj):
+            obj = None  # only indexed Jobs imply gangs: the others are not kept
         spec = parse_owner(kind, obj) if obj is not None else None
         if spec == self.owners.get(key):
             return []
@@ -468,6 +470,11 @@ class GangRegistry:
             gang.first_attempt = now
         if gang.schedule_start is None:
             gang.schedule_start = time.time()
+
+
+def _indexed(job: dict[str, Any]) -> bool:
+    spec = job.get("spec")
+    return isinstance(spec, dict) and spec.get("completionMode") == "Indexed"
 
 
 def _owner_key(kind: str, obj: dict[str, Any]) -> tuple[str, str, str]:
