@@ -402,17 +402,30 @@ class KubeCluster:
         await asyncio.to_thread(reset_cluster, self.plane)
 
 
+# The workloads tests make whose controllers (or the tests, as they would) make pods: removed first.
+WORKLOAD_OWNERS = (
+    "ray.io/v1/namespaces/{namespace}/rayclusters",
+    "jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
+    "leaderworkerset.x-k8s.io/v1/namespaces/{namespace}/leaderworkersets",
+    "kubeflow.org/v1/namespaces/{namespace}/pytorchjobs",
+    "apps/v1/namespaces/{namespace}/statefulsets",
+)
+
+
 def reset_cluster(plane: ControlPlane) -> None:
-    """Remove what a test made: Jobs, pods (at once), nodes, PodGroups (both kinds), Workloads, events,
-    claims, volumes, StorageClasses,
-    CSINodes, its PriorityClasses. Namespaces
+    """Remove what a test made: workloads (WORKLOAD_OWNERS), Jobs, pods (at once), nodes, PodGroups (both
+    kinds), Workloads, events, claims, volumes, StorageClasses, CSINodes, its PriorityClasses. Namespaces
     stay (empty): one being deleted refuses new pods until its controller is done."""
     _, body = plane.request("GET", "/api/v1/namespaces")
     namespaces = [n["metadata"]["name"] for n in body.get("items", [])]
     for namespace in namespaces:
         if namespace == "kube-system":
             continue
-        # Jobs first, so that their controller makes no new pod once the pods are gone.
+        # Workloads first (a CRD not installed answers 404), then Jobs, so that no controller (the KubeRay
+        # operator, the Job controller) makes a new pod once the pods are gone.
+        for workloads in WORKLOAD_OWNERS:
+            path = workloads.format(namespace=namespace)
+            plane.request("DELETE", f"/apis/{path}?propagationPolicy=Background")
         plane.request("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs?propagationPolicy=Background")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
         plane.request("DELETE", f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups")
