@@ -408,8 +408,14 @@ class ControlPlane:
             return
         folder = folder or build_kuberay()
         for crd in KUBERAY_CRDS:
-            # Server-side: the CRDs are larger than the annotation a client-side apply keeps.
-            self.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(folder / crd))
+            # Created, or replaced whole where a CRD of that name is there (no client-side apply: the CRDs are
+            # larger than the annotation it keeps; no server-side apply: it would merge with what is there).
+            created = self.kubectl("create", "-f", str(folder / crd), check=False)
+            if created.returncode != 0:
+                if "AlreadyExists" not in created.stderr:
+                    raise ControlPlaneError(f"kubectl create -f {crd} exited {created.returncode}:\n"
+                                            f"{created.stderr.strip()}\n{self.logs_tail()}")
+                self.kubectl("replace", "-f", str(folder / crd))
         for crd in KUBERAY_CRDS:
             self.wait_crd_established(crd.removeprefix("ray.io_").removesuffix(".yaml") + ".ray.io", timeout)
         account = {"kind": "ServiceAccount", "name": "kuberay-operator", "namespace": KUBERAY_NAMESPACE}
@@ -560,7 +566,9 @@ class ControlPlane:
         last = ""
         while time.monotonic() < deadline:
             status, body = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = {c.get("type"): c for c in body.get("status", {}).get("conditions", [])} if status == 200 else {}
+            # A CRD just created has `status.conditions: null` until the API server first writes them.
+            found = ((body.get("status") or {}).get("conditions") or []) if status == 200 else []
+            conditions = {c.get("type"): c for c in found}
             established = conditions.get("Established", {})
             if established.get("status") == "True":
                 group, version = body["spec"]["group"], body["spec"]["versions"][0]["name"]
