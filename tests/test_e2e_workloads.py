@@ -45,11 +45,13 @@ from test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.sim import make_node
+from ai_scheduler.sim.controlplane import KUBERAY_NAMESPACE
 
 GPU = "nvidia.com/gpu"
 NS = "default"
 DATA = Path(__file__).parent / "data"
 WORKLOAD_CRDS = ("crd_jobsets.yaml", "crd_leaderworkersets.yaml", "crd_pytorchjobs.yaml")
+KUBERAY_USER = f"system:serviceaccount:{KUBERAY_NAMESPACE}:kuberay-operator"
 INFERENCE_OFF = {"ai-scheduler.io/gang-inference": "off"}
 # A pod's wait for the real controllers (the Job controller creates pods in growing batches; the KubeRay
 # operator starts once per session): a deadline, not a timing.
@@ -255,6 +257,11 @@ async def test_a_raycluster_made_by_the_kuberay_operator_is_all_or_nothing(
             ours = next(p for p in ray_pods(ray) if p["metadata"]["labels"]["ray.io/node-type"] == kind)
             same_shape(made, ours, set())
             assert made["spec"]["schedulerName"] == "ai-scheduler", "the operator keeps the template's"
+        # The audit log names no pod made from a generateName: count the operator's own creations.
+        made_by_operator = [e for e in cluster.audit_events(KUBERAY_USER)
+                            if e["verb"] == "create" and e["objectRef"].get("resource") == "pods"
+                            and (e.get("responseStatus") or {}).get("code") == 201]
+        assert len(made_by_operator) == 4, "the operator made the four pods, as its own ServiceAccount"
     else:
         await create_all(api, [], ray_pods(ray))
     await all_or_nothing(cluster, api, selected, 4, f"{NS}/RayCluster/rc")
