@@ -163,13 +163,13 @@ async def all_or_nothing(
     assert_not_overcommitted(cluster)
 
 
-def same_shape(real: dict[str, Any], ours: dict[str, Any], volatile: set[str]) -> None:
+def same_shape(real: dict[str, Any], ours: dict[str, Any]) -> None:
     """A pod a real controller made and the one the simulated backend's test makes for it carry the same
-    labels, annotations and controller owner (values that differ per object compared by key only)."""
+    labels, annotations and controller owner."""
     for part in ("labels", "annotations"):
         got, want = real["metadata"].get(part) or {}, ours["metadata"].get(part) or {}
         assert set(got) == set(want), f"{part}: the controller set {sorted(got)}, the test {sorted(want)}"
-        for key in set(got) - volatile:
+        for key in got:
             assert got[key] == want[key], f"{part} {key}: the controller {got[key]!r}, the test {want[key]!r}"
 
     def owners(pod: dict[str, Any]) -> list[tuple[str, str, bool]]:
@@ -211,9 +211,6 @@ def job_pods(job: dict[str, Any], indexes: range) -> list[dict[str, Any]]:
     return pods
 
 
-JOB_VOLATILE = {"batch.kubernetes.io/controller-uid", "controller-uid"}
-
-
 async def pods_of_jobs(
     cluster: Cluster, api: KubeClient, jobs: list[dict[str, Any]], selected: Callable[[dict[str, Any]], bool],
     size: int,
@@ -226,7 +223,7 @@ async def pods_of_jobs(
                        what="the Job controller's pods")
         by_generate = {p["metadata"]["generateName"]: p for p in ours}
         for real in pods_where(cluster, selected):
-            same_shape(real, by_generate[real["metadata"]["generateName"]], JOB_VOLATILE)
+            same_shape(real, by_generate[real["metadata"]["generateName"]])
         return
     await create_all(api, [], ours)
 
@@ -255,7 +252,7 @@ async def test_a_raycluster_made_by_the_kuberay_operator_is_all_or_nothing(
         for kind in ("head", "worker"):
             made = next(p for p in real if p["metadata"]["labels"]["ray.io/node-type"] == kind)
             ours = next(p for p in ray_pods(ray) if p["metadata"]["labels"]["ray.io/node-type"] == kind)
-            same_shape(made, ours, set())
+            same_shape(made, ours)
             assert made["spec"]["schedulerName"] == "ai-scheduler", "the operator keeps the template's"
         # The audit log names no pod made from a generateName: count the operator's own creations.
         made_by_operator = [e for e in cluster.audit_events(KUBERAY_USER)
