@@ -113,6 +113,19 @@ async def test_b_basic_policy_pods_are_placed_one_by_one(
     )
 
 
+async def test_b2_a_basic_group_none_of_whose_pods_fits_says_why_on_its_podgroup(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    await start_scheduler()
+    await create_podgroup(api, native_podgroup("huge", None))
+    await create_all(api, gpu_nodes(1), [native_member("huge", i, gpus=16) for i in range(2)])
+    condition = await wait_for(
+        lambda: (condition := initially_scheduled(cluster, "huge")).get("reason") == REFUSED and condition,
+        what="the basic group's condition False, Unschedulable",
+    )
+    assert condition["status"] == "False" and "Insufficient nvidia.com/gpu" in condition["message"]
+
+
 async def test_c_a_pod_naming_a_missing_podgroup_waits_with_kubes_reason_until_it_appears(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:

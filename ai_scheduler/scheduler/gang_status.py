@@ -7,9 +7,9 @@ with reason `Unschedulable` and the cycle's message while it is not, False with
 `SchedulerError` on an internal error; `observedGeneration` is the PodGroup's
 generation, and a True condition is never turned back to False. Here the
 condition follows the gang: True once minCount members are bound (one, for
-the basic policy), False with the gang's latest reason while it waits (gang
-policy only: a basic group's pods report on themselves), `SchedulerError` for
-a PodGroup whose spec cannot be read.
+the basic policy), False with the gang's latest reason while it waits (for a
+basic group, the latest message of one of its pods while none is placed),
+`SchedulerError` for a PodGroup whose spec cannot be read.
 
 Gangs whose status may have changed are marked dirty by the watch handlers
 and the gang scheduler; a writer flushes them every half second with a merge
@@ -81,7 +81,7 @@ def native_conditions(gang: Gang, now: float | None = None) -> list[dict[str, An
         status, reason, message = "False", "SchedulerError", native.error
     elif gang.counts()["scheduled"] >= (1 if gang.basic else gang.min_member):
         status, reason, message = "True", "Scheduled", ""
-    elif not gang.basic and (gang.failed_reason or gang.last_reason):
+    elif gang.failed_reason or gang.last_reason:
         status, reason, message = "False", "Unschedulable", gang.failed_reason or gang.last_reason
     else:
         return None
