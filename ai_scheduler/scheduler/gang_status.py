@@ -24,6 +24,7 @@ from typing import Any
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.gangs import Gang, GangRegistry
 from ai_scheduler.log import JsonLogger, rfc3339
+from ai_scheduler.scheduler.gang import NATIVE_UNSCHEDULABLE
 from ai_scheduler.scheduler.metrics import Metrics
 
 FLUSH_SECONDS = 0.5
@@ -82,7 +83,9 @@ def native_conditions(gang: Gang, now: float | None = None) -> list[dict[str, An
     elif gang.counts()["scheduled"] >= (1 if gang.basic else gang.min_member):
         status, reason, message = "True", "Scheduled", ""
     elif gang.failed_reason or gang.last_reason:
-        status, reason, message = "False", "Unschedulable", gang.failed_reason or gang.last_reason
+        # As kube-scheduler: the pods' message without its "pod group is unschedulable, " prefix.
+        message = (gang.failed_reason or gang.last_reason).removeprefix(NATIVE_UNSCHEDULABLE)
+        status, reason = "False", "Unschedulable"
     else:
         return None
     condition = {
