@@ -90,6 +90,9 @@ CONTROLLERS = (
     # Jobs: the built-in Job controller makes pods (and, with WorkloadWithJob, the Workload and PodGroup
     # of a gang) as on a real cluster.
     "job-controller",
+    # Kubernetes PodGroups carry the finalizer scheduling.k8s.io/podgroup-protection from creation: this
+    # controller lifts it once no pod names the group, or a deleted PodGroup stays Terminating for good.
+    "podgroup-protection-controller",
 )
 
 # The feature gates of the APIs GPU teams use in 2026 that the pinned release does not serve by default:
