@@ -328,11 +328,11 @@ async def test_e_an_indexed_job_is_all_or_nothing(
     await start_scheduler()
     await create_all(api, [gpu_node("gpu-0", 3)], [])
     job = await create_job(api, {"apiVersion": "batch/v1", "kind": "Job",
-                                 "metadata": {"name": "ranks", "namespace": NS},
+                                 "metadata": {"name": "shards", "namespace": NS},
                                  "spec": indexed_job_spec(4, pod_template(1))})
-    selected = labelled("batch.kubernetes.io/job-name", "ranks")
+    selected = labelled("batch.kubernetes.io/job-name", "shards")
     await pods_of_jobs(cluster, api, [job], selected, 4)
-    await all_or_nothing(cluster, api, selected, 4, f"{NS}/Job/ranks")
+    await all_or_nothing(cluster, api, selected, 4, f"{NS}/Job/shards")
 
 
 async def test_f_a_workload_with_inference_off_is_placed_pod_by_pod(
