@@ -23,7 +23,7 @@ from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
-from ai_scheduler.cache.gangs import GangRegistry, owner_key
+from ai_scheduler.cache.gangs import NATIVE, GangRegistry, NativePodGroupSpec, gang_key, owner_key
 from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, NodeRecord, PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
@@ -206,7 +206,14 @@ class EventHandlers:
         if kind == "DELETED":
             self.gangs.remove_native_podgroup(obj)
         else:
-            self._regroup(self.gangs.native_members(self.gangs.set_native_podgroup(obj)))
+            meta = obj.get("metadata") or {}
+            key = gang_key(meta.get("namespace") or "", meta.get("name") or "", NATIVE)
+            known = self.gangs.gangs.get(key)
+            before = _policy(known.native) if known is not None and known.native is not None else None
+            gang = self.gangs.set_native_podgroup(obj)
+            if gang.native is not None and _policy(gang.native) == before:
+                return  # its status only (often our own write): nothing to try again
+            self._regroup(self.gangs.native_members(gang))
         self.queue.move_all("PodGroupChange")
 
     def replace_native_podgroups(self, items: list[dict[str, Any]]) -> None:
@@ -232,3 +239,8 @@ class EventHandlers:
             if state is not None:
                 self.gangs.observe_pod(state.record)
         self.queue.move_all("PodGroupChange")
+
+
+def _policy(spec: NativePodGroupSpec) -> tuple[bool, int, str]:
+    """What of a Kubernetes PodGroup decides for its pods."""
+    return spec.gang, spec.min_count, spec.error
