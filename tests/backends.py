@@ -145,6 +145,7 @@ RESOURCES = {
     "nodes": "/api/v1/nodes",
     "events": "/api/v1/events",
     "podgroups": "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+    "podgroups.scheduling.k8s.io": "/apis/scheduling.k8s.io/v1beta1/podgroups",
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
     "persistentvolumes": "/api/v1/persistentvolumes",
@@ -277,9 +278,9 @@ class KubeCluster:
         return await KubeClient.connect(str(self.plane.admin_kubeconfig))
 
     def _read(self, resource: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        base = RESOURCES[resource].rsplit("/", 1)[0]
+        base, plural = RESOURCES[resource].rsplit("/", 1)
         scope = f"/namespaces/{namespace}" if namespace else ""
-        status, body = self.plane.request("GET", f"{base}{scope}/{resource}/{name}")
+        status, body = self.plane.request("GET", f"{base}{scope}/{plural}/{name}")
         return body if status == 200 else None
 
     async def scheduler_client(self) -> KubeClient:
@@ -401,17 +402,35 @@ class KubeCluster:
         await asyncio.to_thread(reset_cluster, self.plane)
 
 
+# The workloads tests make whose controllers (or the tests, as they would) make pods: removed first.
+WORKLOAD_OWNERS = (
+    "ray.io/v1/namespaces/{namespace}/rayclusters",
+    "jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
+    "leaderworkerset.x-k8s.io/v1/namespaces/{namespace}/leaderworkersets",
+    "kubeflow.org/v1/namespaces/{namespace}/pytorchjobs",
+    "apps/v1/namespaces/{namespace}/statefulsets",
+)
+
+
 def reset_cluster(plane: ControlPlane) -> None:
-    """Remove what a test made: pods (at once), nodes, PodGroups, events, claims, volumes, StorageClasses,
-    CSINodes, its PriorityClasses. Namespaces
+    """Remove what a test made: workloads (WORKLOAD_OWNERS), Jobs, pods (at once), nodes, PodGroups (both
+    kinds), Workloads, events, claims, volumes, StorageClasses, CSINodes, its PriorityClasses. Namespaces
     stay (empty): one being deleted refuses new pods until its controller is done."""
     _, body = plane.request("GET", "/api/v1/namespaces")
     namespaces = [n["metadata"]["name"] for n in body.get("items", [])]
     for namespace in namespaces:
         if namespace == "kube-system":
             continue
+        # Workloads first (a CRD not installed answers 404), then Jobs, so that no controller (the KubeRay
+        # operator, the Job controller) makes a new pod once the pods are gone.
+        for workloads in WORKLOAD_OWNERS:
+            path = workloads.format(namespace=namespace)
+            plane.request("DELETE", f"/apis/{path}?propagationPolicy=Background")
+        plane.request("DELETE", f"/apis/batch/v1/namespaces/{namespace}/jobs?propagationPolicy=Background")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods?gracePeriodSeconds=0")
         plane.request("DELETE", f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups")
+        plane.request("DELETE", f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/workloads")
+        plane.request("DELETE", f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups")
         plane.request("DELETE", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/events")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")

@@ -2,9 +2,12 @@
 
 The scheduler runs with a token of its own ServiceAccount (deploy/), through one workload that takes every
 path that writes: binding, Scheduled and FailedScheduling events (created, then aggregated by a patch),
-the PodScheduled condition, a gang's PodGroup status, the GPU annotations written before binding, a
+the PodScheduled condition, a gang's PodGroup status (scheduler-plugins' and a Kubernetes PodGroup's),
+the GPU annotations written before binding, a
 preemption (the victim's DisruptionTarget condition, its deletion, the preemptor's nomination), and
-VolumeBinding's PreBind (a volume's claimRef, a claim's selected-node annotation). The API
+VolumeBinding's PreBind (a volume's claimRef, a claim's selected-node annotation). The kinds that give
+inferred gangs their minimum are all served (a minimal CRD where no test installed one), so that each is
+listed and watched. The API
 server's audit log then lists every verb the scheduler used: each must be granted and none refused, and
 each granted verb must have been used, so that the role stays the least the scheduler needs.
 """
@@ -23,10 +26,12 @@ from conftest import StartScheduler, create_all, wait_for
 from test_e2e_gangs import bound_count, member, podgroup, podgroup_status
 from test_e2e_gpus import Agents, gpu_cluster, share
 from test_e2e_kube_parity import claimant, on_node, play_provisioner
+from test_e2e_native_gangs import create_podgroup, initially_scheduled, native_member, native_podgroup
 from test_e2e_preemption import node_of
 from test_e2e_scheduling import events_for
 
 from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.cache.pod_grouper import OWNER_RESOURCES
 from ai_scheduler.config import parse_config
 from ai_scheduler.sim import make_pod, make_pv, make_pvc, make_storage_class
 
@@ -56,11 +61,43 @@ def used(entries: list[dict[str, Any]]) -> Iterator[tuple[tuple[str, str, str], 
         )
 
 
+def serve_owner_kinds(cluster: KubeCluster, folder: Path) -> None:
+    """The kinds whose objects give inferred gangs their minimum (pod_grouper.OWNER_RESOURCES) served, so
+    that the scheduler lists and watches each: a minimal CRD for any the API server does not serve yet (the
+    operators' own CRDs, where a test installed them, are kept)."""
+    for group, version, plural, kind in OWNER_RESOURCES:
+        status, _ = cluster.plane.request("GET", f"/apis/{group}/{version}/{plural}?limit=1")
+        if status == 200:
+            continue
+        crd = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}",
+                         "annotations": {"api-approved.kubernetes.io": "unapproved, test only"}},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"plural": plural, "singular": kind.lower(), "kind": kind,
+                          "listKind": f"{kind}List"},
+                "versions": [{
+                    "name": version, "served": True, "storage": True, "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }],
+            },
+        }
+        path = folder / f"{plural}.{group}.yaml"
+        path.write_text(yaml.safe_dump(crd))
+        cluster.plane.kubectl("apply", "-f", str(path))
+        cluster.plane.wait_crd_established(f"{plural}.{group}")
+
+
 @pytest.mark.backend("kube", reason="RBAC exists only on a real API server")
 async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
-    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, gpu_cluster: Agents, start_scheduler: StartScheduler, tmp_path: Path
 ) -> None:
     assert isinstance(cluster, KubeCluster)
+    await asyncio.to_thread(serve_owner_kinds, cluster, tmp_path)
     settings = {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2, "eventRepeatSeconds": 0.5}
     running = await start_scheduler(
         parse_config({"server": {"port": 0, "bindAddress": "127.0.0.1"}, "scheduling": settings})
@@ -70,6 +107,14 @@ async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
     await create_all(api, [], [member("pair", i, gpus=0) for i in range(2)] + [share("slice", "10Gi")])
     await wait_for(lambda: bound_count(cluster, "pair") == 2, what="the gang bound")
     await wait_for(lambda: podgroup_status(cluster, "pair").get("phase"), what="the PodGroup's status")
+    # A native gang: a Kubernetes PodGroup's condition.
+    await create_podgroup(api, native_podgroup("duo", 2))
+    native = [native_member("duo", i, gpus=0) for i in range(2)]
+    for pod in native:
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100m"
+    await create_all(api, [], native)
+    await wait_for(lambda: initially_scheduled(cluster, "duo").get("status") == "True",
+                   what="the Kubernetes PodGroup's condition written")
     # A pod that fits nowhere, retried after node changes: condition, event, and the event's aggregation.
     await create_all(api, [], [make_pod("huge", cpu="1000")])
     await wait_for(lambda: events_for(cluster, "huge", "FailedScheduling"), what="FailedScheduling")

@@ -61,6 +61,7 @@ from ai_scheduler.cache.gangs import (
     LEGACY_POD_GROUP_LABEL,
     POD_GROUP_LABEL,
     SAME_DOMAIN_ANNOTATION,
+    VOLCANO_GROUP,
     GangRegistry,
 )
 from ai_scheduler.cache.gpus import (
@@ -72,6 +73,19 @@ from ai_scheduler.cache.gpus import (
     GPUS_ANNOTATION,
     MANAGED_LABEL,
     UPDATED_ANNOTATION,
+)
+from ai_scheduler.cache.pod_grouper import (
+    INFERENCE_ANNOTATION,
+    JOB_COMPLETION_INDEX,
+    JOBSET_NAME,
+    JOBSET_REPLICATED_JOB,
+    KUBEFLOW_JOB_NAME,
+    KUBEFLOW_OPERATOR,
+    LWS_GROUP_INDEX,
+    LWS_NAME,
+    LWS_SIZE,
+    LWS_WORKER_INDEX,
+    RAY_CLUSTER,
 )
 from ai_scheduler.cache.records import (
     HOLD_ANNOTATION,
@@ -97,10 +111,17 @@ from ai_scheduler.sim import SimApiServer, make_node, make_pod
 # ----------------------------------------------------------------------------------------- the keys
 POD_LABELS = (
     POD_GROUP_LABEL, LEGACY_POD_GROUP_LABEL, GROUP_NAME_LABEL, GROUP_MIN_LABEL, USER_LABEL, QUEUE_LABEL,
+    # Gangs inferred from the owner (cache/pod_grouper.py).
+    LWS_NAME, LWS_GROUP_INDEX, LWS_WORKER_INDEX, JOBSET_NAME, JOBSET_REPLICATED_JOB, KUBEFLOW_JOB_NAME,
+    KUBEFLOW_OPERATOR, RAY_CLUSTER,
 )
 POD_ANNOTATIONS = (
     KOORDINATOR_NAME,
     KOORDINATOR_MIN,
+    VOLCANO_GROUP,
+    INFERENCE_ANNOTATION,
+    LWS_SIZE,
+    JOB_COMPLETION_INDEX,
     GPU_COUNT_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
     GPU_FRACTION_ANNOTATION,
@@ -374,8 +395,20 @@ def _minimum(value: str) -> Expect:
 
 def expect(key: str, value: str) -> Expect:
     """The contract's answer for a pod that carries `key: value` and is otherwise valid (see `pod_for`)."""
-    if key in (POD_GROUP_LABEL, LEGACY_POD_GROUP_LABEL):
+    if key in (POD_GROUP_LABEL, LEGACY_POD_GROUP_LABEL, VOLCANO_GROUP):
         return VALID if value == "" or value in PODGROUPS else INVALID  # a PodGroup that does not exist
+    if key == INFERENCE_ANNOTATION:
+        return VALID if value in ("on", "off") else INVALID
+    if key == LWS_GROUP_INDEX:  # with a set name and size 1: any group index makes a group of one
+        return VALID if go_atoi(value) is not None else INVALID
+    if key == LWS_SIZE:  # the size of the group a pod of a LeaderWorkerSet says it is in
+        return _minimum(value)
+    if key == JOBSET_NAME:  # the JobSet gives the minimum: none is ever seen here
+        return VALID if value == "" else WAITS
+    if key in (LWS_NAME, LWS_WORKER_INDEX, JOBSET_REPLICATED_JOB, KUBEFLOW_JOB_NAME, KUBEFLOW_OPERATOR,
+               RAY_CLUSTER, JOB_COMPLETION_INDEX):
+        # With a group of one (LWS_NAME, LWS_WORKER_INDEX), or without the owner that a rule also needs.
+        return VALID
     if key in (GROUP_NAME_LABEL, KOORDINATOR_NAME):
         return VALID  # with min-available 1: any name makes a gang of one (or none, when empty)
     if key in (GROUP_MIN_LABEL, KOORDINATOR_MIN):
@@ -420,6 +453,10 @@ def pod_for(key: str, value: str) -> tuple[dict[str, str], dict[str, str]]:
         annotations[KOORDINATOR_MIN] = "1"
     elif key == KOORDINATOR_MIN:
         annotations[KOORDINATOR_NAME] = FUZZ_GANG
+    elif key in (LWS_NAME, LWS_GROUP_INDEX, LWS_WORKER_INDEX, LWS_SIZE):
+        labels.setdefault(LWS_NAME, FUZZ_GANG)
+        labels.setdefault(LWS_GROUP_INDEX, "0")
+        annotations.setdefault(LWS_SIZE, "1")
     return labels, annotations
 
 

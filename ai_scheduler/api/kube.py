@@ -111,6 +111,8 @@ class Reachability:
 
 
 PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+# Kubernetes' own PodGroups (GenericWorkload, beta in v1.37): native gangs.
+NATIVE_PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
 # scheduler-plugins' Capacity Scheduling quotas, read as group quotas (config/elasticquota.py).
 ELASTICQUOTAS = ("scheduling.x-k8s.io", "v1alpha1", "elasticquotas")
 
@@ -347,6 +349,8 @@ class KubeClient:
             return self.storage.list_storage_class
         if resource == "csinodes":
             return self.storage.list_csi_node
+        if resource.count("/") == 2:  # GROUP/VERSION/PLURAL: Kubernetes PodGroups, workload owners (CRDs too)
+            return functools.partial(self.custom.list_cluster_custom_object, *resource.split("/"))
         raise ValueError(f"unknown resource {resource!r}")
 
     async def list(
@@ -596,6 +600,14 @@ class KubeClient:
         """Merge patch: PodGroup is a custom resource, which takes no strategic merge patch."""
         return await self._call(self.custom.patch_namespaced_custom_object_status(
             *PODGROUPS[:2], namespace, PODGROUPS[2], name, patch, _preload_content=False,
+            _content_type=MERGE_PATCH))
+
+    async def patch_native_podgroup_status(
+        self, namespace: str, name: str, patch: dict[str, Any]
+    ) -> ApiResult:
+        """Merge patch of a Kubernetes PodGroup's status (`scheduling.k8s.io/v1beta1`), whole lists."""
+        return await self._call(self.custom.patch_namespaced_custom_object_status(
+            *NATIVE_PODGROUPS[:2], namespace, NATIVE_PODGROUPS[2], name, patch, _preload_content=False,
             _content_type=MERGE_PATCH))
 
     async def create_pod_disruption_budget(self, budget: dict[str, Any]) -> ApiResult:

@@ -1,20 +1,30 @@
 """Gangs: which pods must start together, and what we know of each group.
 
-A pod joins a gang in one of four ways (CONTRACT.md), read in this order:
-1. label `scheduling.x-k8s.io/pod-group: NAME` -> the PodGroup custom resource NAME;
-2. label `pod-group.scheduling.sigs.k8s.io: NAME` (older scheduler-plugins) -> the PodGroup NAME;
-3. labels `pod-group.scheduling.sigs.k8s.io/name` + `.../min-available` -> a gang with no CRD;
-4. annotations `gang.scheduling.koordinator.sh/name` + `.../min-available` (Koordinator).
+A pod joins a gang in one of these ways (CONTRACT.md), read in this order:
+1. `spec.schedulingGroup.podGroupName: NAME` -> the Kubernetes PodGroup NAME (`scheduling.k8s.io/v1beta1`):
+   its `gang` policy is all-or-nothing with `minCount`, its `basic` policy means ordinary pods;
+2. label `scheduling.x-k8s.io/pod-group: NAME` -> the scheduler-plugins PodGroup custom resource NAME;
+3. label `pod-group.scheduling.sigs.k8s.io: NAME` (older scheduler-plugins) -> the PodGroup NAME;
+4. labels `pod-group.scheduling.sigs.k8s.io/name` + `.../min-available` -> a gang with no CRD;
+5. annotations `gang.scheduling.koordinator.sh/name` + `.../min-available` (Koordinator);
+6. annotation `scheduling.k8s.io/group-name` (Volcano) or `pod-group-name` (KAI Scheduler): read as the
+   name of a scheduler-plugins PodGroup, as a name label without min-available is;
+7. inferred from the workload that made the pod (pod_grouper.py), unless annotation
+   `ai-scheduler.io/gang-inference: "off"`.
 A name without a min-available falls back to the PodGroup of that name.
-Gangs are namespaced: NAME is looked up in the pod's namespace.
+Gangs are namespaced: NAME is looked up in the pod's namespace. A gang's key is `NAMESPACE/NAME` for the
+scheduler-plugins kinds (2-6), `NAMESPACE/PodGroup/NAME` for a Kubernetes PodGroup and
+`NAMESPACE/KIND/NAME` for an inferred one, so that groups of different origins never merge.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ai_scheduler.cache.pod_grouper import OwnerSpec, infer_gang, inference_problem, parse_owner
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.messages import echo
 from ai_scheduler.quantity import QuantityError, parse_go_int, to_units
@@ -25,9 +35,17 @@ GROUP_NAME_LABEL = "pod-group.scheduling.sigs.k8s.io/name"
 GROUP_MIN_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
 KOORDINATOR_NAME = "gang.scheduling.koordinator.sh/name"
 KOORDINATOR_MIN = "gang.scheduling.koordinator.sh/min-available"
+VOLCANO_GROUP = "scheduling.k8s.io/group-name"
+KAI_GROUP = "pod-group-name"
 SAME_DOMAIN_ANNOTATION = "ai-scheduler.io/same-domain"
+NATIVE = "PodGroup"  # the kind part of a Kubernetes PodGroup gang's key
 
 PODGROUP_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+NATIVE_PODGROUP_API = ("scheduling.k8s.io", "v1beta1", "podgroups")
+
+
+def gang_key(namespace: str, name: str, kind: str = "") -> str:
+    return f"{namespace}/{kind}/{name}" if kind else f"{namespace}/{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +58,12 @@ class GangRef:
     source: str
     error: str = ""
     declared_by: str = ""  # the label or annotation that names the gang, for messages
+    kind: str = ""  # "" (scheduler-plugins kinds), NATIVE, or the owner kind of an inferred gang
+    owner: tuple[str, str, str] | None = None  # inferred: (kind, namespace, name) of what gives its minimum
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return gang_key(self.namespace, self.name, self.kind)
 
 
 def _min_available(text: str, key: str) -> tuple[int | None, str]:
@@ -54,9 +74,16 @@ def _min_available(text: str, key: str) -> tuple[int | None, str]:
     return value, ""
 
 
-def gang_ref(pod: PodRecord) -> GangRef | None:
-    """The gang a pod declares, or None for a lone pod."""
+OwnerLookup = Callable[[str, str, str], OwnerSpec | None]
+
+
+def gang_ref(pod: PodRecord, owners: OwnerLookup | None = None, *, native: bool = True) -> GangRef | None:
+    """The gang a pod declares (or, given the owners seen, the one its owner implies), or None.
+    `native=False` reads past `spec.schedulingGroup`."""
     labels, annotations, ns = pod.labels, pod.annotations, pod.namespace
+    if pod.scheduling_group and native:
+        group = pod.scheduling_group
+        return GangRef(ns, group, None, "scheduling.k8s.io", declared_by="spec.schedulingGroup", kind=NATIVE)
     if labels.get(POD_GROUP_LABEL):
         return GangRef(ns, labels[POD_GROUP_LABEL], None, "PodGroup", declared_by=f"label {POD_GROUP_LABEL}")
     if labels.get(LEGACY_POD_GROUP_LABEL):
@@ -73,7 +100,19 @@ def gang_ref(pod: PodRecord) -> GangRef | None:
             return GangRef(ns, name, None, "PodGroup", declared_by=f"{kind} {name_key}")
         minimum, error = _min_available(holder[min_key], min_key)
         return GangRef(ns, name, minimum, source, error)
-    return None
+    for key in (VOLCANO_GROUP, KAI_GROUP):
+        if annotations.get(key):
+            return GangRef(ns, annotations[key], None, "PodGroup", declared_by=f"annotation {key}")
+    if owners is None:
+        return None
+    problem = inference_problem(pod)
+    if problem:  # a one-pod group that only says what is wrong
+        return GangRef(ns, pod.name, None, "inferred", problem, kind="Pod")
+    inferred = infer_gang(pod, owners)
+    if inferred is None:
+        return None
+    return GangRef(ns, inferred.name, inferred.minimum, "inferred", inferred.problem, inferred.declared_by,
+                   inferred.kind, inferred.owner)
 
 
 @dataclass(slots=True)
@@ -134,6 +173,44 @@ class PodGroupSpec:
 
 
 @dataclass(slots=True)
+class NativePodGroupSpec:
+    """The parts of a Kubernetes PodGroup (`scheduling.k8s.io/v1beta1`) the scheduler uses."""
+
+    uid: str
+    generation: int
+    gang: bool  # schedulingPolicy.gang; False: basic (ordinary pods)
+    min_count: int
+    status: dict[str, Any]
+    error: str = ""
+
+    @classmethod
+    def from_api(cls, obj: dict[str, Any]) -> NativePodGroupSpec:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        policy = spec.get("schedulingPolicy") or {}
+        gang = policy.get("gang") if isinstance(policy, dict) else None
+        error = ""
+        min_count = 1
+        if isinstance(gang, dict):
+            value = gang.get("minCount")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**31:
+                error = f"spec.schedulingPolicy.gang.minCount must be a positive integer, got {echo(value)}"
+            else:
+                min_count = value
+        elif not (isinstance(policy, dict) and isinstance(policy.get("basic"), dict)):
+            error = f"spec.schedulingPolicy must set basic or gang, got {echo(policy)}"
+        generation = meta.get("generation")
+        return cls(
+            uid=meta.get("uid") or "",
+            generation=generation if isinstance(generation, int) else 0,
+            gang=isinstance(gang, dict),
+            min_count=min_count,
+            status=dict(obj.get("status") or {}),
+            error=error,
+        )
+
+
+@dataclass(slots=True)
 class Member:
     phase: str
     node: str
@@ -152,6 +229,9 @@ class Gang:
     source: str = "PodGroup"
     declared_by: str = ""  # the key its members name it by (the last member seen), for messages
     podgroup: PodGroupSpec | None = None
+    kind: str = ""  # as GangRef.kind
+    native: NativePodGroupSpec | None = None  # kind NATIVE: its PodGroup, once seen
+    owner: tuple[str, str, str] | None = None  # inferred: the owner object its minimum is read from
     members: dict[str, Member] = field(default_factory=dict)
     first_attempt: float | None = None  # monotonic start of the current attempt window
     schedule_start: float | None = None  # wall time of the first attempt (status.scheduleStartTime)
@@ -163,13 +243,20 @@ class Gang:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+        return gang_key(self.namespace, self.name, self.kind)
 
     @property
     def min_member(self) -> int:
         if self.declared_min is not None:
             return self.declared_min
+        if self.native is not None:
+            return self.native.min_count
         return self.podgroup.min_member if self.podgroup else 1
+
+    @property
+    def basic(self) -> bool:
+        """A Kubernetes PodGroup with the basic policy: its pods are scheduled one by one."""
+        return self.native is not None and not self.native.gang and not self.native.error
 
     @property
     def problem(self) -> str:
@@ -177,6 +264,10 @@ class Gang:
         # The key first: a long name cut off with the end of the message must not take the key with it.
         if self.declared_error:
             return f"{self.declared_error} (gang {self.key})"
+        if self.kind == NATIVE:
+            if self.native is None:  # kube-scheduler's GangScheduling PreEnqueue, word for word
+                return f'waiting for pods\'s pod group "{self.name}" to appear in scheduling queue'
+            return f"pod group {self.key}: {self.native.error}" if self.native.error else ""
         if self.declared_min is None and self.podgroup is None:
             named = f"{self.declared_by}: " if self.declared_by else ""
             return f"{named}pod group {self.key} not found"
@@ -207,29 +298,63 @@ class GangRegistry:
         self.gangs: dict[str, Gang] = {}
         self._gang_of: dict[str, str] = {}  # pod uid -> gang key
         self.dirty: set[str] = set()  # gangs whose status may need writing
+        # The owner objects inferred gangs read their minimum from, by (kind, namespace, name), and the
+        # gangs that read each.
+        self.owners: dict[tuple[str, str, str], OwnerSpec] = {}
+        self._owned: dict[tuple[str, str, str], set[str]] = {}
 
-    def _gang(self, namespace: str, name: str) -> Gang:
-        key = f"{namespace}/{name}"
+    def _gang(self, namespace: str, name: str, kind: str = "") -> Gang:
+        key = gang_key(namespace, name, kind)
         gang = self.gangs.get(key)
         if gang is None:
-            gang = self.gangs[key] = Gang(namespace, name)
+            gang = self.gangs[key] = Gang(namespace, name, kind=kind)
         return gang
 
     def gang_of(self, pod: PodRecord) -> Gang | None:
+        """The gang the pod is scheduled with; None for a lone pod or one of a basic PodGroup."""
+        key = self._gang_of.get(pod.uid)
+        gang = self.gangs.get(key) if key else None
+        return None if gang is None or gang.basic else gang
+
+    def group_of(self, pod: PodRecord) -> Gang | None:
+        """The group the pod belongs to, a basic PodGroup included."""
         key = self._gang_of.get(pod.uid)
         return self.gangs.get(key) if key else None
 
+    def owner_spec(self, kind: str, namespace: str, name: str) -> OwnerSpec | None:
+        return self.owners.get((kind, namespace, name))
+
+    def _ref(self, pod: PodRecord) -> GangRef | None:
+        """gang_ref, but past the basic PodGroup that v1.37's Job controller gives every Job by default
+        (WorkloadWithJob, no `spec.scheduling` on the Job): that one does not hide what inference finds."""
+        ref = gang_ref(pod, self.owner_spec)
+        if ref is None or ref.kind != NATIVE or pod.owner is None or pod.owner[:2] != ("batch", "Job"):
+            return ref
+        group = self.gangs.get(ref.key)
+        if group is None or not group.basic:
+            return ref
+        job = self.owners.get(("Job", pod.namespace, pod.owner[2]))
+        if job is not None and job.scheduling:
+            return ref
+        inferred = gang_ref(pod, self.owner_spec, native=False)
+        if inferred is not None and inferred.owner is None:  # an explicit key below schedulingGroup: no
+            return ref
+        return inferred or ref
+
     def observe_pod(self, pod: PodRecord) -> Gang | None:
-        ref = gang_ref(pod)
+        ref = self._ref(pod)
         old_key = self._gang_of.get(pod.uid)
         if old_key and (ref is None or ref.key != old_key):
             self.forget_pod(pod.uid)
         if ref is None:
             return None
-        gang = self._gang(ref.namespace, ref.name)
+        gang = self._gang(ref.namespace, ref.name, ref.kind)
         gang.declared_by = ref.declared_by or gang.declared_by
         if ref.min_member is not None or ref.error:
             gang.declared_min, gang.declared_error, gang.source = ref.min_member, ref.error, ref.source
+        if ref.owner is not None and gang.owner != ref.owner:
+            gang.owner = ref.owner
+            self._owned.setdefault(ref.owner, set()).add(gang.key)
         gang.members[pod.uid] = Member(pod.phase, pod.node_name, pod.owners, pod.deleting)
         self._gang_of[pod.uid] = gang.key
         self.dirty.add(gang.key)
@@ -254,10 +379,14 @@ class GangRegistry:
         return gang
 
     def copy_podgroups(self, other: GangRegistry) -> None:
-        """Take `other`'s PodGroups (specs are immutable): a forecast's registry starts from the daemon's."""
+        """Take `other`'s PodGroups and owners (specs are immutable): a forecast's registry starts from the
+        daemon's."""
         for gang in other.gangs.values():
             if gang.podgroup is not None:
                 self._gang(gang.namespace, gang.name).podgroup = gang.podgroup
+            if gang.native is not None:
+                self._gang(gang.namespace, gang.name, NATIVE).native = gang.native
+        self.owners.update(other.owners)
 
     def remove_podgroup(self, obj: dict[str, Any]) -> Gang | None:
         meta = obj.get("metadata") or {}
@@ -275,12 +404,84 @@ class GangRegistry:
                 self._drop_if_empty(gang)
 
     def _drop_if_empty(self, gang: Gang) -> None:
-        if not gang.members and gang.podgroup is None:
+        if not gang.members and gang.podgroup is None and gang.native is None:
             self.gangs.pop(gang.key, None)
             self.dirty.discard(gang.key)
+            if gang.owner is not None:
+                owned = self._owned.get(gang.owner)
+                if owned is not None:
+                    owned.discard(gang.key)
+                    if not owned:
+                        del self._owned[gang.owner]
+
+    # ------------------------------------------------------------------ Kubernetes PodGroups
+    def set_native_podgroup(self, obj: dict[str, Any]) -> Gang:
+        meta = obj.get("metadata") or {}
+        gang = self._gang(meta.get("namespace") or "", meta.get("name") or "", NATIVE)
+        gang.native = NativePodGroupSpec.from_api(obj)
+        self.dirty.add(gang.key)
+        return gang
+
+    def native_members(self, gang: Gang) -> list[str]:
+        """The pods to read again when a basic PodGroup appears (see `_ref`)."""
+        return list(gang.members) if gang.basic else []
+
+    def remove_native_podgroup(self, obj: dict[str, Any]) -> Gang | None:
+        meta = obj.get("metadata") or {}
+        gang = self.gangs.get(gang_key(meta.get("namespace") or "", meta.get("name") or "", NATIVE))
+        if gang is not None:
+            gang.native = None
+            self._drop_if_empty(gang)
+        return gang
+
+    def replace_native_podgroups(self, items: list[dict[str, Any]]) -> None:
+        seen = {self.set_native_podgroup(obj).key for obj in items}
+        for gang in list(self.gangs.values()):
+            if gang.native is not None and gang.key not in seen:
+                gang.native = None
+                self._drop_if_empty(gang)
+
+    # ------------------------------------------------------------------ owners of inferred gangs
+    def set_owner(self, kind: str, obj: dict[str, Any] | None, key: tuple[str, str, str]) -> list[str]:
+        """An owner object seen (None: deleted); returns the pods whose group must be read again, those of
+        the gangs that read it, when what it says for inference changed."""
+        if kind == "Job" and obj is not None and not _indexed(obj):
+            obj = None  # only indexed Jobs imply gangs: the others are not kept
+        spec = parse_owner(kind, obj) if obj is not None else None
+        if spec == self.owners.get(key):
+            return []
+        if spec is None:
+            self.owners.pop(key, None)
+        else:
+            self.owners[key] = spec
+        return [uid for gang in self._owned.get(key, ()) for uid in self.gangs[gang].members]
+
+    def replace_owners(self, kind: str, items: list[dict[str, Any]]) -> list[str]:
+        """A fresh list of one owner kind; returns the pods whose group must be read again."""
+        listed = {_owner_key(kind, obj): obj for obj in items}
+        stale = [key for key in self.owners if key[0] == kind and key not in listed]
+        uids = [uid for key in stale for uid in self.set_owner(kind, None, key)]
+        for key, obj in listed.items():
+            uids += self.set_owner(kind, obj, key)
+        return uids
 
     def start_attempt(self, gang: Gang, now: float) -> None:
         if gang.first_attempt is None:
             gang.first_attempt = now
         if gang.schedule_start is None:
             gang.schedule_start = time.time()
+
+
+def _indexed(job: dict[str, Any]) -> bool:
+    spec = job.get("spec")
+    return isinstance(spec, dict) and spec.get("completionMode") == "Indexed"
+
+
+def _owner_key(kind: str, obj: dict[str, Any]) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return kind, meta.get("namespace") or "", meta.get("name") or ""
+
+
+def owner_key(kind: str, obj: dict[str, Any]) -> tuple[str, str, str]:
+    """The registry's key of an owner object (for `set_owner`)."""
+    return _owner_key(kind, obj)

@@ -140,6 +140,18 @@ def _spread_controller(refs: Any) -> tuple[str, str] | None:
     return None
 
 
+def _controller_ref(refs: Any) -> tuple[str, str, str] | None:
+    """metav1.GetControllerOf as (API group, kind, name): what a gang inferred from the owner starts from."""
+    for ref in refs or ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            api, kind, name = ref.get("apiVersion"), ref.get("kind"), ref.get("name")
+            if isinstance(api, str) and isinstance(kind, str) and isinstance(name, str):
+                group = api.rpartition("/")[0]
+                return _shared(group), _shared(kind), _shared(name)
+            return None
+    return None
+
+
 def _parse_resources(section: dict[str, Any] | None) -> dict[str, int]:
     if not section:
         return {}
@@ -378,6 +390,7 @@ class PodRecord:
         "node_name",
         "node_selector",
         "nonzero_requests",
+        "owner",
         "owners",
         "phase",
         "pod_affinity",
@@ -387,6 +400,7 @@ class PodRecord:
         "resource_version",
         "scheduled_condition",
         "scheduler_name",
+        "scheduling_group",
         "spec_error",
         "spread",
         "started",
@@ -413,6 +427,11 @@ class PodRecord:
         # The controlling owner when it is a workload that kube-scheduler's default spreading reads
         # (ReplicaSet, StatefulSet, ReplicationController): (kind, name); None otherwise.
         self.controller: tuple[str, str] | None = None
+        # The controlling owner reference as (API group, kind, name), for gangs inferred from the owner
+        # (cache/pod_grouper.py); None without one.
+        self.owner: tuple[str, str, str] | None = None
+        # spec.schedulingGroup.podGroupName (Kubernetes v1.36+): the `scheduling.k8s.io` PodGroup it joins.
+        self.scheduling_group = ""
         self.started = ""  # status.startTime: when the kubelet started it
         self.preempts = True  # spec.preemptionPolicy is not Never
         self.affinity: dict[str, Any] = {}
@@ -471,6 +490,10 @@ class PodRecord:
         rec.annotations = _shared_map(meta.get("annotations"))
         rec.owners = tuple(_shared(ref.get("name", "")) for ref in meta.get("ownerReferences") or ())
         rec.controller = _spread_controller(meta.get("ownerReferences"))
+        rec.owner = _controller_ref(meta.get("ownerReferences"))
+        group = spec.get("schedulingGroup")
+        if group:
+            rec.scheduling_group = _shared(group.get("podGroupName") or "") if isinstance(group, dict) else ""
         rec.scheduler_name = _shared(spec.get("schedulerName") or "default-scheduler")
         rec.node_name = _shared(spec.get("nodeName") or "")
         try:

@@ -23,7 +23,7 @@ from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
-from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.gangs import NATIVE, GangRegistry, NativePodGroupSpec, gang_key, owner_key
 from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, NodeRecord, PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
@@ -200,3 +200,47 @@ class EventHandlers:
     def replace_podgroups(self, items: list[dict[str, Any]]) -> None:
         self.gangs.replace_podgroups(items)
         self.queue.move_all("PodGroupRelist")
+
+    def on_native_podgroup_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Kubernetes PodGroup (`scheduling.k8s.io`): its policy and minCount decide for its pods."""
+        if kind == "DELETED":
+            self.gangs.remove_native_podgroup(obj)
+        else:
+            meta = obj.get("metadata") or {}
+            key = gang_key(meta.get("namespace") or "", meta.get("name") or "", NATIVE)
+            known = self.gangs.gangs.get(key)
+            before = _policy(known.native) if known is not None and known.native is not None else None
+            gang = self.gangs.set_native_podgroup(obj)
+            if gang.native is not None and _policy(gang.native) == before:
+                return  # its status only (often our own write): nothing to try again
+            self._regroup(self.gangs.native_members(gang))
+        self.queue.move_all("PodGroupChange")
+
+    def replace_native_podgroups(self, items: list[dict[str, Any]]) -> None:
+        self.gangs.replace_native_podgroups(items)
+        gangs = list(self.gangs.gangs.values())
+        self._regroup([uid for gang in gangs for uid in self.gangs.native_members(gang)])
+        self.queue.move_all("PodGroupRelist")
+
+    def on_owner_event(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """An owner of inferred gangs (pod_grouper.OWNER_RESOURCES): its pods' groups are read again when
+        what it says for them changed."""
+        key = owner_key(kind, obj)
+        self._regroup(self.gangs.set_owner(kind, None if event == "DELETED" else obj, key))
+
+    def replace_owners(self, kind: str, items: list[dict[str, Any]]) -> None:
+        self._regroup(self.gangs.replace_owners(kind, items))
+
+    def _regroup(self, uids: list[str]) -> None:
+        if not uids:
+            return
+        for uid in uids:
+            state = self.cache.pod_state(uid)
+            if state is not None:
+                self.gangs.observe_pod(state.record)
+        self.queue.move_all("PodGroupChange")
+
+
+def _policy(spec: NativePodGroupSpec) -> tuple[bool, int, str]:
+    """What of a Kubernetes PodGroup decides for its pods."""
+    return spec.gang, spec.min_count, spec.error

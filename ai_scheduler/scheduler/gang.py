@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gangs import Gang, GangRegistry
+from ai_scheduler.cache.gangs import NATIVE, Gang, GangRegistry
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import quota_amounts
 from ai_scheduler.config import SchedulingSettings
@@ -40,6 +40,9 @@ from ai_scheduler.scheduler.reservation import Reserver, waiting_since
 MAX_BIND_FAILURES = 3  # a member that fails to bind this often makes the gang fail
 MAX_DOMAIN_TRIALS = 4  # domains tried per topology level, smallest that could hold the gang first
 MAX_TIMEOUT_BACKOFF = 300.0
+# kube-scheduler's prefix of a member's message when its PodGroup's cycle fails (errPodGroupUnschedulable);
+# the PodGroup's own condition carries the rest.
+NATIVE_UNSCHEDULABLE = "pod group is unschedulable, "
 
 LogDecision = Callable[[QueuedPod, PodRecord, Decision, str, dict[str, Any]], None]
 
@@ -83,6 +86,9 @@ class GangScheduler:
         # The members the attempt in progress took out of the queue (empty between attempts): if the attempt
         # raises, the scheduling loop's recovery puts them back (scheduler.recovery).
         self.holding: list[QueuedPod] = []
+        # The latest try's members placed and members left untried when it gave up (kube-scheduler's
+        # "N scheduled, M remaining" for a Kubernetes PodGroup).
+        self.last_try = (0, 0)
 
     def reconfigure(self, settings: SchedulingSettings) -> None:
         """A config reload: the timeout, the timeout backoff and the topology labels apply from the next
@@ -130,13 +136,10 @@ class GangScheduler:
             )
             return 0, "waiting"
         if placed + len(members) < gang.min_member:
-            self._wait(
-                gang,
-                members,
-                f"gang {gang.key} has {placed + len(members)} of {gang.min_member} required pods",
-                placed,
-                needed,
-            )
+            count = f"gang {gang.key} has {placed + len(members)} of {gang.min_member} required pods"
+            if gang.kind == NATIVE:  # kube-scheduler's GangScheduling PreEnqueue words first
+                count = f"waiting for minCount pods from a gang to appear in scheduling queue ({count})"
+            self._wait(gang, members, count, placed, needed)
             return 0, "waiting"
         self.registry.start_attempt(gang, now)
         short = self._min_resources_shortfall(gang)
@@ -247,8 +250,10 @@ class GangScheduler:
         """Place as many members as fit, assuming each; undo everything if fewer than `needed` fit."""
         placements: list[tuple[QueuedPod, Decision]] = []
         first_failure: Decision | None = None
+        remaining = 0
         for i, member in enumerate(members):
             if len(placements) + (len(members) - i) < needed:
+                remaining = len(members) - i
                 break  # the rest could not reach the quorum
             decision = framework.schedule(member.pod, mask, self._blocked)
             if decision.node is None:
@@ -256,6 +261,7 @@ class GangScheduler:
                 continue
             self.binder.reserve(member.pod, decision)
             placements.append((member, decision))
+        self.last_try = (len(placements), remaining)
         if len(placements) >= needed:
             return placements, None
         for member, _ in placements:
@@ -299,13 +305,14 @@ class GangScheduler:
             return placements, ""
         failure = failure or first_failure
         detail = failure.message if failure is not None else "not enough room"
-        self._wait(
-            gang,
-            members,
-            f"gang {gang.key} needs {needed} pods placed together and they do not all fit: {detail}",
-            gang.min_member - needed,
-            needed,
-        )
+        reason = f"gang {gang.key} needs {needed} pods placed together and they do not all fit: {detail}"
+        if gang.kind == NATIVE:  # kube-scheduler's words for a Kubernetes PodGroup, then ours
+            placed, remaining = self.last_try
+            reason = (
+                f"{NATIVE_UNSCHEDULABLE}minCount ({gang.min_member}) cannot be satisfied: "
+                f"{placed + gang.min_member - needed} scheduled, {remaining} remaining ({reason})"
+            )
+        self._wait(gang, members, reason, gang.min_member - needed, needed)
         return None
 
     def _place_elastic(self, gang: Gang, members: list[QueuedPod], framework: Framework) -> int:
@@ -518,7 +525,15 @@ class GangScheduler:
         return ""
 
     def _involved(self, gang: Gang) -> dict[str, Any]:
-        """The object a gang's events are about: its PodGroup, or for label gangs its first member."""
+        """The object a gang's events are about: its PodGroup (either kind), or else its first member."""
+        if gang.native is not None:
+            return {
+                "apiVersion": "scheduling.k8s.io/v1beta1",
+                "kind": "PodGroup",
+                "namespace": gang.namespace,
+                "name": gang.name,
+                "uid": gang.native.uid,
+            }
         if gang.podgroup is not None:
             return {
                 "apiVersion": "scheduling.x-k8s.io/v1alpha1",

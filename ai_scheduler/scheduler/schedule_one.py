@@ -158,6 +158,10 @@ class SchedulingCycle:
         message = decision.message
         self.queue.requeue(qp, unschedulable=True, reason=message)
         self.feedback.unschedulable(pod, message)
+        group = self.gangs.group_of(pod)
+        if group is not None and group.basic:  # its PodGroup's condition says why (gang_status.py)
+            group.last_reason = message
+            self.gangs.dirty.add(group.key)
         self.log_decision(qp, pod, decision, "unschedulable", {})
         if decision.error or self.preemptor is None:
             return

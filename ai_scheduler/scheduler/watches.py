@@ -7,7 +7,9 @@ always watches them): Services, ReplicationControllers, ReplicaSets and
 StatefulSets for PodTopologySpread's system defaults, PersistentVolumes,
 claims, StorageClasses and CSINodes for the volume plugins. A reload that
 brings such a profile adds their informers (`watch_optional`), which then run
-on.
+on. Kubernetes PodGroups and the owners of inferred gangs (Jobs, JobSets,
+Kubeflow jobs, RayClusters, LeaderWorkerSets) are optional kinds: an informer
+each, which treats a kind the API server does not serve as empty.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any, TypeVar
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
+from ai_scheduler.cache.gangs import NATIVE_PODGROUP_API
+from ai_scheduler.cache.pod_grouper import OWNER_RESOURCES, resource_key
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import RESOURCES as VOLUME_RESOURCES
 from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
@@ -27,6 +31,8 @@ from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.history import History
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.plugins import reads_volumes, reads_workloads
+
+NATIVE_PODGROUPS = resource_key(*NATIVE_PODGROUP_API)
 
 
 class Watches:
@@ -59,7 +65,21 @@ class Watches:
             "podgroups": self._informer(
                 "podgroups", on.on_podgroup_event, on.replace_podgroups, optional=True
             ),
+            # Kubernetes' own PodGroups (native gangs): served with the GenericWorkload feature gate only.
+            NATIVE_PODGROUPS: self._informer(
+                NATIVE_PODGROUPS, on.on_native_podgroup_event, on.replace_native_podgroups, optional=True
+            ),
         }
+        # The owners of gangs inferred from the workload (cache/pod_grouper.py); a kind whose CRD is not
+        # installed is looked for again every half minute.
+        for group, version, plural, kind in OWNER_RESOURCES:
+            resource = resource_key(group, version, plural)
+            self.informers[resource] = self._informer(
+                resource,
+                functools.partial(on.on_owner_event, kind),
+                functools.partial(on.replace_owners, kind),
+                optional=True,
+            )
         self.watch_optional(config)
         return self.informers
 

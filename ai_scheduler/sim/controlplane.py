@@ -11,7 +11,9 @@ modules (versions in `hack/kube/go.mod`):
     chosen free at start)    ├── kwok                     (keeps kwok nodes Ready and leased;
                              │                            pods: Running on bind, Succeeded after
                              │                            `sim.ai-scheduler.io/duration`, deleted)
-                             └── test harness, schedulers (admin token, or a ServiceAccount token)
+                             ├── test harness, schedulers (admin token, or a ServiceAccount token)
+                             └── KubeRay operator         (started by the first test that needs it:
+                                                           RayClusters' head and worker pods)
 ```
 
 The API server runs with RBAC authorization, the default admission plugins,
@@ -19,6 +21,14 @@ service-account signing keys and an audit log (so a test can list the verbs a
 client really used). Everything lives in one work folder and every process is
 stopped by its process id. `python -m ai_scheduler.sim.controlplane up` starts
 one and prints its kubeconfig, for trying things by hand.
+
+The KubeRay operator (`ray-operator`, built by `hack/kube/build.sh kuberay` into
+a cache folder of its own with the ray.io CRDs and the ClusterRole its module
+ships) runs only once a test asks for it (`ControlPlane.start_kuberay`): its CRDs
+are installed then, and it runs under a ServiceAccount bound to that
+ClusterRole, as its Helm chart installs it, so that a right it lacks fails
+as on a cluster. It makes a RayCluster's pods from the cluster's own pod
+templates, scheduler name included.
 
 Nothing here imports the scheduler: like the rest of `sim/`, it only stands in
 for the cluster.
@@ -52,6 +62,11 @@ from ai_scheduler.sim.objects import KWOK_NODE_ANNOTATION, KWOK_NODE_VALUE
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "hack" / "kube" / "build.sh"
+KUBERAY = "ray-operator"
+# What `build.sh kuberay` leaves in the operator's folder besides its binary: its CRDs and ClusterRole.
+KUBERAY_CRDS = ("ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml", "ray.io_rayservices.yaml")
+KUBERAY_ROLE = "role.yaml"
+KUBERAY_NAMESPACE = "kuberay-system"
 
 # The controllers a test cluster needs: namespace deletion, garbage collection, node lifecycle
 # (the not-ready taint comes off once kwok reports Ready), and the service accounts that pod
@@ -75,6 +90,9 @@ CONTROLLERS = (
     # Jobs: the built-in Job controller makes pods (and, with WorkloadWithJob, the Workload and PodGroup
     # of a gang) as on a real cluster.
     "job-controller",
+    # Kubernetes PodGroups carry the finalizer scheduling.k8s.io/podgroup-protection from creation: this
+    # controller lifts it once no pod names the group, or a deleted PodGroup stays Terminating for good.
+    "podgroup-protection-controller",
 )
 
 # The feature gates of the APIs GPU teams use in 2026 that the pinned release does not serve by default:
@@ -219,18 +237,29 @@ def free_port() -> int:
         return port
 
 
-def build_binaries() -> Path:
-    """Run hack/kube/build.sh (a no-op when the binaries are cached) and return their folder."""
-    env_dir = os.environ.get("AI_SCHEDULER_KUBE_DIR")
-    if env_dir and all((Path(env_dir) / b).exists() for b in BINARIES):
+def _run_build(what: str, env_var: str, files: tuple[str, ...]) -> Path:
+    """Run hack/kube/build.sh `what` (a no-op when its cache folder is complete) and return the folder."""
+    env_dir = os.environ.get(env_var)
+    if env_dir and all((Path(env_dir) / f).exists() for f in files):
         return Path(env_dir)
     if not BUILD_SCRIPT.exists():
         raise ControlPlaneError(f"{BUILD_SCRIPT.relative_to(REPO)} is missing: run from a checkout")
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    result = subprocess.run(["bash", str(BUILD_SCRIPT), what], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = "\n".join(result.stderr.strip().splitlines()[-20:])
-        raise ControlPlaneError(f"{BUILD_SCRIPT.relative_to(REPO)} exited {result.returncode}:\n{tail}")
+        script = BUILD_SCRIPT.relative_to(REPO)
+        raise ControlPlaneError(f"{script} {what} exited {result.returncode}:\n{tail}")
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+def build_binaries() -> Path:
+    """Run hack/kube/build.sh for the Kubernetes binaries (a no-op when cached) and return their folder."""
+    return _run_build("kube", "AI_SCHEDULER_KUBE_DIR", BINARIES)
+
+
+def build_kuberay() -> Path:
+    """Run hack/kube/build.sh for the KubeRay operator (a no-op when cached) and return its folder."""
+    return _run_build("kuberay", "AI_SCHEDULER_KUBERAY_DIR", (KUBERAY, *KUBERAY_CRDS, KUBERAY_ROLE))
 
 
 def kube_version() -> str:
@@ -293,6 +322,8 @@ class ControlPlane:
     # new nodes); None keeps the default.
     controller_qps: int | None = None
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # How the KubeRay operator was started (its binary and arguments), once a test asked for it.
+    _kuberay: tuple[Path, list[str]] | None = field(default=None, init=False)
 
     # ------------------------------------------------------------------ addresses and credentials
     @property
@@ -367,15 +398,70 @@ class ControlPlane:
         self._terminate("kwok")
         self._spawn("kube-controller-manager", self._controller_manager_args())
         self._spawn("kwok", self._kwok_args())
+        if self._kuberay is not None:
+            self._terminate(KUBERAY)
+            self._spawn(KUBERAY, self._kuberay[1], binary=self._kuberay[0])
+
+    def start_kuberay(self, folder: Path | None = None, timeout: float = 120.0) -> None:
+        """Install the ray.io CRDs and run the KubeRay operator under its own ServiceAccount (bound to the
+        ClusterRole its module ships), once: later calls find it running. `folder` holds what
+        `hack/kube/build.sh kuberay` builds (built now when not given)."""
+        process = self.processes.get(KUBERAY)
+        if process is not None and process.poll() is None:
+            return
+        folder = folder or build_kuberay()
+        for crd in KUBERAY_CRDS:
+            # Created, or replaced whole where a CRD of that name is there (no client-side apply: the CRDs are
+            # larger than the annotation it keeps; no server-side apply: it would merge with what is there).
+            created = self.kubectl("create", "-f", str(folder / crd), check=False)
+            if created.returncode != 0:
+                if "AlreadyExists" not in created.stderr:
+                    raise ControlPlaneError(f"kubectl create -f {crd} exited {created.returncode}:\n"
+                                            f"{created.stderr.strip()}\n{self.logs_tail()}")
+                self.kubectl("replace", "-f", str(folder / crd))
+        for crd in KUBERAY_CRDS:
+            self.wait_crd_established(crd.removeprefix("ray.io_").removesuffix(".yaml") + ".ray.io", timeout)
+        account = {"kind": "ServiceAccount", "name": "kuberay-operator", "namespace": KUBERAY_NAMESPACE}
+        identity = self.workdir / "kuberay-identity.yaml"
+        identity.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUBERAY_NAMESPACE}},
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": account["name"], "namespace": KUBERAY_NAMESPACE}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "kuberay-operator"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "kuberay-operator"},  # the ClusterRole of the module's role.yaml
+             "subjects": [account]},
+        ]}))
+        self.kubectl("apply", "-f", str(folder / KUBERAY_ROLE), "-f", str(identity))
+        token = self.service_account_token(KUBERAY_NAMESPACE, account["name"])
+        kubeconfig = self.write_kubeconfig(self.workdir / "kuberay.kubeconfig", token)
+        probe = free_port()
+        args = [
+            "--kubeconfig", str(kubeconfig),
+            "--enable-leader-election=false",
+            "--metrics-addr", "0",  # no metrics server: nothing reads it, and its port could clash
+            "--health-probe-bind-address", f"127.0.0.1:{probe}",
+            "--log-stdout-encoder", "console",
+        ]
+        self._kuberay = (folder / KUBERAY, args)
+        self._spawn(KUBERAY, args, binary=folder / KUBERAY)
+        try:
+            ready = f"http://127.0.0.1:{probe}/readyz"
+            self._wait(lambda: self._http_ok(ready), timeout, "the KubeRay operator's /readyz")
+        except ControlPlaneError:
+            self._terminate(KUBERAY)
+            self._kuberay = None
+            raise
 
     def stop(self) -> None:
         for name in reversed(list(self.processes)):
             self._terminate(name)
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def _spawn(self, name: str, args: list[str], binary: Path | None = None) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
-            [str(self.binaries / name), *args], stdout=log, stderr=subprocess.STDOUT,
+            [str(binary or self.binaries / name), *args], stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, cwd=self.workdir, start_new_session=True,
         )
         log.close()
@@ -470,7 +556,7 @@ class ControlPlane:
     def logs_tail(self, chars: int = 1500) -> str:
         """The end of every component's log, for a message that says why a step failed."""
         parts = []
-        for name in BINARIES:
+        for name in (*BINARIES, KUBERAY):
             log = self.workdir / f"{name}.log"
             if log.exists():
                 parts.append(f"--- {name}.log (last {chars} characters)\n{log.read_text(errors='replace')[-chars:]}")
@@ -483,7 +569,9 @@ class ControlPlane:
         last = ""
         while time.monotonic() < deadline:
             status, body = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            conditions = {c.get("type"): c for c in body.get("status", {}).get("conditions", [])} if status == 200 else {}
+            # A CRD just created has `status.conditions: null` until the API server first writes them.
+            found = ((body.get("status") or {}).get("conditions") or []) if status == 200 else []
+            conditions = {c.get("type"): c for c in found}
             established = conditions.get("Established", {})
             if established.get("status") == "True":
                 group, version = body["spec"]["group"], body["spec"]["versions"][0]["name"]
@@ -601,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                     "interrupted (binaries from hack/kube/build.sh).")
     parser.add_argument("command", choices=["up", "build"])
     parser.add_argument("--workdir", help="work folder (default: a new temporary folder)")
+    parser.add_argument("--kuberay", action="store_true", help="also run the KubeRay operator (up)")
     args = parser.parse_args(argv)
     try:
         binaries = build_binaries()
@@ -613,6 +702,8 @@ def main(argv: list[str] | None = None) -> int:
     plane = ControlPlane(Path(args.workdir or tempfile.mkdtemp(prefix="kube-")), binaries)
     try:
         plane.start()
+        if args.kuberay:
+            plane.start_kuberay()
         print(f"kube-apiserver {kube_version()} ready at {plane.url}\n"
               f"export KUBECONFIG={plane.admin_kubeconfig}\n(Ctrl-C stops everything)", flush=True)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})

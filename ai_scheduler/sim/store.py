@@ -86,14 +86,15 @@ class Registry:
         return self._by_gvr.get((group, version, plural))
 
     def resolve(self, name: str) -> ResourceType:
-        """A type by its key (`pods`, `podgroups.scheduling.x-k8s.io`) or unambiguous plural."""
+        """A type by its key (`pods`, `podgroups.scheduling.k8s.io`) or its plural; a plural that several
+        groups serve names the first type registered with it (`podgroups`: scheduler-plugins' PodGroup)."""
         matches = [rt for rt in self._by_gvr.values() if name in (rt.key, rt.plural)]
         exact = [rt for rt in matches if rt.key == name]
         if exact:
             return exact[0]
-        if len(matches) == 1:
+        if matches:
             return matches[0]
-        raise KeyError(f"unknown or ambiguous resource {name!r}")
+        raise KeyError(f"unknown resource {name!r}")
 
     def __iter__(self) -> Iterator[ResourceType]:
         return iter(self._by_gvr.values())
@@ -106,6 +107,15 @@ DEFAULT_TYPES: tuple[ResourceType, ...] = (
     ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", namespaced=False),
     ResourceType("leases", "Lease", "coordination.k8s.io", "v1"),
     ResourceType("podgroups", "PodGroup", "scheduling.x-k8s.io", "v1alpha1", has_status=True),
+    # Kubernetes' own (GenericWorkload): PodGroups (native gangs) and the Workloads that template them.
+    ResourceType("podgroups", "PodGroup", "scheduling.k8s.io", "v1beta1", has_status=True),
+    ResourceType("workloads", "Workload", "scheduling.k8s.io", "v1beta1"),
+    # Kept, not acted on (no operator runs): the owners whose specs give inferred gangs their minimum.
+    ResourceType("jobsets", "JobSet", "jobset.x-k8s.io", "v1alpha2", has_status=True),
+    ResourceType("pytorchjobs", "PyTorchJob", "kubeflow.org", "v1", has_status=True),
+    ResourceType("mpijobs", "MPIJob", "kubeflow.org", "v2beta1", has_status=True),
+    ResourceType("rayclusters", "RayCluster", "ray.io", "v1", has_status=True),
+    ResourceType("leaderworkersets", "LeaderWorkerSet", "leaderworkerset.x-k8s.io", "v1", has_status=True),
     # Kept, not acted on (no Capacity Scheduling controller fills their status): ai-scheduler reads them.
     ResourceType("elasticquotas", "ElasticQuota", "scheduling.x-k8s.io", "v1alpha1", has_status=True),
     # Kept, not enforced: pods may name a namespace that was never created, and no controller runs Jobs.

@@ -155,8 +155,10 @@ async def pods_of(api: KubeClient, namespace: str, target: Target) -> list[dict[
 
 
 def _gang_of(pod: dict[str, Any]) -> str | None:
+    """The gang's key without its namespace: `NAME`, or `PodGroup/NAME` for a Kubernetes PodGroup's (as the
+    visibility API shows it). Gangs inferred from the owner are the daemon's to see, not this command's."""
     ref = gang_ref(PodRecord.from_api(pod))
-    return ref.name if ref is not None else None
+    return ref.key.partition("/")[2] if ref is not None else None
 
 
 async def _list_pods(api: KubeClient, namespace: str) -> list[dict[str, Any]]:
