@@ -487,7 +487,8 @@ class ControlPlane:
                     tail = (self.workdir / f"{name}.log").read_text(errors="replace")[-3000:]
                     raise ControlPlaneError(f"{name} exited with {process.returncode}:\n{tail}")
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.logs_tail()}")
+                raise ControlPlaneError(
+                    f"timed out after {timeout:.0f} s waiting for {what}\n{self.logs_tail()}")
             time.sleep(0.2)
 
     # ------------------------------------------------------------------ plain HTTP helpers
@@ -549,7 +550,8 @@ class ControlPlane:
                                 capture_output=True, text=True, check=False)
         if check and result.returncode != 0:
             raise ControlPlaneError(
-                f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr.strip() or result.stdout.strip()}"
+                f"kubectl {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stderr.strip() or result.stdout.strip()}"
                 f"\n{self.logs_tail()}")
         return result
 
@@ -559,7 +561,8 @@ class ControlPlane:
         for name in (*BINARIES, KUBERAY):
             log = self.workdir / f"{name}.log"
             if log.exists():
-                parts.append(f"--- {name}.log (last {chars} characters)\n{log.read_text(errors='replace')[-chars:]}")
+                tail = log.read_text(errors="replace")[-chars:]
+                parts.append(f"--- {name}.log (last {chars} characters)\n{tail}")
         return "\n".join(parts)
 
     def wait_crd_established(self, name: str, timeout: float = 120.0) -> None:
@@ -568,7 +571,8 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            status, body = self.request("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            status, body = self.request("GET", path)
             # A CRD just created has `status.conditions: null` until the API server first writes them.
             found = ((body.get("status") or {}).get("conditions") or []) if status == 200 else []
             conditions = {c.get("type"): c for c in found}
@@ -579,7 +583,7 @@ class ControlPlane:
                 served, listing = self.request("GET", f"/apis/{group}/{version}/{plural}?limit=1")
                 if served == 200:
                     return
-                last = f"established, but listing {plural} answers HTTP {served}: {listing.get('message', '')}"
+                last = f"established, but listing {plural} answers HTTP {served}: {listing.get('message')}"
             else:
                 last = f"HTTP {status}; conditions {list(conditions.values())}"
             time.sleep(0.2)
