@@ -26,6 +26,9 @@ GROUP_MIN_LABEL = "pod-group.scheduling.sigs.k8s.io/min-available"
 KOORDINATOR_NAME = "gang.scheduling.koordinator.sh/name"
 KOORDINATOR_MIN = "gang.scheduling.koordinator.sh/min-available"
 SAME_DOMAIN_ANNOTATION = "ai-scheduler.io/same-domain"
+# A gang's preemption policy where its API has no field for it (scheduler/gang_preemption.py): on the
+# PodGroup object, or on the member pods of a gang declared by labels. "Never" or "PreemptLowerPriority".
+PREEMPTION_POLICY_ANNOTATION = "ai-scheduler.io/preemption-policy"
 
 PODGROUP_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 
@@ -87,6 +90,7 @@ class PodGroupSpec:
     same_domain_required: bool
     status: dict[str, Any]
     error: str = ""
+    preemption_policy: str = ""  # "Never", "PreemptLowerPriority", or "" (not said: the members' own)
 
     @classmethod
     def from_api(cls, obj: dict[str, Any]) -> PodGroupSpec:
@@ -122,6 +126,11 @@ class PodGroupSpec:
         if same_domain is not None and same_domain != "required":
             got = echo(same_domain)
             errors.append(f'annotation {SAME_DOMAIN_ANNOTATION} must be "required" or absent, got {got}')
+        # v1.37's PodGroupPreemptionPolicy field, else our annotation (on a PodGroup of any API).
+        policy = spec.get("preemptionPolicy") or annotations.get(PREEMPTION_POLICY_ANNOTATION) or ""
+        if policy not in ("", "Never", "PreemptLowerPriority"):
+            errors.append(f"preemption policy must be Never or PreemptLowerPriority, got {echo(policy)}")
+            policy = ""
         return cls(
             uid=meta.get("uid") or "",
             min_member=max(1, min_member),
@@ -130,6 +139,7 @@ class PodGroupSpec:
             same_domain_required=same_domain == "required",
             status=dict(obj.get("status") or {}),
             error="; ".join(errors),
+            preemption_policy=str(policy),
         )
 
 

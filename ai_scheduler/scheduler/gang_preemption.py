@@ -1,0 +1,454 @@
+"""Gang preemption: a gang whose quorum fits nowhere preempts as one unit (KEP-5710's semantics).
+
+kube-scheduler v1.37's workload-aware preemption (framework/preemption/podgrouppreemption.go) treats
+the whole cluster as one domain and the pod group as one preemptor; we follow its rules:
+
+- Who may be a victim: a placed pod of strictly lower priority than the gang (never equal or higher,
+  so two gangs can never evict each other in turn, and a gang that preempted is never preempted back
+  by the gang it displaced), under the same tenancy rule as single-pod preemption (preemption.py). A
+  victim in a gang is a unit with its whole gang: every placed member, on any node, goes together;
+  a gang with a member that may not be preempted, or with a member still being bound, is no
+  candidate at all, so that no victim gang is ever left partly running.
+- Which victims: kube removes every candidate, checks that the group then fits, and gives victims
+  back ("reprieves") one by one, the most important first (higher priority; a gang before a lone
+  pod; the bigger; the earlier started), those whose eviction would break a PodDisruptionBudget
+  before the others, so that they are taken last. We do the same with arithmetic over the node
+  arrays first: starting from the free room of every node the gang could use (the profile's filters
+  other than the resource fit, run once on the pod without requests), the least important units are
+  taken off (budget-breaking ones last) until the copies of the quorum's request that fit reach the
+  quorum, then the taken ones are reprieved, most important first, while the quorum still fits.
+  Every step recomputes only the rows the unit touches (numpy over those rows; no loop over nodes).
+  The choice is then checked by placing the quorum for real (the profile's cycle, with the victims
+  off the nodes: SchedulerCache.without, every member assumed in turn and forgotten after). When
+  the arithmetic cannot see what keeps the gang out (managed GPUs, host ports, pod anti-affinity, a
+  required placement domain), kube's own order is used: every candidate off, the quorum placed, the
+  units reprieved while no node the quorum lands on would be overcommitted, and the outcome checked.
+- What is done: every member of the quorum is nominated to the node the check placed it on (the
+  room is held for it as for a single preemptor, and `nominatedNodeName` is written), the victims
+  get the DisruptionTarget condition, a Preempted event and are deleted (outbox Evictions, once per
+  member with the victims on its node), and the gang waits; once the victims are gone its next
+  attempt places it whole on the nominated nodes (cycle.Framework tries a nominated node first).
+  While victims of its preemption are still there, the gang does not preempt again.
+- What is said: the gang's Unschedulable message ends with kube's `preemption:` part: why it may
+  not preempt (`not eligible due to preemptionPolicy=Never.`), that nothing may be preempted for it
+  (`No preemption victims found for incoming preemptor`), the filters' verdict with every candidate
+  off (`0/8 nodes are available: 8 Insufficient nvidia.com/gpu.`), or, when it preempted,
+  `found a placement for podgroup, preempting N victims`.
+- The gang's preemption policy (v1.37's PodGroupPreemptionPolicy): `Never` when its PodGroup says
+  so (`spec.preemptionPolicy`, or the annotation `ai-scheduler.io/preemption-policy` on a
+  PodGroup of any API), when any member pod carries that annotation (gangs declared by labels), or
+  when a member's own `spec.preemptionPolicy` is Never (kube, without the gate, takes the members').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ai_scheduler.cache.gangs import PREEMPTION_POLICY_ANNOTATION, Gang
+from ai_scheduler.cache.gpus import gpu_request
+from ai_scheduler.cache.records import PODS, PodRecord
+from ai_scheduler.messages import echo
+from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
+from ai_scheduler.scheduler.preemption import (
+    NOT_ELIGIBLE_NEVER,
+    NOT_ELIGIBLE_TERMINATING,
+    POST_FILTER_PREFIX,
+    Plan,
+    Preemptor,
+    _start_seconds,
+)
+
+# kube-scheduler's words for a pod group (podgrouppreemption.go).
+NO_GROUP_VICTIMS = "No preemption victims found for incoming preemptor"
+PREEMPTING = "found a placement for podgroup, preempting {} victims"
+POLICIES = ("Never", "PreemptLowerPriority")
+
+
+@dataclass(slots=True)
+class Unit:
+    """Pods evicted together: a lone pod, or a placed gang whole."""
+
+    pods: list[PodRecord]
+    rows: np.ndarray  # the row of each pod's node (pods on nodes without a row are left out)
+    demand: np.ndarray  # per pod, what it holds in the planning columns
+    priority: int
+    is_gang: bool
+    start: float  # the earliest start among its pods
+    violations: int = 0  # its pods whose eviction breaks a PodDisruptionBudget
+
+    def importance(self) -> tuple[int, int, int, float]:
+        """Sort key, most important first: kube's MoreImportantVictim."""
+        return (-self.priority, -int(self.is_gang), -len(self.pods), self.start)
+
+
+@dataclass(slots=True)
+class GangVerdict:
+    """What the gang's PostFilter found: victims and a node for each quorum member, or why not."""
+
+    message: str  # the `preemption: ...` part of the gang's Unschedulable message
+    victims: list[Unit] = field(default_factory=list)
+    nominations: list[tuple[PodRecord, str]] = field(default_factory=list)
+
+    @property
+    def preempts(self) -> bool:
+        return bool(self.nominations)
+
+
+Placements = list[tuple[PodRecord, Decision]]
+
+
+class GangPreemptor:
+    """PostFilter for a gang; shares the single-pod Preemptor's cache, budgets, outbox and metrics."""
+
+    def __init__(self, preemptor: Preemptor) -> None:
+        self.preemptor = preemptor
+        self.cache = preemptor.cache
+        self.log = preemptor.log
+        # gang key -> the uids of the victims of its last preemption, while any of them is still there
+        self._ongoing: dict[str, frozenset[str]] = {}
+
+    # ------------------------------------------------------------------ eligibility
+    def policy_refusal(self, gang: Gang, members: Sequence[PodRecord]) -> str:
+        """Why the gang may not preempt at all ('' if it may), in kube's words."""
+        declared = gang.podgroup.preemption_policy if gang.podgroup is not None else ""
+        for pod in members:
+            value = pod.annotations.get(PREEMPTION_POLICY_ANNOTATION)
+            if value is not None and value not in POLICIES:
+                return (
+                    f"annotation {PREEMPTION_POLICY_ANNOTATION} of {pod.key} must be one of "
+                    f"{', '.join(POLICIES)}, got {echo(value)}"
+                )
+            declared = declared or ("Never" if value == "Never" else "")
+        if declared == "Never" or any(not pod.preempts for pod in members):
+            return NOT_ELIGIBLE_NEVER
+        return ""
+
+    def _ongoing_preemption(self, gang: Gang, members: Sequence[PodRecord]) -> bool:
+        """Whether victims of this gang's last preemption are still on their nodes (still leaving)."""
+        victims = self._ongoing.get(gang.key)
+        if victims is None:
+            return False
+        for uid in victims:
+            state = self.cache.pod_state(uid)
+            if state is not None and state.node:
+                return True
+        del self._ongoing[gang.key]
+        return False
+
+    def _candidates(self, gang: Gang, first: PodRecord) -> list[Unit]:
+        """Every unit that may be preempted for the gang, each whole."""
+        cache, preemptor = self.cache, self.preemptor
+        registry = preemptor.gangs
+        seen: set[str] = set(gang.members)
+        units: list[list[PodRecord]] = []
+        for uid, state in cache.pods.items():
+            if uid in seen or not state.node or state.assumed:
+                continue
+            victim = state.record
+            if preemptor._eligible(first, victim, set()) is None:
+                continue
+            victim_gang = registry.gang_of(victim)
+            if victim_gang is None:
+                seen.add(uid)
+                units.append([victim])
+                continue
+            seen.update(victim_gang.members)
+            whole = self._whole(victim_gang.members, first)
+            if whole:
+                units.append(whole)
+        return [self._unit(pods) for pods in units]
+
+    def _whole(self, uids: Iterable[str], first: PodRecord) -> list[PodRecord]:
+        """A victim gang's placed members, or [] when one of them may not be preempted or is still
+        being bound (taking the rest would leave part of the gang running)."""
+        pods = []
+        for uid in uids:
+            state = self.cache.pod_state(uid)
+            if state is None or not state.node:
+                continue
+            if state.assumed or self.preemptor._eligible(first, state.record, set()) is None:
+                return []
+            pods.append(state.record)
+        return pods
+
+    def _unit(self, pods: list[PodRecord]) -> Unit:
+        rows = np.array([self.cache.row_of(self._node(pod)) for pod in pods], dtype=np.intp)
+        return Unit(
+            pods=pods,
+            rows=rows,
+            demand=np.zeros((0, 0), dtype=np.int64),
+            priority=max(pod.priority for pod in pods),
+            is_gang=len(pods) > 1 or self.preemptor.gangs.gang_of(pods[0]) is not None,
+            start=min(_start_seconds(pod) for pod in pods),
+        )
+
+    def _node(self, pod: PodRecord) -> str:
+        state = self.cache.pod_state(pod.uid)
+        return state.node if state is not None else ""
+
+    # ------------------------------------------------------------------ choosing
+    def post_filter(
+        self,
+        gang: Gang,
+        members: Sequence[PodRecord],
+        needed: int,
+        framework: Framework,
+        masks: Sequence[np.ndarray | None] = (None,),
+    ) -> GangVerdict:
+        """The gang's PostFilter after its quorum (`needed` of `members`, most important first) fit
+        nowhere: victims and a node for each quorum member, or why preemption cannot help. `masks`:
+        the placement domains the gang may use (None: the whole cluster)."""
+        self.preemptor.metrics.preemption_attempts.inc()
+        refusal = self.policy_refusal(gang, members)
+        if refusal:
+            return GangVerdict(POST_FILTER_PREFIX + refusal)
+        if self._ongoing_preemption(gang, members):
+            return GangVerdict(POST_FILTER_PREFIX + NOT_ELIGIBLE_TERMINATING)
+        for pod in members:  # a fresh plan: earlier nominations did not get the gang placed
+            self.preemptor.release(pod.uid)
+        units = self._candidates(gang, members[0])
+        if not units:
+            return GangVerdict(POST_FILTER_PREFIX + NO_GROUP_VICTIMS)
+        units.sort(key=Unit.importance)
+        violating = self.preemptor.budgets.violating([pod for unit in units for pod in unit.pods])
+        for unit in units:
+            unit.violations = sum(pod.uid in violating for pod in unit.pods)
+        quorum = list(members[:needed])
+        whole_cluster = all(mask is None for mask in masks)
+        chosen = self._by_arithmetic(quorum, units, framework) if whole_cluster else None
+        if chosen is not None:
+            placements = self._check(quorum, chosen, framework, masks)
+            if placements is not None:
+                return self._verdict(chosen, placements)
+        return self._by_placement(quorum, units, framework, masks)
+
+    def _verdict(self, victims: list[Unit], placements: Placements) -> GangVerdict:
+        count = sum(len(unit.pods) for unit in victims)
+        return GangVerdict(
+            POST_FILTER_PREFIX + PREEMPTING.format(count),
+            victims,
+            [(pod, decision.node or "") for pod, decision in placements],
+        )
+
+    def _planning_columns(self, quorum: Sequence[PodRecord]) -> tuple[list[int], np.ndarray] | None:
+        """The columns the quorum needs and one member's need in each (the most any member asks)."""
+        need: dict[str, int] = {PODS: 1}
+        for pod in quorum:
+            for resource, amount in pod.requests.items():
+                if amount > 0:
+                    need[resource] = max(need.get(resource, 0), amount)
+        cols = [self.cache.column(r) for r in need]
+        if any(c < 0 for c in cols):
+            return None  # a resource no node has: the placement check says so in the filters' words
+        return cols, np.array(list(need.values()), dtype=np.int64)
+
+    def _by_arithmetic(
+        self, quorum: Sequence[PodRecord], units: list[Unit], framework: Framework
+    ) -> list[Unit] | None:
+        """Victims from the node arrays alone, when only resources keep the quorum out; None when the
+        arithmetic cannot decide (the placement check then follows kube's own order)."""
+        cache = self.cache
+        if any(gpu_request(pod)[0] is not None for pod in quorum):
+            return None  # managed GPUs are devices, not a column
+        planning = self._planning_columns(quorum)
+        if planning is None:
+            return None
+        cols, need = planning
+        _unresolvable, removable = self.preemptor._shadows(framework)
+        usable = np.zeros(cache.rows, dtype=bool)
+        rows, _ = removable.feasible_rows(resourceless(quorum[0]))
+        usable[rows] = True
+        free = cache.allocatable[:, cols] - cache.requested[:, cols] - cache.nominated[:, cols]
+        names = self._names(cols)
+        for unit in units:
+            unit.demand = np.array(
+                [[1 if r == PODS else pod.requests.get(r, 0) for r in names] for pod in unit.pods],
+                dtype=np.int64,
+            )
+
+        def copies(at: np.ndarray) -> np.ndarray:
+            fits = np.min(free[at] // need, axis=1) if at.shape[0] else np.zeros(0, dtype=np.int64)
+            return np.where(usable[at], np.clip(fits, 0, None), 0)
+
+        held = copies(np.arange(cache.rows))
+        capacity = int(held.sum())
+        wanted = len(quorum)
+        if capacity >= wanted:
+            return None  # resources are not what keeps it out
+
+        def apply(unit: Unit, sign: int) -> int:
+            """Take the unit off (sign 1) or give it back (-1); the capacity it changes."""
+            nonlocal capacity
+            ok = unit.rows >= 0
+            np.add.at(free, unit.rows[ok], sign * unit.demand[ok])
+            at = np.unique(unit.rows[ok])
+            fresh = copies(at)
+            change = int(fresh.sum() - held[at].sum())
+            held[at] = fresh
+            capacity += change
+            return change
+
+        # Least important first; those that break a budget last.
+        order = sorted(units, key=lambda u: (u.violations > 0, _reverse(u.importance())))
+        taken: list[Unit] = []
+        for unit in order:
+            if not unit.rows.shape[0] or not usable[unit.rows[unit.rows >= 0]].any():
+                continue  # frees nothing the gang can use
+            apply(unit, 1)
+            taken.append(unit)
+            if capacity >= wanted:
+                break
+        if capacity < wanted:
+            return None
+        # Reprieve: those that break a budget first, then the others, the most important first.
+        kept: list[Unit] = []
+        for unit in sorted(taken, key=lambda u: (u.violations == 0, u.importance())):
+            apply(unit, -1)
+            if capacity >= wanted:
+                continue
+            apply(unit, 1)
+            kept.append(unit)
+        return sorted(kept, key=Unit.importance)
+
+    def _names(self, cols: list[int]) -> list[str]:
+        by_col = {c: r for r, c in self.cache.resource_index.items()}
+        return [by_col[c] for c in cols]
+
+    def _by_placement(
+        self,
+        quorum: Sequence[PodRecord],
+        units: list[Unit],
+        framework: Framework,
+        masks: Sequence[np.ndarray | None],
+    ) -> GangVerdict:
+        """kube's order: every candidate off, the quorum placed, units reprieved while the nodes the
+        quorum lands on stay within their allocatable, and the outcome checked."""
+        cache = self.cache
+        everyone = [pod for unit in units for pod in unit.pods]
+        with cache.without(everyone):
+            placements, failure = self._place(quorum, framework, masks, keep=True)
+            if placements is None:
+                detail = failure.message if failure is not None else "not enough room"
+                return GangVerdict(POST_FILTER_PREFIX + detail)
+            try:
+                landed = {cache.row_of(decision.node or "") for _, decision in placements}
+                load = cache.requested + cache.nominated
+                over_before = load > cache.allocatable
+                kept: list[Unit] = []
+                for unit in sorted(units, key=lambda u: (u.violations == 0, u.importance())):
+                    at = [int(r) for r in unit.rows if r in landed]
+                    if not at:
+                        continue  # on nodes the quorum does not use: given back as it was
+                    extra = np.zeros_like(load)
+                    for pod, row in zip(unit.pods, unit.rows.tolist(), strict=True):
+                        if row in landed:
+                            extra[row] += self._usage(pod)
+                    after = load + extra
+                    if bool(((after > cache.allocatable) & ~over_before)[at].any()):
+                        kept.append(unit)
+                    else:
+                        load = after
+            finally:
+                for pod, _ in placements:
+                    cache.forget(pod.uid)
+        for victims in (kept, [u for u in units if any(r in landed for r in u.rows.tolist())], units):
+            checked = self._check(quorum, victims, framework, masks)
+            if checked is not None:
+                return self._verdict(sorted(victims, key=Unit.importance), checked)
+        return GangVerdict(POST_FILTER_PREFIX + NO_GROUP_VICTIMS)
+
+    def _usage(self, pod: PodRecord) -> np.ndarray:
+        """What a pod holds in every column of the cache."""
+        cache = self.cache
+        row = np.zeros(cache.requested.shape[1], dtype=np.int64)
+        for resource, amount in {**pod.requests, PODS: 1}.items():
+            col = cache.column(resource)
+            if col >= 0:
+                row[col] += amount
+        return row
+
+    def _check(
+        self,
+        quorum: Sequence[PodRecord],
+        victims: list[Unit],
+        framework: Framework,
+        masks: Sequence[np.ndarray | None],
+    ) -> Placements | None:
+        """The quorum placed for real with `victims` off their nodes (nothing stays assumed), or None."""
+        with self.cache.without([pod for unit in victims for pod in unit.pods]):
+            placements, _ = self._place(quorum, framework, masks, keep=False)
+        return placements
+
+    def _place(
+        self,
+        quorum: Sequence[PodRecord],
+        framework: Framework,
+        masks: Sequence[np.ndarray | None],
+        *,
+        keep: bool,
+    ) -> tuple[Placements | None, Decision | None]:
+        """Place the quorum in the first domain that takes it whole (each member assumed in turn); the
+        assumptions are forgotten unless `keep` (the caller forgets them)."""
+        cache = self.cache
+        failure: Decision | None = None
+        for mask in masks:
+            placements: Placements = []
+            for pod in quorum:
+                decision = framework.schedule(pod, mask)
+                if decision.node is None:
+                    failure = failure or decision
+                    break
+                cache.assume(pod, decision.node, decision.gpu_ids)
+                placements.append((pod, decision))
+            whole = len(placements) == len(quorum)
+            if not (whole and keep):
+                for pod, _ in placements:
+                    cache.forget(pod.uid)
+            if whole:
+                return placements, None
+        return None, failure
+
+    # ------------------------------------------------------------------ acting
+    def execute(self, gang: Gang, leader: PodRecord, verdict: GangVerdict) -> None:
+        """Nominate every quorum member to its node, hold the room, and evict the victims: each member's
+        eviction intent carries the victims on its own node (the rest go with the first)."""
+        preemptor = self.preemptor
+        victims = [pod for unit in verdict.victims for pod in unit.pods]
+        preemptor.metrics.preemption_victims.observe(len(victims))
+        by_node: dict[str, list[PodRecord]] = {}
+        for pod in victims:
+            by_node.setdefault(self._node(pod), []).append(pod)
+        plans: list[tuple[PodRecord, Plan]] = []
+        for pod, node in verdict.nominations:
+            preemptor.hold(pod, node)
+            plans.append((pod, Plan(node, victims=by_node.pop(node, []))))
+        if by_node and plans:
+            plans[0][1].victims.extend(p for rest in by_node.values() for p in rest)
+        self._ongoing[gang.key] = frozenset(pod.uid for pod in victims)
+        self.log.info(
+            "gang.preemption",
+            gang=gang.key,
+            preemptor=leader.key,
+            priority=leader.priority,
+            nominated={pod.key: node for pod, node in verdict.nominations},
+            pdb_violations=sum(unit.violations for unit in verdict.victims),
+            victim_units=len(verdict.victims),
+            victims=[
+                {"pod": pod.key, "priority": pod.priority, "node": self._node(pod)} for pod in victims
+            ],
+        )
+        for pod, plan in plans:
+            preemptor.evictions.evict(pod, plan)
+
+    def forget(self, gang_key: str) -> None:
+        """The gang was placed (or went away): its preemption is over."""
+        self._ongoing.pop(gang_key, None)
+
+
+def _reverse(key: tuple[int, int, int, float]) -> tuple[int, int, int, float]:
+    """The importance key turned round: least important first (a pod not started yet is the latest)."""
+    priority, gang, size, start = key
+    return (-priority, -gang, -size, -start)
