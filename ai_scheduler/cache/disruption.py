@@ -96,6 +96,8 @@ class DisruptionBudgets:
         some budget below zero: kube-scheduler's filterPodsWithPDBViolation."""
         allowed: dict[tuple[str, str], int] = {}
         found: set[str] = set()
+        if not self._by_namespace:
+            return found
         for pod in pods:
             if not pod.labels:
                 continue

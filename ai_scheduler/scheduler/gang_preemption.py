@@ -58,7 +58,6 @@ from ai_scheduler.scheduler.preemption import (
     POST_FILTER_PREFIX,
     Plan,
     Preemptor,
-    _start_seconds,
 )
 
 # kube-scheduler's words for a pod group (podgrouppreemption.go).
@@ -67,21 +66,30 @@ PREEMPTING = "found a placement for podgroup, preempting {} victims"
 POLICIES = ("Never", "PreemptLowerPriority")
 
 
+_NO_ROWS = np.zeros(0, dtype=np.intp)
+_NO_DEMAND = np.zeros((0, 0), dtype=np.int64)
+_NOT_STARTED = "~"  # after any digit: later than every RFC 3339 time
+
+
 @dataclass(slots=True)
 class Unit:
-    """Pods evicted together: a lone pod, or a placed gang whole."""
+    """Pods evicted together: a lone pod, or a placed gang whole (with the node each is on)."""
 
     pods: list[PodRecord]
-    rows: np.ndarray  # the row of each pod's node (pods on nodes without a row are left out)
-    demand: np.ndarray  # per pod, what it holds in the planning columns
+    nodes: list[str]
     priority: int
     is_gang: bool
-    start: float  # the earliest start among its pods
+    start: str  # the earliest status.startTime among its pods (RFC 3339, UTC: compares as time)
     violations: int = 0  # its pods whose eviction breaks a PodDisruptionBudget
+    # Filled only for the units the arithmetic looks at: the row of each pod's node (-1: no row) and,
+    # per pod, what it holds in the planning columns.
+    rows: np.ndarray = field(default_factory=lambda: _NO_ROWS)
+    demand: np.ndarray = field(default_factory=lambda: _NO_DEMAND)
 
-    def importance(self) -> tuple[int, int, int, float]:
-        """Sort key, most important first: kube's MoreImportantVictim."""
-        return (-self.priority, -int(self.is_gang), -len(self.pods), self.start)
+    def importance(self) -> tuple[int, int, int, str]:
+        """Sort key, most important first: kube's MoreImportantVictim (a pod not started yet is the
+        latest: it sorts after every time)."""
+        return (-self.priority, -int(self.is_gang), -len(self.pods), self.start or _NOT_STARTED)
 
 
 @dataclass(slots=True)
@@ -139,55 +147,73 @@ class GangPreemptor:
         return False
 
     def _candidates(self, gang: Gang, first: PodRecord) -> list[Unit]:
-        """Every unit that may be preempted for the gang, each whole."""
+        """Every unit that may be preempted for the gang, each whole.
+
+        One pass over the placed pods (a dict walk with integer compares for the common case); what
+        costs more (rows, demands) is computed later only for the units the planner looks at."""
         cache, preemptor = self.cache, self.preemptor
         registry = preemptor.gangs
+        gang_keys = registry._gang_of
+        # Without users in the config every pod is in no group: priority alone decides (_eligible).
+        tenancy_matters = bool(preemptor.tenancy.config.users)
         seen: set[str] = set(gang.members)
-        units: list[list[PodRecord]] = []
+        below = first.priority
+        units: list[Unit] = []
         for uid, state in cache.pods.items():
             if uid in seen or not state.node or state.assumed:
                 continue
             victim = state.record
-            if preemptor._eligible(first, victim, set()) is None:
+            if victim.priority >= below or victim.deleting or victim.terminal:
                 continue
-            victim_gang = registry.gang_of(victim)
+            if tenancy_matters and preemptor._eligible(first, victim, set()) is None:
+                continue
+            key = gang_keys.get(uid)
+            victim_gang = registry.gangs.get(key) if key else None
             if victim_gang is None:
                 seen.add(uid)
-                units.append([victim])
+                units.append(Unit([victim], [state.node], victim.priority, False, victim.started))
                 continue
             seen.update(victim_gang.members)
-            whole = self._whole(victim_gang.members, first)
-            if whole:
-                units.append(whole)
-        return [self._unit(pods) for pods in units]
+            unit = self._whole(victim_gang.members, first, below, tenancy_matters)
+            if unit is not None:
+                units.append(unit)
+        return units
 
-    def _whole(self, uids: Iterable[str], first: PodRecord) -> list[PodRecord]:
-        """A victim gang's placed members, or [] when one of them may not be preempted or is still
-        being bound (taking the rest would leave part of the gang running)."""
-        pods = []
+    def _whole(self, uids: Iterable[str], first: PodRecord, below: int, tenancy_matters: bool) -> Unit | None:
+        """A victim gang's placed members as one unit, or None when one of them may not be preempted
+        or is still being bound (taking the rest would leave part of the gang running)."""
+        pods: list[PodRecord] = []
+        nodes: list[str] = []
         for uid in uids:
-            state = self.cache.pod_state(uid)
+            state = self.cache.pods.get(uid)
             if state is None or not state.node:
                 continue
-            if state.assumed or self.preemptor._eligible(first, state.record, set()) is None:
-                return []
-            pods.append(state.record)
-        return pods
-
-    def _unit(self, pods: list[PodRecord]) -> Unit:
-        rows = np.array([self.cache.row_of(self._node(pod)) for pod in pods], dtype=np.intp)
-        return Unit(
-            pods=pods,
-            rows=rows,
-            demand=np.zeros((0, 0), dtype=np.int64),
-            priority=max(pod.priority for pod in pods),
-            is_gang=len(pods) > 1 or self.preemptor.gangs.gang_of(pods[0]) is not None,
-            start=min(_start_seconds(pod) for pod in pods),
-        )
+            pod = state.record
+            if state.assumed or pod.priority >= below or pod.deleting or pod.terminal:
+                return None
+            if tenancy_matters and self.preemptor._eligible(first, pod, set()) is None:
+                return None
+            pods.append(pod)
+            nodes.append(state.node)
+        if not pods:
+            return None
+        started = [pod.started for pod in pods if pod.started]
+        start = min(started) if len(started) == len(pods) else ""
+        return Unit(pods, nodes, max(pod.priority for pod in pods), True, start)
 
     def _node(self, pod: PodRecord) -> str:
         state = self.cache.pod_state(pod.uid)
         return state.node if state is not None else ""
+
+    def _fill(self, unit: Unit, names: list[str]) -> None:
+        """The unit's rows and its demand in the planning columns (`names`), once."""
+        if unit.demand.shape[0]:
+            return
+        row_of = self.cache.row_of
+        unit.rows = np.array([row_of(node) for node in unit.nodes], dtype=np.intp)
+        unit.demand = np.array(
+            [[1 if r == PODS else pod.requests.get(r, 0) for r in names] for pod in unit.pods], dtype=np.int64
+        )
 
     # ------------------------------------------------------------------ choosing
     def post_filter(
@@ -214,8 +240,9 @@ class GangPreemptor:
             return GangVerdict(POST_FILTER_PREFIX + NO_GROUP_VICTIMS)
         units.sort(key=Unit.importance)
         violating = self.preemptor.budgets.violating([pod for unit in units for pod in unit.pods])
-        for unit in units:
-            unit.violations = sum(pod.uid in violating for pod in unit.pods)
+        if violating:
+            for unit in units:
+                unit.violations = sum(pod.uid in violating for pod in unit.pods)
         quorum = list(members[:needed])
         whole_cluster = all(mask is None for mask in masks)
         chosen = self._by_arithmetic(quorum, units, framework) if whole_cluster else None
@@ -263,11 +290,6 @@ class GangPreemptor:
         usable[rows] = True
         free = cache.allocatable[:, cols] - cache.requested[:, cols] - cache.nominated[:, cols]
         names = self._names(cols)
-        for unit in units:
-            unit.demand = np.array(
-                [[1 if r == PODS else pod.requests.get(r, 0) for r in names] for pod in unit.pods],
-                dtype=np.int64,
-            )
 
         def copies(at: np.ndarray) -> np.ndarray:
             fits = np.min(free[at] // need, axis=1) if at.shape[0] else np.zeros(0, dtype=np.int64)
@@ -291,11 +313,13 @@ class GangPreemptor:
             capacity += change
             return change
 
-        # Least important first; those that break a budget last.
-        order = sorted(units, key=lambda u: (u.violations > 0, _reverse(u.importance())))
+        # Least important first (`units` come most important first); those that break a budget last.
+        backwards = units[::-1]
+        order = [u for u in backwards if not u.violations] + [u for u in backwards if u.violations]
         taken: list[Unit] = []
         for unit in order:
-            if not unit.rows.shape[0] or not usable[unit.rows[unit.rows >= 0]].any():
+            self._fill(unit, names)
+            if not usable[unit.rows[unit.rows >= 0]].any():
                 continue  # frees nothing the gang can use
             apply(unit, 1)
             taken.append(unit)
@@ -328,6 +352,9 @@ class GangPreemptor:
         quorum lands on stay within their allocatable, and the outcome checked."""
         cache = self.cache
         everyone = [pod for unit in units for pod in unit.pods]
+        for unit in units:
+            if not unit.rows.shape[0]:
+                unit.rows = np.array([cache.row_of(node) for node in unit.nodes], dtype=np.intp)
         with cache.without(everyone):
             placements, failure = self._place(quorum, framework, masks, keep=True)
             if placements is None:
@@ -446,9 +473,3 @@ class GangPreemptor:
     def forget(self, gang_key: str) -> None:
         """The gang was placed (or went away): its preemption is over."""
         self._ongoing.pop(gang_key, None)
-
-
-def _reverse(key: tuple[int, int, int, float]) -> tuple[int, int, int, float]:
-    """The importance key turned round: least important first (a pod not started yet is the latest)."""
-    priority, gang, size, start = key
-    return (-priority, -gang, -size, -start)
