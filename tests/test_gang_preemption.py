@@ -313,3 +313,35 @@ def test_managed_gpus_are_planned_by_placing_the_gang_and_the_devices_come_back(
     assert victims(verdict) == ["holder-2", "holder-3"]
     assert [node for _, node in verdict.nominations] == ["g1", "g1"]
     assert cluster.cache.gpus.assignments["uid-holder-2"].indices == (0,)
+
+
+def test_when_nothing_makes_room_every_node_is_counted_with_its_reason() -> None:
+    taint = [{"key": "dedicated", "value": "x", "effect": "NoSchedule"}]
+    cluster = Cluster(
+        [make_node("tainted", cpu="16", memory="64Gi", gpus=4, taints=taint), gpu_node("n0"), gpu_node("n1")],
+        placed_gang("peer", HIGH, ["n0"] * 4) + placed_gang("low", LOW, ["n1"] * 4),
+    )
+    gang, records = cluster.incoming([member("big", i, HIGH, size=8) for i in range(8)])
+    verdict = cluster.post_filter(gang, records)
+    assert not verdict.preempts
+    assert verdict.message.startswith("preemption: 0/3 nodes are available: 1 node(s) had untolerated taint")
+    assert verdict.message.endswith(", 2 Insufficient nvidia.com/gpu.")
+
+
+def test_a_gang_bound_to_placement_domains_is_planned_by_placing_it_in_one() -> None:
+    cluster = Cluster(
+        [gpu_node("n0"), gpu_node("n1")],
+        placed_gang("a", LOW, ["n0"] * 4) + [member(f"solo{i}", 0, LOW - 5, "n1", size=1) for i in range(4)],
+    )
+    zones = []
+    for row in (cluster.cache.row_of("n0"), cluster.cache.row_of("n1")):
+        mask = np.zeros(cluster.cache.rows, dtype=bool)
+        mask[row] = True
+        zones.append(mask)
+    gang, records = cluster.incoming([member("big", i, HIGH) for i in range(4)])
+    verdict = cluster.gang_preemptor.post_filter(gang, records, 4, cluster.framework, zones)
+    assert not cluster.cache.check_consistency()
+    # kube's order: every candidate off, the quorum placed in the first domain that takes it whole, and
+    # the units on nodes it does not use given back.
+    assert victims(verdict) == names("a", 4)
+    assert {node for _, node in verdict.nominations} == {"n0"}

@@ -51,10 +51,12 @@ from ai_scheduler.cache.gangs import PREEMPTION_POLICY_ANNOTATION, Gang
 from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.messages import echo
-from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
+from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
+from ai_scheduler.scheduler.plugins.resource_fit import TOO_MANY_PODS, insufficient
 from ai_scheduler.scheduler.preemption import (
     NOT_ELIGIBLE_NEVER,
     NOT_ELIGIBLE_TERMINATING,
+    NOT_HELPFUL,
     POST_FILTER_PREFIX,
     Plan,
     Preemptor,
@@ -246,6 +248,8 @@ class GangPreemptor:
         quorum = list(members[:needed])
         whole_cluster = all(mask is None for mask in masks)
         chosen = self._by_arithmetic(quorum, units, framework) if whole_cluster else None
+        if isinstance(chosen, str):  # not even every candidate would make room: the filters' verdict
+            return GangVerdict(POST_FILTER_PREFIX + chosen)
         if chosen is not None:
             placements = self._check(quorum, chosen, framework, masks)
             if placements is not None:
@@ -253,6 +257,9 @@ class GangPreemptor:
         return self._by_placement(quorum, units, framework, masks)
 
     def _verdict(self, victims: list[Unit], placements: Placements) -> GangVerdict:
+        if not victims:  # it fits without evicting anyone: what keeps it out is no pod (a reservation)
+            total = self.cache.node_count
+            return GangVerdict(POST_FILTER_PREFIX + fit_error_message(total, {NOT_HELPFUL: total}))
         count = sum(len(unit.pods) for unit in victims)
         return GangVerdict(
             POST_FILTER_PREFIX + PREEMPTING.format(count),
@@ -274,9 +281,11 @@ class GangPreemptor:
 
     def _by_arithmetic(
         self, quorum: Sequence[PodRecord], units: list[Unit], framework: Framework
-    ) -> list[Unit] | None:
+    ) -> list[Unit] | str | None:
         """Victims from the node arrays alone, when only resources keep the quorum out; None when the
-        arithmetic cannot decide (the placement check then follows kube's own order)."""
+        arithmetic cannot decide (the placement check then follows kube's own order); when not even
+        every candidate makes room, the filters' verdict with them all off (kube's FitError of the
+        member that finds no node: every node the gang could use is full by then)."""
         cache = self.cache
         if any(gpu_request(pod)[0] is not None for pod in quorum):
             return None  # managed GPUs are devices, not a column
@@ -286,7 +295,7 @@ class GangPreemptor:
         cols, need = planning
         _unresolvable, removable = self.preemptor._shadows(framework)
         usable = np.zeros(cache.rows, dtype=bool)
-        rows, _ = removable.feasible_rows(resourceless(quorum[0]))
+        rows, refused = removable.feasible_rows(resourceless(quorum[0]))
         usable[rows] = True
         free = cache.allocatable[:, cols] - cache.requested[:, cols] - cache.nominated[:, cols]
         names = self._names(cols)
@@ -325,8 +334,16 @@ class GangPreemptor:
             taken.append(unit)
             if capacity >= wanted:
                 break
-        if capacity < wanted:
-            return None
+        if capacity < wanted:  # every unit that frees room the gang can use is off
+            # Every usable node holds all the copies it can: what it lacks for one more.
+            left = free[rows] - held[rows][:, None] * need
+            reasons = dict(refused)
+            for i, name in enumerate(names):
+                short = int(np.count_nonzero(left[:, i] < need[i]))
+                if short:
+                    reason = TOO_MANY_PODS if name == PODS else insufficient(name)
+                    reasons[reason] = reasons.get(reason, 0) + short
+            return fit_error_message(cache.node_count, reasons)
         # Reprieve: those that break a budget first, then the others, the most important first.
         kept: list[Unit] = []
         for unit in sorted(taken, key=lambda u: (u.violations == 0, u.importance())):
@@ -361,27 +378,29 @@ class GangPreemptor:
                 detail = failure.message if failure is not None else "not enough room"
                 return GangVerdict(POST_FILTER_PREFIX + detail)
             try:
-                landed = {cache.row_of(decision.node or "") for _, decision in placements}
-                load = cache.requested + cache.nominated
-                over_before = load > cache.allocatable
+                landed = sorted({cache.row_of(decision.node or "") for _, decision in placements})
+                index = {row: i for i, row in enumerate(landed)}
+                allocatable = cache.allocatable[landed]
+                load = (cache.requested + cache.nominated)[landed]
+                over_before = load > allocatable
                 kept: list[Unit] = []
                 for unit in sorted(units, key=lambda u: (u.violations == 0, u.importance())):
-                    at = [int(r) for r in unit.rows if r in landed]
-                    if not at:
+                    hits = [(pod, index[r]) for pod, r in zip(unit.pods, unit.rows.tolist(), strict=True)
+                            if r in index]
+                    if not hits:
                         continue  # on nodes the quorum does not use: given back as it was
-                    extra = np.zeros_like(load)
-                    for pod, row in zip(unit.pods, unit.rows.tolist(), strict=True):
-                        if row in landed:
-                            extra[row] += self._usage(pod)
-                    after = load + extra
-                    if bool(((after > cache.allocatable) & ~over_before)[at].any()):
+                    after = load.copy()
+                    for pod, i in hits:
+                        after[i] += self._usage(pod)
+                    if bool(((after > allocatable) & ~over_before).any()):
                         kept.append(unit)
                     else:
                         load = after
             finally:
                 for pod, _ in placements:
                     cache.forget(pod.uid)
-        for victims in (kept, [u for u in units if any(r in landed for r in u.rows.tolist())], units):
+        touching = [u for u in units if any(r in index for r in u.rows.tolist())]
+        for victims in (kept, touching, units):
             checked = self._check(quorum, victims, framework, masks)
             if checked is not None:
                 return self._verdict(sorted(victims, key=Unit.importance), checked)
