@@ -91,6 +91,11 @@ class DisruptionBudgets:
     def __len__(self) -> int:
         return sum(len(held) for held in self._by_namespace.values())
 
+    @property
+    def empty(self) -> bool:
+        """No budget at all: nothing can be violated (callers skip the walk)."""
+        return not self._by_namespace
+
     def violating(self, pods: Sequence[PodRecord]) -> set[str]:
         """The uids of `pods` (most important first) whose eviction, after those before them, would take
         some budget below zero: kube-scheduler's filterPodsWithPDBViolation."""
