@@ -123,6 +123,16 @@ async def test_a_gang_of_8_preempts_two_smaller_lower_priority_gangs_whole_and_l
     assert len(admitted) == 1 and admitted[0]["placed"] == 8
     assert_not_overcommitted(cluster)
 
+    # No cascade: the displaced gang, back again (as its controller would make it), cannot take the room
+    # back; it waits, told that nothing may be preempted for it.
+    await create_all(api, [], gang("low-a", 4, 10))
+    filters = f"0/3 nodes are available: 3 {INSUFFICIENT}."
+    await wait_for(
+        lambda: waiting_with(cluster, "low-a", 4, f"{filters} preemption: {NO_GROUP_VICTIMS}"),
+        what="the displaced gang waits",
+    )
+    assert len(running.log_lines("gang.preemption")) == 1 and bound(cluster, "big") == 8
+
 
 async def test_a_gang_that_could_only_fit_by_evicting_its_equals_or_betters_waits_and_evicts_nothing(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
