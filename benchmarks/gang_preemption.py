@@ -11,7 +11,8 @@ GangPreemptor.post_filter for it: the candidates (every placed pod of lower prio
 the budgets, the victims chosen over the node arrays, and the check that places the quorum for
 real with the victims off (the what-if leaves the cache as it was, so every repeat sees the same
 cluster). `--by-placement` times kube's order instead (every candidate off, the quorum placed,
-units given back), the path taken for managed GPUs, host ports, anti-affinity or a required domain.
+units given back), the path taken for managed GPUs, host ports, anti-affinity or a required domain;
+`--single-pod` times the single-pod PostFilter (preemption.py) for one 1-GPU pod on the same cluster.
 Prints medians and p90 (ms) as JSON. Nothing is evicted: `execute` costs one outbox intent per member.
 """
 
@@ -66,7 +67,7 @@ def gang_pod(name: str, group: str, size: int, priority: int, node: str = "") ->
     return PodRecord.from_api({
         "metadata": {
             "name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": "1",
-            "labels": {GROUP_NAME_LABEL: group, GROUP_MIN_LABEL: str(size)},
+            "labels": {GROUP_NAME_LABEL: group, GROUP_MIN_LABEL: str(size)} if group else {},
             "creationTimestamp": "2026-11-26T00:00:00Z",
         },
         "spec": spec,
@@ -105,7 +106,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     gang = gangs.gang_of(members[0])
     assert gang is not None
     assert framework.schedule(members[0]).node is None, "the cluster must be full"
-    if args.by_placement:
+    if args.single_pod:  # for comparison: kube's DefaultPreemption for one pod of the gang (preemption.py)
+        alone = gang_pod("alone", "", 1, 100)
+        cache.set_pod(alone)
+        failed = framework.schedule(alone)
+
+        def decide() -> Any:
+            verdict = preemptor.post_filter(alone, framework, failed)
+            assert verdict.plan is not None, verdict.message
+            return verdict
+    elif args.by_placement:
         def decide() -> Any:
             units = gang_preemptor._candidates(gang, members[0])
             units.sort(key=lambda u: u.importance())
@@ -119,13 +129,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         verdict = decide()
         durations.append((time.perf_counter() - started) * 1000)
+        if args.single_pod:
+            victims = len(verdict.plan.victims)
+            continue
         victims = sum(len(unit.pods) for unit in verdict.victims)
         assert len(verdict.nominations) == args.size, verdict.message
     assert not cache.check_consistency()
     durations.sort()
     return {
         "benchmark": "gang preemption decision (in process)",
-        "path": "by placement (kube's order)" if args.by_placement else "arithmetic, checked by placement",
+        "path": "single pod (preemption.py)" if args.single_pod else
+        "by placement (kube's order)" if args.by_placement else "arithmetic, checked by placement",
         "nodes": args.nodes,
         "bound_pods": args.nodes * 8,
         "bound_gangs": args.nodes * 2,
@@ -146,6 +160,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=8, help="members of the preempting gang (1 GPU each)")
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--by-placement", action="store_true", help="time kube's order (the fallback path)")
+    parser.add_argument("--single-pod", action="store_true",
+                        help="for comparison: the single-pod PostFilter for one such pod on the same cluster")
     print(json.dumps(run(parser.parse_args()), indent=2))
 
 
