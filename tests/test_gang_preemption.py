@@ -345,3 +345,18 @@ def test_a_gang_bound_to_placement_domains_is_planned_by_placing_it_in_one() -> 
     # the units on nodes it does not use given back.
     assert victims(verdict) == names("a", 4)
     assert {node for _, node in verdict.nominations} == {"n0"}
+
+
+def test_a_podgroup_with_a_bad_preemption_policy_says_which_key() -> None:
+    registry = GangRegistry()
+    said = {PREEMPTION_POLICY_ANNOTATION: "Sometimes"}
+    gang = registry.set_podgroup({
+        "metadata": {"namespace": "ml", "name": "pg", "annotations": said}, "spec": {"minMember": 2},
+    })
+    assert gang.problem == (
+        f"pod group ml/pg: annotation {PREEMPTION_POLICY_ANNOTATION} must be Never or PreemptLowerPriority, "
+        "got 'Sometimes'"
+    )
+    gang = registry.set_podgroup({"metadata": {"namespace": "ml", "name": "pg"},
+                                  "spec": {"minMember": 2, "preemptionPolicy": 3}})
+    assert gang.problem.endswith("spec.preemptionPolicy must be Never or PreemptLowerPriority, got 3")

@@ -127,9 +127,12 @@ class PodGroupSpec:
             got = echo(same_domain)
             errors.append(f'annotation {SAME_DOMAIN_ANNOTATION} must be "required" or absent, got {got}')
         # v1.37's PodGroupPreemptionPolicy field, else our annotation (on a PodGroup of any API).
+        said_by = "spec.preemptionPolicy"
+        if not spec.get("preemptionPolicy"):
+            said_by = f"annotation {PREEMPTION_POLICY_ANNOTATION}"
         policy = spec.get("preemptionPolicy") or annotations.get(PREEMPTION_POLICY_ANNOTATION) or ""
         if policy not in ("", "Never", "PreemptLowerPriority"):
-            errors.append(f"preemption policy must be Never or PreemptLowerPriority, got {echo(policy)}")
+            errors.append(f"{said_by} must be Never or PreemptLowerPriority, got {echo(policy)}")
             policy = ""
         return cls(
             uid=meta.get("uid") or "",
