@@ -19,10 +19,17 @@ the whole cluster as one domain and the pod group as one preemptor; we follow it
   quorum, then the taken ones are reprieved, most important first, while the quorum still fits.
   Every step recomputes only the rows the unit touches (numpy over those rows; no loop over nodes).
   The choice is then checked by placing the quorum for real (the profile's cycle, with the victims
-  off the nodes: SchedulerCache.without, every member assumed in turn and forgotten after). When
-  the arithmetic cannot see what keeps the gang out (managed GPUs, host ports, pod anti-affinity, a
-  required placement domain), kube's own order is used: every candidate off, the quorum placed, the
-  units reprieved while no node the quorum lands on would be overcommitted, and the outcome checked.
+  off the nodes: SchedulerCache.without, every member assumed in turn and forgotten after; each
+  member tries the nodes the earlier ones landed on first, so that the gang is packed). When even
+  every candidate leaves too few copies, the verdict comes from the same arrays. When the
+  arithmetic cannot see what keeps the gang out (managed GPUs, host ports, pod anti-affinity, a
+  required placement domain), kube's own order is used: every candidate off, the quorum placed
+  (packed), the units reprieved while no node the quorum lands on would be overcommitted, and the
+  outcome checked.
+- Cost: one walk over the placed pods (integer compares; O(pods), as kube lists every possible
+  victim), one vectorised pass over the nodes, then numpy over the rows of the few units taken or
+  given back, and one placement of the quorum; the cyclic collector is paused while the plan is made
+  (benchmarks/gang_preemption.py). Nothing of this runs for pods or gangs that fit.
 - What is done: every member of the quorum is nominated to the node the check placed it on (the
   room is held for it as for a single preemptor, and `nominatedNodeName` is written), the victims
   get the DisruptionTarget condition, a Preempted event and are deleted (outbox Evictions, once per
@@ -32,8 +39,9 @@ the whole cluster as one domain and the pod group as one preemptor; we follow it
 - What is said: the gang's Unschedulable message ends with kube's `preemption:` part: why it may
   not preempt (`not eligible due to preemptionPolicy=Never.`), that nothing may be preempted for it
   (`No preemption victims found for incoming preemptor`), the filters' verdict with every candidate
-  off (`0/8 nodes are available: 8 Insufficient nvidia.com/gpu.`), or, when it preempted,
-  `found a placement for podgroup, preempting N victims`.
+  off (`0/8 nodes are available: 8 Insufficient nvidia.com/gpu.`), that victims of its last
+  preemption are still leaving (`not eligible due to a terminating pod on the nominated node.`), or,
+  when it preempted, `found a placement for podgroup, preempting N victims`.
 - The gang's preemption policy (v1.37's PodGroupPreemptionPolicy): `Never` when its PodGroup says
   so (`spec.preemptionPolicy`, or the annotation `ai-scheduler.io/preemption-policy` on a
   PodGroup of any API), when any member pod carries that annotation (gangs declared by labels), or
