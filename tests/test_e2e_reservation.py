@@ -14,6 +14,7 @@ from test_e2e_scheduling import assert_not_overcommitted
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
+from ai_scheduler.scheduler.gang_preemption import NO_GROUP_VICTIMS
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION as ESTIMATE
 from ai_scheduler.sim import make_node, make_pod
 
@@ -58,7 +59,10 @@ async def test_d_a_big_gang_starts_with_reservation_and_starves_without(
     jobs = asyncio.create_task(stream(api, started + STREAM_SECONDS))
     await asyncio.sleep(0.5)
     assert (await api.create_podgroup(podgroup("big", 4))).ok
-    await create_all(api, [], [member("big", i, priority=100) for i in range(4)])
+    # Ahead of the stream in the queue, but not allowed to preempt it: what is tested is the reservation
+    # alone (a gang that may preempt takes the room from lower-priority pods: test_e2e_gang_preemption).
+    big = [member("big", i, priority=100, preemption_policy="Never") for i in range(4)]
+    await create_all(api, [], big)
     if reservation:
         await wait_for(
             lambda: bound_count(cluster, "big") == 4,
@@ -115,7 +119,9 @@ async def test_a_gang_kept_off_reserved_nodes_is_told_so_over_every_node(
     assert running.log_lines("reservation")[0]["holder"] == "gang default/big"
     assert (await api.create_podgroup(podgroup("small", 2))).ok
     await create_all(api, [], [member("small", i, gpus=0, cpu="1", priority=0) for i in range(2)])
-    expected = "0/2 nodes are available: 2 node(s) reserved for gang default/big."
+    # Nothing below it to preempt: kube's verdict follows the filters' part.
+    reserved = "0/2 nodes are available: 2 node(s) reserved for gang default/big."
+    expected = f"{reserved} preemption: {NO_GROUP_VICTIMS}"
 
     def told() -> bool:
         return any(

@@ -91,11 +91,18 @@ class DisruptionBudgets:
     def __len__(self) -> int:
         return sum(len(held) for held in self._by_namespace.values())
 
+    @property
+    def empty(self) -> bool:
+        """No budget at all: nothing can be violated (callers skip the walk)."""
+        return not self._by_namespace
+
     def violating(self, pods: Sequence[PodRecord]) -> set[str]:
         """The uids of `pods` (most important first) whose eviction, after those before them, would take
         some budget below zero: kube-scheduler's filterPodsWithPDBViolation."""
         allowed: dict[tuple[str, str], int] = {}
         found: set[str] = set()
+        if not self._by_namespace:
+            return found
         for pod in pods:
             if not pod.labels:
                 continue

@@ -39,6 +39,9 @@ VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 KAI_GROUP = "pod-group-name"
 SAME_DOMAIN_ANNOTATION = "ai-scheduler.io/same-domain"
 NATIVE = "PodGroup"  # the kind part of a Kubernetes PodGroup gang's key
+# A gang's preemption policy where its API has no field for it (scheduler/gang_preemption.py): on the
+# PodGroup object, or on the member pods of a gang declared by labels. "Never" or "PreemptLowerPriority".
+PREEMPTION_POLICY_ANNOTATION = "ai-scheduler.io/preemption-policy"
 
 PODGROUP_API = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 NATIVE_PODGROUP_API = ("scheduling.k8s.io", "v1beta1", "podgroups")
@@ -126,6 +129,7 @@ class PodGroupSpec:
     same_domain_required: bool
     status: dict[str, Any]
     error: str = ""
+    preemption_policy: str = ""  # "Never", "PreemptLowerPriority", or "" (not said: the members' own)
 
     @classmethod
     def from_api(cls, obj: dict[str, Any]) -> PodGroupSpec:
@@ -161,6 +165,14 @@ class PodGroupSpec:
         if same_domain is not None and same_domain != "required":
             got = echo(same_domain)
             errors.append(f'annotation {SAME_DOMAIN_ANNOTATION} must be "required" or absent, got {got}')
+        # v1.37's PodGroupPreemptionPolicy field, else our annotation (on a PodGroup of any API).
+        said_by = "spec.preemptionPolicy"
+        if not spec.get("preemptionPolicy"):
+            said_by = f"annotation {PREEMPTION_POLICY_ANNOTATION}"
+        policy = spec.get("preemptionPolicy") or annotations.get(PREEMPTION_POLICY_ANNOTATION) or ""
+        if policy not in ("", "Never", "PreemptLowerPriority"):
+            errors.append(f"{said_by} must be Never or PreemptLowerPriority, got {echo(policy)}")
+            policy = ""
         return cls(
             uid=meta.get("uid") or "",
             min_member=max(1, min_member),
@@ -169,6 +181,7 @@ class PodGroupSpec:
             same_domain_required=same_domain == "required",
             status=dict(obj.get("status") or {}),
             error="; ".join(errors),
+            preemption_policy=str(policy),
         )
 
 
@@ -182,6 +195,7 @@ class NativePodGroupSpec:
     min_count: int
     status: dict[str, Any]
     error: str = ""
+    preemption_policy: str = ""  # spec.preemptionPolicy (KEP-5710) or our annotation; "": the members' own
 
     @classmethod
     def from_api(cls, obj: dict[str, Any]) -> NativePodGroupSpec:
@@ -200,6 +214,14 @@ class NativePodGroupSpec:
         elif not (isinstance(policy, dict) and isinstance(policy.get("basic"), dict)):
             error = f"spec.schedulingPolicy must set basic or gang, got {echo(policy)}"
         generation = meta.get("generation")
+        annotations = meta.get("annotations") or {}
+        policy = spec.get("preemptionPolicy") or annotations.get(PREEMPTION_POLICY_ANNOTATION) or ""
+        if policy not in ("", "Never", "PreemptLowerPriority"):
+            said_by = "spec.preemptionPolicy" if spec.get("preemptionPolicy") else (
+                f"annotation {PREEMPTION_POLICY_ANNOTATION}")
+            error = "; ".join(filter(None, (error, f"{said_by} must be Never or PreemptLowerPriority, "
+                                                   f"got {echo(policy)}")))
+            policy = ""
         return cls(
             uid=meta.get("uid") or "",
             generation=generation if isinstance(generation, int) else 0,
@@ -207,6 +229,7 @@ class NativePodGroupSpec:
             min_count=min_count,
             status=dict(obj.get("status") or {}),
             error=error,
+            preemption_policy=str(policy),
         )
 
 

@@ -40,6 +40,7 @@ from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.gang import GangScheduler
+from ai_scheduler.scheduler.gang_preemption import GangPreemptor
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Clock, Outbox
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
@@ -129,6 +130,7 @@ class SchedulerCore:
             cache, tenancy, gangs, out.evictions, logger, metrics, self.budgets, **timed
         )
         cycle.binder, cycle.feedback, cycle.preemptor = out.bindings, out.reports, self.preemptor
+        gang_scheduler.preemptor = GangPreemptor(self.preemptor)
         cycle.gang_scheduler = gang_scheduler
         cycle.guard = CycleGuard(cache, queue, out.bindings, gang_scheduler, out.reports, metrics, logger)
         out.bindings.on_success = cycle.bound

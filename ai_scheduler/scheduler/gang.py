@@ -11,6 +11,12 @@ fits, all placed members bind concurrently (Permit is passed in the same cycle).
 Members beyond minMember that fit are placed with the rest; those added after
 the gang reached its quorum (elastic scale-up) are placed as ordinary pods.
 
+Preemption: when the quorum fits nowhere, the gang preempts as one unit
+(gang_preemption.py): victims for all of its needed members at once, their
+gangs whole, every member nominated; its Unschedulable message ends with the
+`preemption:` part, as a single pod's does. It is placed whole on a later
+attempt, once the victims are gone.
+
 Placement domains: with topology labels configured, the gang is first tried
 inside one domain (narrowest label first, smallest domain that can hold it
 first); only if no single domain can hold it is it spread, unless its
@@ -20,7 +26,7 @@ PodGroup requires one domain.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +39,7 @@ from ai_scheduler.config import SchedulingSettings
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
+from ai_scheduler.scheduler.gang_preemption import GangPreemptor
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.reservation import Reserver, waiting_since
@@ -89,6 +96,9 @@ class GangScheduler:
         # The latest try's members placed and members left untried when it gave up (kube-scheduler's
         # "N scheduled, M remaining" for a Kubernetes PodGroup).
         self.last_try = (0, 0)
+        # Gang preemption (set by the core when preemption is wired); None: a gang only waits.
+        self.preemptor: GangPreemptor | None = None
+        self._preempted = False  # the attempt in progress preempted: no starvation reservation for it
 
     def reconfigure(self, settings: SchedulingSettings) -> None:
         """A config reload: the timeout, the timeout backoff and the topology labels apply from the next
@@ -169,9 +179,10 @@ class GangScheduler:
         self._blocked = () if blocked is None or current is None else (
             (blocked, f"node(s) reserved for {current.holder}"),
         )
+        self._preempted = False
         outcome = self._place_in_domains(gang, members, needed, framework)
         if outcome is None:
-            if self.reserving():
+            if self.reserving() and not self._preempted:
                 rows, _ = framework.feasible_rows(resourceless(members[0].pod))
                 self.reserver.consider(
                     f"gang {gang.key}",
@@ -198,6 +209,8 @@ class GangScheduler:
             self.feedback.unschedulable(member.pod, reason)
         gang.first_attempt = None
         gang.timeouts = 0
+        if self.preemptor is not None:
+            self.preemptor.forget(gang.key)
         gang.last_reason = ""
         self.registry.dirty.add(gang.key)
         self.log.info(
@@ -298,6 +311,8 @@ class GangScheduler:
                 reason = f"gang {gang.key} requires one placement domain but no node has a topology label"
             if first_failure is not None:
                 reason += f": {first_failure.message}"
+            masks = [mask for domains in self._domain_masks().values() for _, mask in domains]
+            reason += self._preempt(gang, members, needed, framework, masks)
             self._wait(gang, members, reason, gang.min_member - needed, needed)
             return None
         placements, failure = self._try(gang, members, needed, framework, None)
@@ -306,14 +321,35 @@ class GangScheduler:
         failure = failure or first_failure
         detail = failure.message if failure is not None else "not enough room"
         reason = f"gang {gang.key} needs {needed} pods placed together and they do not all fit: {detail}"
+        preemption = self._preempt(gang, members, needed, framework, [None])
         if gang.kind == NATIVE:  # kube-scheduler's words for a Kubernetes PodGroup, then ours
             placed, remaining = self.last_try
             reason = (
                 f"{NATIVE_UNSCHEDULABLE}minCount ({gang.min_member}) cannot be satisfied: "
                 f"{placed + gang.min_member - needed} scheduled, {remaining} remaining ({reason})"
             )
+        reason += preemption
         self._wait(gang, members, reason, gang.min_member - needed, needed)
         return None
+
+    def _preempt(
+        self,
+        gang: Gang,
+        members: list[QueuedPod],
+        needed: int,
+        framework: Framework,
+        masks: Sequence[np.ndarray | None],
+    ) -> str:
+        """PostFilter for the gang whose quorum fit nowhere: preempt for it as one unit when that helps;
+        the ` preemption: ...` part of its message ('' when preemption is not wired)."""
+        if self.preemptor is None or not masks:
+            return ""
+        pods = [m.pod for m in members]
+        verdict = self.preemptor.post_filter(gang, pods, needed, framework, masks)
+        if verdict.preempts:
+            self.preemptor.execute(gang, pods[0], verdict)
+            self._preempted = True
+        return f" {verdict.message}"
 
     def _place_elastic(self, gang: Gang, members: list[QueuedPod], framework: Framework) -> int:
         started = 0

@@ -485,6 +485,17 @@ class Preemptor:
         )
         self.evictions.evict(pod, plan)
 
+    def hold(self, pod: PodRecord, node: str) -> None:
+        """Nominate `pod` to `node` (a gang member, gang_preemption.py): its room there is held for it
+        until it is placed, or until the nomination expires unused."""
+        self.cache.nominate(pod, node)
+        self._nominated_at[pod.uid] = self.clock()
+
+    def release(self, uid: str) -> None:
+        """Drop the pod's nomination, its held room back to everyone."""
+        self.cache.clear_nomination(uid)
+        self._nominated_at.pop(uid, None)
+
     def avoid(self, pod: PodRecord) -> str:
         """The node this pod's workload was preempted from in the last minutes ('' if none): placing it
         there again would only invite the same preemption."""

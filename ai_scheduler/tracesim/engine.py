@@ -244,6 +244,7 @@ class Simulation:
                                   runtimes=state.runtimes if state is not None else None)
         if mode is Mode.PLACEMENT:
             self.core.cycle.preemptor = None  # no PostFilter, no reservation: nothing would ever leave
+            self.core.gang_scheduler.preemptor = None  # nor for gangs
         self.placements: list[tuple[str, str, tuple[int, ...]]] = []  # (pod, node, GPU ids), in order
         self._scheduler_name = self.config.scheduler_name
         self._live: dict[str, _Live] = {}  # by uid
