@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ai_scheduler.cache.assigned_pods import AssignedPodIndex
+from ai_scheduler.cache.dra import DraState
 from ai_scheduler.cache.gpus import GpuTable
 from ai_scheduler.cache.host_ports import HostPortTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
@@ -114,6 +115,8 @@ class SchedulerCache:
         self.workloads = WorkloadSelectors()
         # PersistentVolumes, claims and StorageClasses, for VolumeBinding (from informers).
         self.volumes = VolumeIndex()
+        # ResourceClaims, templates, ResourceSlices and DeviceClasses, with our assumed allocations (DRA).
+        self.dra = DraState()
         # Namespace labels, for affinity terms' namespaceSelector (kept by the namespace informer).
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.namespace_version = 0

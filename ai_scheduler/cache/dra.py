@@ -1,0 +1,827 @@
+"""Dynamic Resource Allocation objects (resource.k8s.io/v1), as kube's DynamicResources plugin reads them.
+
+kube-scheduler's DynamicResources plugin works from listers of four kinds:
+ResourceClaims (what a pod asks for, and what was allocated for whom),
+ResourceClaimTemplates (from which kube-controller-manager's resource-claim
+controller makes a pod's claims), ResourceSlices (the devices drivers publish,
+per node or for many nodes) and DeviceClasses (named device selections, some
+of them mapped to an extended resource by KEP-5004). `DraState` holds the four
+here, parsed once from the objects' JSON into small slotted records, filled by
+the daemon's informers through two entry points:
+
+- `apply(kind, event, obj)`: one watch event ("ADDED", "MODIFIED", "DELETED");
+- `replace(kind, items)`: a fresh list.
+
+Nothing malformed raises out of them: an object whose fields do not parse is
+kept with `error` set (a claim with an error makes its pods Unschedulable with
+that reason; a slice with an error offers no devices and says why when asked),
+so that a garbled object is reported, never lost and never a crash of the
+informer.
+
+Our own writes are held as assumptions, as kube's assume cache holds them: an
+allocation chosen at Reserve is kept in `assumed` (claim key -> the claim with
+its allocation and reservation) until the watch shows a claim at least as new as
+our write's answer, or `forget` drops it. Devices in use are computed from the
+informer's claims plus these assumptions (`allocated_devices`), so that the
+next pod in the same cycle cannot take a device a previous one was given.
+
+`version` is bumped on every change of any object (memoisation and the queue's
+wake-up); `pods_affected(kind, obj)` says which waiting pods an event may help
+(see its docstring).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from ai_scheduler.quantity import QuantityError, parse_quantity
+
+RESOURCE_CLAIM = "ResourceClaim"
+RESOURCE_CLAIM_TEMPLATE = "ResourceClaimTemplate"
+RESOURCE_SLICE = "ResourceSlice"
+DEVICE_CLASS = "DeviceClass"
+KINDS = (RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, RESOURCE_SLICE, DEVICE_CLASS)
+
+EXACT_COUNT = "ExactCount"
+ALL = "All"
+# resourceapi.ResourceClaimReservedForMaxSize: at most this many consumers in status.reservedFor.
+RESERVED_FOR_MAX = 256
+# The annotations kube's resource-claim controller and scheduler put on claims they create.
+POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
+# A DeviceClass made implicitly for an extended resource "deviceclass.resource.kubernetes.io/<class>".
+IMPLICIT_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
+
+_generations = itertools.count(1)
+
+
+class DraError(ValueError):
+    """A field of a DRA object that does not parse; the message names the field."""
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def _quantity(value: Any, where: str) -> Decimal:
+    try:
+        return parse_quantity(value)
+    except (QuantityError, TypeError) as exc:
+        raise DraError(f"{where}: invalid quantity {value!r}") from exc
+
+
+def _quantities(value: Any, where: str) -> dict[str, Decimal]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DraError(f"{where}: must be a map")
+    return {str(k): _quantity(v, f"{where}[{k}]") for k, v in value.items()}
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DraError(f"{where}: must be a list")
+    return value
+
+
+def _dict(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DraError(f"{where}: must be an object")
+    return value
+
+
+def _selectors(value: Any, where: str) -> tuple[str, ...]:
+    """A list of DeviceSelectors: their CEL expressions (the only kind of selector the API has)."""
+    expressions = []
+    for i, item in enumerate(_list(value, where)):
+        cel = _dict(_dict(item, f"{where}[{i}]").get("cel"), f"{where}[{i}].cel")
+        expression = cel.get("expression")
+        if not isinstance(expression, str) or not expression:
+            raise DraError(f"{where}[{i}].cel.expression: required")
+        expressions.append(expression)
+    return tuple(expressions)
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def qualified(name: str, driver: str) -> tuple[str, str]:
+    """A QualifiedName as (domain, id): a name without a domain belongs to the driver's domain."""
+    domain, slash, ident = name.rpartition("/")
+    return (domain, ident) if slash else (driver, name)
+
+
+# ---------------------------------------------------------------------------------------------- classes
+@dataclass(slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    extended_resource: str = ""  # spec.extendedResourceName (KEP-5004)
+    config: tuple[Mapping[str, Any], ...] = ()  # spec.config, copied into allocations as FromClass
+    creation: str = ""
+    error: str = ""
+    generation: int = 0
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> DeviceClass:
+        meta = _meta(obj)
+        dc = cls(_str(meta.get("name")), creation=_str(meta.get("creationTimestamp")))
+        dc.generation = next(_generations)
+        try:
+            spec = _dict(obj.get("spec"), "spec")
+            dc.selectors = _selectors(spec.get("selectors"), "spec.selectors")
+            dc.extended_resource = _str(spec.get("extendedResourceName"))
+            dc.config = tuple(c for c in _list(spec.get("config"), "spec.config") if isinstance(c, dict))
+        except DraError as exc:
+            dc.error = str(exc)
+        return dc
+
+
+# ---------------------------------------------------------------------------------------------- claims
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect and self.effect != effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == key
+        return self.key == key and self.value == value
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """An ExactDeviceRequest, or one of a request's firstAvailable sub-requests (`name` is then
+    "<request>/<sub-request>", as allocation results name them)."""
+
+    name: str
+    class_name: str
+    selectors: tuple[str, ...] = ()
+    mode: str = EXACT_COUNT
+    count: int = 1
+    admin_access: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    capacity: tuple[tuple[str, Decimal], ...] = ()  # capacity.requests
+
+
+@dataclass(frozen=True, slots=True)
+class RequestGroup:
+    """One entry of spec.devices.requests: either exactly one request, or firstAvailable's list."""
+
+    name: str
+    alternatives: tuple[DeviceRequest, ...]
+    first_available: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    requests: tuple[str, ...] = ()  # () = every request
+    match_attribute: str = ""
+    distinct_attribute: str = ""
+
+
+def _tolerations(value: Any, where: str) -> tuple[Toleration, ...]:
+    out = []
+    for i, t in enumerate(_list(value, where)):
+        t = _dict(t, f"{where}[{i}]")
+        out.append(Toleration(
+            _str(t.get("key")), _str(t.get("operator")) or "Equal",
+            _str(t.get("value")), _str(t.get("effect")),
+        ))
+    return tuple(out)
+
+
+def _request(name: str, body: Mapping[str, Any], where: str, admin_allowed: bool) -> DeviceRequest:
+    class_name = body.get("deviceClassName")
+    if not isinstance(class_name, str) or not class_name:
+        raise DraError(f"{where}.deviceClassName: required")
+    mode = _str(body.get("allocationMode")) or EXACT_COUNT
+    if mode not in (EXACT_COUNT, ALL):
+        raise DraError(f"{where}.allocationMode: unsupported value {mode!r}")
+    count = body.get("count")
+    if mode == EXACT_COUNT:
+        if count is None:
+            count = 1
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise DraError(f"{where}.count: must be greater than zero")
+    else:
+        count = 0
+    capacity = _quantities(_dict(body.get("capacity"), f"{where}.capacity").get("requests"),
+                           f"{where}.capacity.requests")
+    return DeviceRequest(
+        name,
+        class_name,
+        _selectors(body.get("selectors"), f"{where}.selectors"),
+        mode,
+        int(count),
+        admin_allowed and body.get("adminAccess") is True,
+        _tolerations(body.get("tolerations"), f"{where}.tolerations"),
+        tuple(sorted(capacity.items())),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSpec:
+    requests: tuple[RequestGroup, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    config: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, spec: Any, where: str = "spec") -> ClaimSpec:
+        devices = _dict(_dict(spec, where).get("devices"), f"{where}.devices")
+        groups = []
+        seen: set[str] = set()
+        for i, req in enumerate(_list(devices.get("requests"), f"{where}.devices.requests")):
+            at = f"{where}.devices.requests[{i}]"
+            req = _dict(req, at)
+            name = req.get("name")
+            if not isinstance(name, str) or not name:
+                raise DraError(f"{at}.name: required")
+            if name in seen:
+                raise DraError(f"{at}.name: duplicate value {name!r}")
+            seen.add(name)
+            if req.get("exactly") is not None and req.get("firstAvailable") is not None:
+                raise DraError(f"{at}: exactly one of exactly or firstAvailable is required")
+            if req.get("firstAvailable") is not None:
+                subs = []
+                for j, sub in enumerate(_list(req.get("firstAvailable"), f"{at}.firstAvailable")):
+                    sub = _dict(sub, f"{at}.firstAvailable[{j}]")
+                    sub_name = _str(sub.get("name"))
+                    if not sub_name:
+                        raise DraError(f"{at}.firstAvailable[{j}].name: required")
+                    subs.append(_request(f"{name}/{sub_name}", sub, f"{at}.firstAvailable[{j}]", False))
+                if not subs:
+                    raise DraError(f"{at}.firstAvailable: must not be empty")
+                groups.append(RequestGroup(name, tuple(subs), True))
+            else:
+                exactly = req.get("exactly")
+                if exactly is None:
+                    raise DraError(f"{at}: exactly one of exactly or firstAvailable is required")
+                groups.append(RequestGroup(name, (_request(name, _dict(exactly, f"{at}.exactly"),
+                                                            f"{at}.exactly", True),)))
+        constraints = []
+        for i, c in enumerate(_list(devices.get("constraints"), f"{where}.devices.constraints")):
+            at = f"{where}.devices.constraints[{i}]"
+            c = _dict(c, at)
+            constraints.append(Constraint(
+                tuple(_str(r) for r in _list(c.get("requests"), f"{at}.requests")),
+                _str(c.get("matchAttribute")),
+                _str(c.get("distinctAttribute")),
+            ))
+        config = tuple(c for c in _list(devices.get("config"), f"{where}.devices.config")
+                       if isinstance(c, dict))
+        return cls(tuple(groups), tuple(constraints), config)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    request: str
+    driver: str
+    pool: str
+    device: str
+    admin_access: bool = False
+    share_id: str = ""
+    consumed: tuple[tuple[str, Decimal], ...] = ()  # consumedCapacity
+
+    @property
+    def device_id(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.device)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    devices: tuple[AllocatedDevice, ...] = ()
+    node_selector: Mapping[str, Any] | None = None  # a core/v1 NodeSelector; None: any node
+    raw: Mapping[str, Any] = field(default_factory=dict)  # status.allocation as written
+
+    @classmethod
+    def parse(cls, value: Any, where: str = "status.allocation") -> Allocation:
+        alloc = _dict(value, where)
+        devices = []
+        for i, r in enumerate(_list(_dict(alloc.get("devices"), f"{where}.devices").get("results"),
+                                    f"{where}.devices.results")):
+            r = _dict(r, f"{where}.devices.results[{i}]")
+            at = f"{where}.devices.results[{i}]"
+            consumed = _quantities(r.get("consumedCapacity"), f"{at}.consumedCapacity")
+            devices.append(AllocatedDevice(
+                _str(r.get("request")), _str(r.get("driver")), _str(r.get("pool")), _str(r.get("device")),
+                r.get("adminAccess") is True, _str(r.get("shareID")), tuple(sorted(consumed.items())),
+            ))
+        selector = alloc.get("nodeSelector")
+        return cls(tuple(devices), selector if isinstance(selector, dict) else None, alloc)
+
+
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    """An entry of status.reservedFor."""
+
+    resource: str
+    name: str
+    uid: str
+    api_group: str = ""
+
+
+@dataclass(slots=True)
+class Claim:
+    namespace: str
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+    owner: tuple[str, str, str] | None = None  # the controlling owner: (kind, name, uid)
+    deleting: bool = False
+    spec: ClaimSpec = field(default_factory=ClaimSpec)
+    allocation: Allocation | None = None
+    reserved_for: tuple[Consumer, ...] = ()
+    error: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    generation: int = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def reserved_for_pod(self, uid: str) -> bool:
+        return any(c.uid == uid and c.resource == "pods" and not c.api_group for c in self.reserved_for)
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Claim:
+        meta = _meta(obj)
+        claim = cls(_str(meta.get("namespace")), _str(meta.get("name")), raw=obj)
+        claim.generation = next(_generations)
+        claim.uid = _str(meta.get("uid"))
+        claim.resource_version = _str(meta.get("resourceVersion"))
+        claim.deleting = bool(meta.get("deletionTimestamp"))
+        try:
+            annotations = _dict(meta.get("annotations"), "metadata.annotations")
+            claim.annotations = {str(k): _str(v) for k, v in annotations.items()}
+            for ref in _list(meta.get("ownerReferences"), "metadata.ownerReferences"):
+                if isinstance(ref, dict) and ref.get("controller") is True:
+                    claim.owner = (_str(ref.get("kind")), _str(ref.get("name")), _str(ref.get("uid")))
+            claim.spec = ClaimSpec.parse(obj.get("spec"))
+            status = _dict(obj.get("status"), "status")
+            if status.get("allocation") is not None:
+                claim.allocation = Allocation.parse(status["allocation"])
+            consumers = []
+            for i, ref in enumerate(_list(status.get("reservedFor"), "status.reservedFor")):
+                ref = _dict(ref, f"status.reservedFor[{i}]")
+                consumers.append(Consumer(
+                    _str(ref.get("resource")), _str(ref.get("name")),
+                    _str(ref.get("uid")), _str(ref.get("apiGroup")),
+                ))
+            claim.reserved_for = tuple(consumers)
+        except DraError as exc:
+            claim.error = str(exc)
+        return claim
+
+
+@dataclass(slots=True)
+class ClaimTemplate:
+    namespace: str
+    name: str
+    spec: ClaimSpec = field(default_factory=ClaimSpec)
+    error: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> ClaimTemplate:
+        meta = _meta(obj)
+        template = cls(_str(meta.get("namespace")), _str(meta.get("name")), raw=obj)
+        try:
+            template.spec = ClaimSpec.parse(_dict(obj.get("spec"), "spec").get("spec"), "spec.spec")
+        except DraError as exc:
+            template.error = str(exc)
+        return template
+
+
+# ---------------------------------------------------------------------------------------------- slices
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A semantic version (a `version` attribute), ordered as semver orders them."""
+
+    major: int
+    minor: int
+    patch: int
+    pre: tuple[int | str, ...] = ()
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Version:
+        core, _, _build = text.partition("+")
+        core, dash, pre = core.partition("-")
+        parts = core.split(".")
+        if len(parts) != 3 or not all(p.isdigit() and (p == "0" or not p.startswith("0")) for p in parts):
+            raise DraError(f"invalid semantic version {text!r}")
+        pre_parts: tuple[int | str, ...] = ()
+        if dash:
+            pre_parts = tuple(int(p) if p.isdigit() else p for p in pre.split("."))
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]), pre_parts, text)
+
+    def key(self) -> tuple[Any, ...]:
+        # A version without a pre-release sorts after every pre-release of it; numbers before names.
+        pre = tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in self.pre)
+        return (self.major, self.minor, self.patch, not self.pre, pre)
+
+
+AttributeValue = bool | int | str | Version | tuple[Any, ...]
+
+
+_ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+
+
+def _attribute(value: Any, where: str) -> AttributeValue:
+    attr = _dict(value, where)
+    present = [k for k in _ATTRIBUTE_KINDS if k in attr]
+    if len(present) != 1:
+        raise DraError(f"{where}: exactly one value is required")
+    kind = present[0]
+    raw = attr[kind]
+    if kind == "int":
+        if not isinstance(raw, int) or isinstance(raw, bool):
+            raise DraError(f"{where}.int: must be an integer")
+        return raw
+    if kind == "bool":
+        if not isinstance(raw, bool):
+            raise DraError(f"{where}.bool: must be a boolean")
+        return raw
+    if kind == "string":
+        return _str(raw)
+    if kind == "version":
+        return Version.parse(_str(raw))
+    items = _list(raw, f"{where}.{kind}")
+    if kind == "versions":
+        return tuple(Version.parse(_str(v)) for v in items)
+    return tuple(items)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    value: Decimal
+    default: Decimal | None = None  # requestPolicy.default
+    valid_values: tuple[Decimal, ...] = ()
+    valid_range: tuple[Decimal | None, Decimal | None, Decimal | None] | None = None  # (min, max, step)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(slots=True)
+class Device:
+    """One device of a slice. `attributes` and `capacity` are keyed by (domain, id)."""
+
+    driver: str
+    pool: str
+    name: str
+    slice_name: str = ""
+    attributes: dict[tuple[str, str], AttributeValue] = field(default_factory=dict)
+    capacity: dict[tuple[str, str], Capacity] = field(default_factory=dict)
+    consumes: tuple[tuple[str, tuple[tuple[str, Decimal], ...]], ...] = ()  # (counterSet, counters)
+    allow_multiple: bool = False  # allowMultipleAllocations: consumable capacity
+    node_name: str = ""  # per-device node selection (perDeviceNodeSelection)
+    node_selector: Mapping[str, Any] | None = None
+    all_nodes: bool = False
+    taints: tuple[DeviceTaint, ...] = ()
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+    binds_to_node: bool = False
+
+    @property
+    def device_id(self) -> tuple[str, str, str]:
+        return (self.driver, self.pool, self.name)
+
+
+def _device(item: Any, driver: str, pool: str, slice_name: str, where: str) -> Device:
+    body = _dict(item, where)
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise DraError(f"{where}.name: required")
+    dev = Device(driver, pool, name, slice_name)
+    for key, value in _dict(body.get("attributes"), f"{where}.attributes").items():
+        dev.attributes[qualified(str(key), driver)] = _attribute(value, f"{where}.attributes[{key}]")
+    for key, value in _dict(body.get("capacity"), f"{where}.capacity").items():
+        at = f"{where}.capacity[{key}]"
+        cap = _dict(value, at)
+        policy = _dict(cap.get("requestPolicy"), f"{at}.requestPolicy")
+        default = None
+        if policy.get("default") is not None:
+            default = _quantity(policy["default"], f"{at}.requestPolicy.default")
+        valid_values = tuple(_quantity(v, f"{at}.requestPolicy.validValues")
+                             for v in _list(policy.get("validValues"), f"{at}.requestPolicy.validValues"))
+        valid_range = None
+        if policy.get("validRange") is not None:
+            rng = _dict(policy["validRange"], f"{at}.requestPolicy.validRange")
+            valid_range = tuple(
+                _quantity(rng[k], f"{at}.requestPolicy.validRange.{k}") if rng.get(k) is not None else None
+                for k in ("min", "max", "step")
+            )
+        dev.capacity[qualified(str(key), driver)] = Capacity(
+            _quantity(cap.get("value"), f"{at}.value"), default, valid_values,
+            valid_range,  # type: ignore[arg-type]
+        )
+    consumes = []
+    for i, c in enumerate(_list(body.get("consumesCounters"), f"{where}.consumesCounters")):
+        c = _dict(c, f"{where}.consumesCounters[{i}]")
+        counters = {
+            str(k): _quantity(_dict(v, f"{where}.consumesCounters[{i}].counters[{k}]").get("value"),
+                              f"{where}.consumesCounters[{i}].counters[{k}].value")
+            for k, v in _dict(c.get("counters"), f"{where}.consumesCounters[{i}].counters").items()
+        }
+        consumes.append((_str(c.get("counterSet")), tuple(sorted(counters.items()))))
+    dev.consumes = tuple(consumes)
+    dev.allow_multiple = body.get("allowMultipleAllocations") is True
+    dev.node_name = _str(body.get("nodeName"))
+    selector = body.get("nodeSelector")
+    dev.node_selector = selector if isinstance(selector, dict) else None
+    dev.all_nodes = body.get("allNodes") is True
+    dev.taints = tuple(
+        DeviceTaint(_str(t.get("key")), _str(t.get("value")), _str(t.get("effect")))
+        for t in _list(body.get("taints"), f"{where}.taints") if isinstance(t, dict)
+    )
+    dev.binding_conditions = tuple(
+        _str(x) for x in _list(body.get("bindingConditions"), f"{where}.bindingConditions")
+    )
+    dev.binding_failure_conditions = tuple(
+        _str(x) for x in _list(body.get("bindingFailureConditions"), f"{where}.bindingFailureConditions")
+    )
+    dev.binds_to_node = body.get("bindsToNode") is True
+    return dev
+
+
+@dataclass(slots=True)
+class Slice:
+    name: str
+    driver: str = ""
+    pool: str = ""
+    pool_generation: int = 0
+    slice_count: int = 1
+    node_name: str = ""
+    node_selector: Mapping[str, Any] | None = None
+    all_nodes: bool = False
+    per_device_node_selection: bool = False
+    devices: tuple[Device, ...] = ()
+    # sharedCounters: counterSet -> counter -> value
+    shared_counters: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    resource_version: str = ""
+    error: str = ""
+    generation: int = 0
+
+    @classmethod
+    def from_api(cls, obj: Mapping[str, Any]) -> Slice:
+        meta = _meta(obj)
+        sl = cls(_str(meta.get("name")))
+        sl.generation = next(_generations)
+        sl.resource_version = _str(meta.get("resourceVersion"))
+        try:
+            spec = _dict(obj.get("spec"), "spec")
+            sl.driver = _str(spec.get("driver"))
+            pool = _dict(spec.get("pool"), "spec.pool")
+            sl.pool = _str(pool.get("name"))
+            generation, count = pool.get("generation", 0), pool.get("resourceSliceCount", 1)
+            if not isinstance(generation, int) or not isinstance(count, int):
+                raise DraError("spec.pool: generation and resourceSliceCount must be integers")
+            sl.pool_generation, sl.slice_count = generation, count
+            sl.node_name = _str(spec.get("nodeName"))
+            selector = spec.get("nodeSelector")
+            sl.node_selector = selector if isinstance(selector, dict) else None
+            sl.all_nodes = spec.get("allNodes") is True
+            sl.per_device_node_selection = spec.get("perDeviceNodeSelection") is True
+            for i, cs in enumerate(_list(spec.get("sharedCounters"), "spec.sharedCounters")):
+                cs = _dict(cs, f"spec.sharedCounters[{i}]")
+                sl.shared_counters[_str(cs.get("name"))] = {
+                    str(k): _quantity(_dict(v, f"spec.sharedCounters[{i}].counters[{k}]").get("value"),
+                                      f"spec.sharedCounters[{i}].counters[{k}].value")
+                    for k, v in _dict(cs.get("counters"), f"spec.sharedCounters[{i}].counters").items()
+                }
+            sl.devices = tuple(
+                _device(d, sl.driver, sl.pool, sl.name, f"spec.devices[{i}]")
+                for i, d in enumerate(_list(spec.get("devices"), "spec.devices"))
+            )
+        except DraError as exc:
+            sl.error = str(exc)
+            sl.devices = ()
+        return sl
+
+
+# ---------------------------------------------------------------------------------------------- the state
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = _meta(obj)
+    if not isinstance(meta, dict):
+        return ("", "")
+    return (_str(meta.get("namespace")), _str(meta.get("name")))
+
+
+def _newer(held: str, incoming: str) -> bool:
+    """Whether an object at `incoming` may replace the one held at `held` (an older event may not)."""
+    if not held or not incoming:
+        return True
+    try:
+        return int(incoming) >= int(held)
+    except ValueError:
+        return True
+
+
+class DraState:
+    """The four DRA kinds by name, plus our assumed allocations."""
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.claims: dict[tuple[str, str], Claim] = {}
+        self.templates: dict[tuple[str, str], ClaimTemplate] = {}
+        self.slices: dict[str, Slice] = {}
+        self.classes: dict[str, DeviceClass] = {}
+        # Slices by the node they are local to ("" for those with a node selector or allNodes).
+        self.node_slices: dict[str, dict[str, Slice]] = {}
+        # Extended resource name -> the DeviceClasses that map it (KEP-5004).
+        self.extended: dict[str, list[DeviceClass]] = {}
+        # Claims generated for pods by the resource-claim controller: (namespace, owner pod uid) -> keys.
+        self.owned: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        # Our assumed claims: key -> (the informer's claim when we assumed, the assumed one).
+        self.assumed: dict[tuple[str, str], tuple[Claim | None, Claim]] = {}
+        self.slices_version = 0  # changes only with slices and classes (the allocator's device view)
+
+    # ------------------------------------------------------------------ informer input
+    def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
+        """A watch event ("ADDED", "MODIFIED", "DELETED") for one object of `kind` (one of KINDS)."""
+        deleted = event == "DELETED"
+        if kind == RESOURCE_CLAIM:
+            claim = Claim.from_api(obj)
+            if deleted:
+                self._drop_claim(claim.key)
+                self.assumed.pop(claim.key, None)
+            else:
+                self.set_claim(claim)
+        elif kind == RESOURCE_CLAIM_TEMPLATE:
+            if deleted:
+                self.templates.pop(_key(obj), None)
+            else:
+                template = ClaimTemplate.from_api(obj)
+                self.templates[template.key] = template
+        elif kind == RESOURCE_SLICE:
+            name = _key(obj)[1]
+            self._drop_slice(name)
+            if not deleted:
+                self._put_slice(Slice.from_api(obj))
+            self.slices_version += 1
+        elif kind == DEVICE_CLASS:
+            name = _key(obj)[1]
+            self.classes.pop(name, None)
+            if not deleted:
+                self.classes[name] = DeviceClass.from_api(obj)
+            self._index_extended()
+            self.slices_version += 1
+        else:
+            return
+        self.version += 1
+
+    def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
+        """A fresh list of `kind`: what is held is replaced (assumptions of claims are kept while the
+        list does not show our write yet; see `set_claim`)."""
+        objs = [o for o in items if isinstance(o, dict)]
+        if kind == RESOURCE_CLAIM:
+            self.claims = {}
+            self.owned = {}
+            for claim in map(Claim.from_api, objs):
+                self._put_claim(claim)
+            for key in list(self.assumed):
+                self._settle(key)
+        elif kind == RESOURCE_CLAIM_TEMPLATE:
+            self.templates = {t.key: t for t in map(ClaimTemplate.from_api, objs)}
+        elif kind == RESOURCE_SLICE:
+            self.slices = {}
+            self.node_slices = {}
+            for sl in map(Slice.from_api, objs):
+                self._put_slice(sl)
+            self.slices_version += 1
+        elif kind == DEVICE_CLASS:
+            self.classes = {c.name: c for c in map(DeviceClass.from_api, objs)}
+            self._index_extended()
+            self.slices_version += 1
+        else:
+            return
+        self.version += 1
+
+    def pods_affected(self, kind: str, obj: Mapping[str, Any]) -> Callable[[Any], bool]:
+        """A predicate over pending PodRecords for the queue's `move_matching`, after an event of `kind`
+        on `obj`: which waiting pods it may help.
+
+        - a ResourceClaim: pods of its namespace that name it directly, or (a claim the resource-claim
+          controller made) the pod that owns it; pods waiting on an extended-resource claim too;
+        - a ResourceClaimTemplate: pods of its namespace that use claims (their generated claim may
+          now be made);
+        - a ResourceSlice or DeviceClass: every pod with claims or with a request for an extended
+          resource some DeviceClass maps (devices may have appeared or freed).
+        Pods without DRA claims or mapped extended resources are never matched, so events of these
+        kinds cost nothing to the rest of the queue."""
+        namespace, name = _key(obj) if isinstance(obj, dict) else ("", "")
+        extended = set(self.extended)
+        if kind == RESOURCE_CLAIM:
+            claim = Claim.from_api(obj) if isinstance(obj, dict) else None
+            owner = claim.owner if claim is not None else None
+            owner_uid = owner[2] if owner is not None and owner[0] == "Pod" else ""
+
+            def claim_match(pod: Any) -> bool:
+                if pod.namespace != namespace:
+                    return False
+                if owner_uid and pod.uid == owner_uid:
+                    return True
+                return any(ref.claim_name == name for ref in pod.resource_claims)
+
+            return claim_match
+        if kind == RESOURCE_CLAIM_TEMPLATE:
+            return lambda pod: pod.namespace == namespace and bool(pod.resource_claims)
+        return lambda pod: bool(pod.resource_claims) or any(r in extended for r in pod.requests)
+
+    # ------------------------------------------------------------------ claims
+    def set_claim(self, claim: Claim) -> None:
+        held = self.claims.get(claim.key)
+        stale = held is not None and not _newer(held.resource_version, claim.resource_version)
+        if held is not None and held.uid == claim.uid and stale:
+            return
+        self._drop_claim(claim.key)
+        self._put_claim(claim)
+        self._settle(claim.key)
+
+    def _put_claim(self, claim: Claim) -> None:
+        self.claims[claim.key] = claim
+        if claim.owner is not None and claim.owner[0] == "Pod":
+            self.owned.setdefault((claim.namespace, claim.owner[2]), set()).add(claim.key)
+
+    def _drop_claim(self, key: tuple[str, str]) -> None:
+        claim = self.claims.pop(key, None)
+        if claim is not None and claim.owner is not None and claim.owner[0] == "Pod":
+            owned = self.owned.get((claim.namespace, claim.owner[2]))
+            if owned is not None:
+                owned.discard(key)
+                if not owned:
+                    del self.owned[(claim.namespace, claim.owner[2])]
+
+    def _settle(self, key: tuple[str, str]) -> None:
+        """An assumption ends when the informer holds a claim at least as new as the assumed one
+        (our write's answer carries the version the watch will show)."""
+        pair = self.assumed.get(key)
+        if pair is None:
+            return
+        held = self.claims.get(key)
+        assumed = pair[1]
+        if held is None:
+            return
+        replaced = bool(assumed.uid) and held.uid != assumed.uid
+        caught_up = bool(assumed.resource_version and held.resource_version) and _newer(
+            assumed.resource_version, held.resource_version
+        )
+        if replaced or caught_up:
+            del self.assumed[key]
+
+    def claim(self, namespace: str, name: str) -> Claim | None:
+        """The claim as the scheduler must see it: our assumption first, else the informer's."""
+        pair = self.assumed.get((namespace, name))
+        if pair is not None:
+            return pair[1]
+        return self.claims.get((namespace, name))
+
+    # ------------------------------------------------------------------ slices and classes
+    def _put_slice(self, sl: Slice) -> None:
+        self.slices[sl.name] = sl
+        self.node_slices.setdefault(sl.node_name, {})[sl.name] = sl
+
+    def _drop_slice(self, name: str) -> None:
+        sl = self.slices.pop(name, None)
+        if sl is not None:
+            group = self.node_slices.get(sl.node_name)
+            if group is not None:
+                group.pop(name, None)
+                if not group:
+                    del self.node_slices[sl.node_name]
+
+    def _index_extended(self) -> None:
+        extended: dict[str, list[DeviceClass]] = {}
+        for dc in self.classes.values():
+            if dc.extended_resource and not dc.error:
+                extended.setdefault(dc.extended_resource, []).append(dc)
+        self.extended = extended
+
+    def templates_of(self, namespaces: Iterable[str]) -> list[ClaimTemplate]:
+        wanted = set(namespaces)
+        return [t for t in self.templates.values() if t.namespace in wanted]
