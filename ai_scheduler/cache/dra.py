@@ -627,8 +627,6 @@ class Slice:
 # ---------------------------------------------------------------------------------------------- the state
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = _meta(obj)
-    if not isinstance(meta, dict):
-        return ("", "")
     return (_str(meta.get("namespace")), _str(meta.get("name")))
 
 
