@@ -630,6 +630,13 @@ def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (_str(meta.get("namespace")), _str(meta.get("name")))
 
 
+class _Desc(str):
+    """A string that sorts in reverse (so that, among equals, the smallest comes last and wins)."""
+
+    def __lt__(self, other: str) -> bool:
+        return str.__gt__(self, other)
+
+
 def _newer(held: str, incoming: str) -> bool:
     """Whether an object at `incoming` may replace the one held at `held` (an older event may not)."""
     if not held or not incoming:
@@ -652,12 +659,23 @@ class DraState:
         # Slices by the node they are local to ("" for those with a node selector or allNodes).
         self.node_slices: dict[str, dict[str, Slice]] = {}
         # Extended resource name -> the DeviceClasses that map it (KEP-5004).
-        self.extended: dict[str, list[DeviceClass]] = {}
+        self.extended: dict[str, DeviceClass] = {}
         # Claims generated for pods by the resource-claim controller: (namespace, owner pod uid) -> keys.
         self.owned: dict[tuple[str, str], set[tuple[str, str]]] = {}
         # Our assumed claims: key -> (the informer's claim when we assumed, the assumed one).
         self.assumed: dict[tuple[str, str], tuple[Claim | None, Claim]] = {}
         self.slices_version = 0  # changes only with slices and classes (the allocator's device view)
+        # Slices by pool (driver, pool): completeness and counters are per pool.
+        self.pool_slices: dict[tuple[str, str], dict[str, Slice]] = {}
+        # Devices in use, from the claims held (informer's or assumed): kube's AllocatedDevices (exclusive,
+        # not admin access) and, for devices that allow multiple allocations, the capacity their shares
+        # consume (AggregatedCapacity; a device present here with {} is shared without capacity).
+        self.allocated: dict[tuple[str, str, str], int] = {}
+        self.shared: dict[tuple[str, str, str], dict[str, Decimal]] = {}
+        self._shared_count: dict[tuple[str, str, str], int] = {}
+        # Change log for per-node caches: (version, node) whenever devices on `node` were taken, freed,
+        # added or removed; node "" means every node (a slice for many nodes, or a class, changed).
+        self.changes: list[tuple[int, str]] = []
 
     # ------------------------------------------------------------------ informer input
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
@@ -667,7 +685,7 @@ class DraState:
             claim = Claim.from_api(obj)
             if deleted:
                 self._drop_claim(claim.key)
-                self.assumed.pop(claim.key, None)
+                self.forget(claim.key)
             else:
                 self.set_claim(claim)
         elif kind == RESOURCE_CLAIM_TEMPLATE:
@@ -689,6 +707,7 @@ class DraState:
                 self.classes[name] = DeviceClass.from_api(obj)
             self._index_extended()
             self.slices_version += 1
+            self._log("")
         else:
             return
         self.version += 1
@@ -700,6 +719,10 @@ class DraState:
         if kind == RESOURCE_CLAIM:
             self.claims = {}
             self.owned = {}
+            self.allocated, self.shared, self._shared_count = {}, {}, {}
+            for pair in self.assumed.values():
+                self._count(pair[1], 1)
+            self._log("")
             for claim in map(Claim.from_api, objs):
                 self._put_claim(claim)
             for key in list(self.assumed):
@@ -709,6 +732,8 @@ class DraState:
         elif kind == RESOURCE_SLICE:
             self.slices = {}
             self.node_slices = {}
+            self.pool_slices = {}
+            self._log("")
             for sl in map(Slice.from_api, objs):
                 self._put_slice(sl)
             self.slices_version += 1
@@ -716,6 +741,7 @@ class DraState:
             self.classes = {c.name: c for c in map(DeviceClass.from_api, objs)}
             self._index_extended()
             self.slices_version += 1
+            self._log("")
         else:
             return
         self.version += 1
@@ -761,13 +787,94 @@ class DraState:
         self._put_claim(claim)
         self._settle(claim.key)
 
+    def _count(self, claim: Claim | None, sign: int) -> None:
+        """Add (1) or remove (-1) a held claim's devices to the in-use indexes, and log the nodes."""
+        if claim is None or claim.allocation is None:
+            return
+        for dev in claim.allocation.devices:
+            device_id = dev.device_id
+            if dev.share_id:
+                count = self._shared_count.get(device_id, 0) + sign
+                consumed = self.shared.setdefault(device_id, {})
+                for name, value in dev.consumed:
+                    consumed[name] = consumed.get(name, Decimal(0)) + sign * value
+                if count <= 0:
+                    self._shared_count.pop(device_id, None)
+                    self.shared.pop(device_id, None)
+                else:
+                    self._shared_count[device_id] = count
+            elif not dev.admin_access:
+                count = self.allocated.get(device_id, 0) + sign
+                if count <= 0:
+                    self.allocated.pop(device_id, None)
+                else:
+                    self.allocated[device_id] = count
+            self._log_pool((dev.driver, dev.pool))
+
+    def _log_pool(self, pool: tuple[str, str]) -> None:
+        slices = self.pool_slices.get(pool)
+        nodes = {sl.node_name for sl in slices.values()} if slices else {""}
+        for node in nodes:
+            self._log(node)
+
+    def _log(self, node: str) -> None:
+        self.version += 1
+        self.changes.append((self.version, node))
+        if len(self.changes) > 4096:
+            del self.changes[:2048]
+
+    def changed_since(self, version: int) -> set[str] | None:
+        """The nodes whose devices changed after `version`; None when every node may have (a change
+        for many nodes, or a log too short to tell)."""
+        changes = self.changes
+        if not changes or changes[-1][0] <= version:
+            return set()
+        if changes[0][0] > version + 1:
+            return None
+        nodes: set[str] = set()
+        for at, node in reversed(changes):
+            if at <= version:
+                break
+            if not node:
+                return None
+            nodes.add(node)
+        return nodes
+
+    def held(self, key: tuple[str, str]) -> Claim | None:
+        pair = self.assumed.get(key)
+        return pair[1] if pair is not None else self.claims.get(key)
+
+    def assume(self, claim: Claim) -> None:
+        """Hold `claim` (with the allocation and reservation we chose) until the watch catches up."""
+        before = self.held(claim.key)
+        self._count(before, -1)
+        original = self.assumed[claim.key][0] if claim.key in self.assumed else self.claims.get(claim.key)
+        self.assumed[claim.key] = (original, claim)
+        self._count(claim, 1)
+        self.version += 1
+
+    def forget(self, key: tuple[str, str], assumed: Claim | None = None) -> None:
+        """Drop our assumption of a claim (a binding that will not happen): the informer's claim counts
+        again. With `assumed`, only if that very assumption is still held."""
+        pair = self.assumed.get(key)
+        if pair is None or (assumed is not None and pair[1] is not assumed):
+            return
+        self._count(pair[1], -1)
+        del self.assumed[key]
+        self._count(self.claims.get(key), 1)
+        self.version += 1
+
     def _put_claim(self, claim: Claim) -> None:
+        if claim.key not in self.assumed:
+            self._count(claim, 1)
         self.claims[claim.key] = claim
         if claim.owner is not None and claim.owner[0] == "Pod":
             self.owned.setdefault((claim.namespace, claim.owner[2]), set()).add(claim.key)
 
     def _drop_claim(self, key: tuple[str, str]) -> None:
         claim = self.claims.pop(key, None)
+        if key not in self.assumed:
+            self._count(claim, -1)
         if claim is not None and claim.owner is not None and claim.owner[0] == "Pod":
             owned = self.owned.get((claim.namespace, claim.owner[2]))
             if owned is not None:
@@ -790,7 +897,9 @@ class DraState:
             assumed.resource_version, held.resource_version
         )
         if replaced or caught_up:
+            self._count(assumed, -1)
             del self.assumed[key]
+            self._count(held, 1)
 
     def claim(self, namespace: str, name: str) -> Claim | None:
         """The claim as the scheduler must see it: our assumption first, else the informer's."""
@@ -803,6 +912,8 @@ class DraState:
     def _put_slice(self, sl: Slice) -> None:
         self.slices[sl.name] = sl
         self.node_slices.setdefault(sl.node_name, {})[sl.name] = sl
+        self.pool_slices.setdefault((sl.driver, sl.pool), {})[sl.name] = sl
+        self._log(sl.node_name)
 
     def _drop_slice(self, name: str) -> None:
         sl = self.slices.pop(name, None)
@@ -812,12 +923,23 @@ class DraState:
                 group.pop(name, None)
                 if not group:
                     del self.node_slices[sl.node_name]
+            pool = self.pool_slices.get((sl.driver, sl.pool))
+            if pool is not None:
+                pool.pop(name, None)
+                if not pool:
+                    del self.pool_slices[(sl.driver, sl.pool)]
+            self._log(sl.node_name)
 
     def _index_extended(self) -> None:
-        extended: dict[str, list[DeviceClass]] = {}
-        for dc in self.classes.values():
-            if dc.extended_resource and not dc.error:
-                extended.setdefault(dc.extended_resource, []).append(dc)
+        """kube's ExtendedResourceCache: an extendedResourceName maps to the newest class naming it (the
+        smaller name on a tie); every class also maps "deviceclass.resource.kubernetes.io/<name>"."""
+        extended: dict[str, DeviceClass] = {}
+        for dc in sorted(self.classes.values(), key=lambda c: (c.creation, _Desc(c.name))):
+            if dc.error:
+                continue
+            if dc.extended_resource:
+                extended[dc.extended_resource] = dc
+            extended[IMPLICIT_CLASS_PREFIX + dc.name] = dc
         self.extended = extended
 
     def templates_of(self, namespaces: Iterable[str]) -> list[ClaimTemplate]:
