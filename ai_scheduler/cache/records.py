@@ -290,6 +290,30 @@ def pod_resource_claims(spec: dict[str, Any], status: dict[str, Any]) -> tuple[
     return tuple(refs), statuses, extended_name
 
 
+def extended_containers(spec: dict[str, Any]) -> tuple[tuple[int, str, list[str], dict[str, int]], ...]:
+    """Long-lived containers (sidecars and app containers; init containers first in the index, as kube
+    numbers them) with their extended-resource requests: (index, name, sorted request names, amounts),
+    for the claim kube makes for DRA-backed extended resources (KEP-5004)."""
+    inits = [c for c in spec.get("initContainers") or () if isinstance(c, dict)]
+    apps = [c for c in spec.get("containers") or () if isinstance(c, dict)]
+    out = []
+    for index, container in enumerate(inits + apps):
+        if index < len(inits) and container.get("restartPolicy") != "Always":
+            continue
+        resources = container.get("resources") or {}
+        requests = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        amounts = {}
+        for name, value in requests.items():
+            if "/" in str(name):
+                try:
+                    amounts[str(name)] = to_units(str(name), value)
+                except QuantityError:
+                    continue
+        if amounts:
+            out.append((index, str(container.get("name") or ""), sorted(str(k) for k in requests), amounts))
+    return tuple(out)
+
+
 def pod_claims(pod_name: str, volumes: Any) -> tuple[ClaimRef, ...]:
     """The claims a pod's volumes use, in order: a `persistentVolumeClaim` volume's claimName, and a generic
     ephemeral volume's claim, which its controller names `<pod>-<volume>` (ephemeral.VolumeClaimName)."""
@@ -556,6 +580,8 @@ class PodRecord:
         if spec.get("volumes"):
             rec.claims = pod_claims(rec.name, spec["volumes"])
             rec.disks = inline_disks(spec["volumes"])
+        if any("/" in name and not name.startswith("hugepages-") for name in rec.requests):
+            rec.derived["dra.containers"] = extended_containers(spec)
         if spec.get("resourceClaims") or status.get("extendedResourceClaimStatus"):
             rec.resource_claims, rec.claim_statuses, rec.extended_claim = pod_resource_claims(spec, status)
         if rec.affinity:

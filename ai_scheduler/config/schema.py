@@ -39,6 +39,7 @@ FILTER_PLUGINS: tuple[str, ...] = (
     "VolumeZone",
     "PodTopologySpread",
     "InterPodAffinity",
+    "DynamicResources",
 )
 SCORE_PLUGINS: tuple[str, ...] = (
     "NodeResourcesLeastAllocated",

@@ -6,6 +6,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ai_scheduler.scheduler.framework import (
     StaticResults,
     Window,
 )
+from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources
 
 TOP_SCORES_LOGGED = 3
 # kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): below this many nodes every node
@@ -66,6 +68,9 @@ class Decision:
     # What PostFilter (preemption) said when it could not help, kube-scheduler's `preemption: ...` verdict,
     # which follows the filters' part of the message as it does in kube-scheduler's FitError.
     post_filter: str = ""
+    # DynamicResources' Reserve: the claims' allocations and reservations on `node` (a DraPlan), for the
+    # binder to assume and to write in PreBind; None for a pod without claims.
+    claims: Any = None
 
     @property
     def message(self) -> str:
@@ -118,6 +123,7 @@ class Framework:
         self.device_picker = next((f for f in self.filters if isinstance(f, DevicePicker)), None)
         # A score that also ranks the chosen node's devices for a share (FGD's device choice), if any.
         self.device_preference = next((s for s in self.scores if isinstance(s, DevicePreference)), None)
+        self.dra = next((f for f in self.filters if isinstance(f, DynamicResources)), None)
 
     def schedule(
         self,
@@ -317,6 +323,9 @@ class Framework:
             preference = self.device_preference
             prefer = preference.preferred_device(pod, cache, row) if preference is not None else None
             gpu_ids, gpu_uuids = self.device_picker.pick(pod, cache, row, prefer)
+        claims = self.dra.pick(pod, cache, int(rows[pick])) if self.dra is not None else None
+        if isinstance(claims, str):  # the filter's verdict went stale within the cycle: never bind without
+            return Decision(None, total, reasons={claims: 1}, evaluated=looked_at)
         return Decision(
             names[int(rows[pick])],
             total,
@@ -326,6 +335,7 @@ class Framework:
             evaluated=looked_at,
             gpu_ids=gpu_ids,
             gpu_uuids=gpu_uuids,
+            claims=claims,
         )
 
     def _pick(self, rows: np.ndarray, ties: np.ndarray) -> int:

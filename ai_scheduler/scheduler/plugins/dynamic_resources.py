@@ -1,0 +1,455 @@
+"""DynamicResources: pods' ResourceClaims allocated from ResourceSlices, as kube-scheduler's plugin of
+that name.
+
+The points, as kube runs them:
+- PreEnqueue / PreFilter (`prefilter`): every claim the pod names must exist (a claim from a
+  template once the resource-claim controller made it and wrote its name in the pod's
+  status.resourceClaimStatuses), not be being deleted, be the pod's own when it came from a
+  template, and name only DeviceClasses that exist; otherwise the pod waits, Unschedulable, with
+  kube's reason (`pod "ns/p": ResourceClaim not created yet`, `could not find ResourceClaim
+  "ns/c"`, `request gpu: device class x does not exist`, `resourceclaim in use`), and an event on
+  one of its claims, a template or a class wakes it (`DraState.pods_affected`).
+- Filter (`run`): a claim already allocated restricts the pod to the nodes its allocation's node
+  selector takes ("resourceclaim not available on the node"); the claims still to allocate must
+  all be met from the node's devices ("cannot allocate all claims"), by the structured allocator
+  (cache/dra_allocator.py). The verdict per node is cached per *signature* of the claims to
+  allocate (their requests and constraints, not their names), and recomputed only for nodes
+  whose devices changed since (DraState's change log: a slice, or a device taken or freed) or
+  whose labels changed: a cycle of pods asking for the same thing allocates on the one node the
+  last placement changed, not on every node.
+- Reserve (`pick`, at the chosen node): the allocation is made (with our GPU packing among the
+  fitting devices) and held in DraState as an assumed claim (allocation plus the pod in
+  reservedFor), so that the next cycle, before any write is answered, cannot take the same
+  devices; Unreserve (`release`) drops the assumptions.
+- PreBind (scheduler/dra_prebind.py, the binder's): the claims' status.allocation and
+  status.reservedFor written before the binding; a pod with claims is never bound otherwise.
+
+DRA-backed extended resources (KEP-5004): a request for a resource that a DeviceClass maps
+(`extendedResourceName`, or `deviceclass.resource.kubernetes.io/<class>`) is met on a node that
+does not list it in allocatable by a claim the scheduler makes for the pod, with one request per
+container asking for it (`container-<i>-request-<j>`, kube's names), allocated here like the rest
+and created in PreBind with the pod's `status.extendedResourceClaimStatus`.
+
+Pods without claims or mapped extended resources cost one attribute test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.dra import (
+    EXACT_COUNT,
+    RESERVED_FOR_MAX,
+    Allocation,
+    Claim,
+    ClaimSpec,
+    Consumer,
+    DeviceRequest,
+    DraState,
+    RequestGroup,
+)
+from ai_scheduler.cache.dra_allocator import AllocationError, Allocator, ClaimResult, node_selector_matches
+from ai_scheduler.cache.dra_cel import SelectorCache
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.scheduler.framework import ALL_ROWS, FilterPlugin, Reasons, StaticResults, Window
+
+NAME = "DynamicResources"
+CANNOT_ALLOCATE = "cannot allocate all claims"
+NOT_AVAILABLE = "resourceclaim not available on the node"
+IN_USE = "resourceclaim in use"
+MAX_ENTRIES = 256
+
+_OK, _FAIL = 0, 1
+
+
+@dataclass(slots=True)
+class PodClaims:
+    """A pod's claims as PreFilter resolved them (kube's claimStore)."""
+
+    claims: list[tuple[str, Claim]] = field(default_factory=list)  # (pod claim name, claim)
+    to_allocate: list[Claim] = field(default_factory=list)
+    allocated: list[Claim] = field(default_factory=list)
+    extended: ClaimSpec | None = None  # the claim for DRA-backed extended resources, to make
+    extended_mappings: list[dict[str, str]] = field(default_factory=list)
+    version: int = -1
+
+    @property
+    def signature(self) -> Hashable:
+        specs = tuple((c.spec.requests, c.spec.constraints) for c in self.to_allocate)
+        if self.extended is not None:
+            specs += ((self.extended.requests, ()),)
+        return specs
+
+
+@dataclass(slots=True)
+class ClaimWrite:
+    """What PreBind writes for one claim: the claim as we hold it assumed (allocation and reservation)."""
+
+    claim: Claim
+    allocate: bool  # status.allocation to write (else only the reservation)
+    original: Claim | None  # the informer's claim we assumed over
+
+
+@dataclass(slots=True)
+class DraPlan:
+    """Reserve's outcome for a pod on a node, for the binder's PreBind."""
+
+    pod_uid: str
+    node: str
+    writes: list[ClaimWrite] = field(default_factory=list)
+    extended: tuple[ClaimSpec, ClaimResult, list[dict[str, str]]] | None = None
+
+
+@dataclass(slots=True)
+class _Entry:
+    codes: np.ndarray
+    errors: dict[int, str]
+    computed: np.ndarray
+    static_version: int = -1
+    dra_version: int = -1
+
+
+def needs_dra(pod: PodRecord, dra: DraState) -> bool:
+    """Whether DynamicResources has anything to do for the pod: claims, or mapped extended resources."""
+    if pod.resource_claims:
+        return True
+    extended = dra.extended
+    return bool(extended) and any(r in extended for r in pod.requests)
+
+
+def extended_spec(pod: PodRecord, dra: DraState, missing: set[str]) -> tuple[ClaimSpec, list[dict[str, str]]]:
+    """createRequestsAndMappings for the resources in `missing`: one request per container asking, named
+    `container-<index>-request-<index of the resource among the container's sorted requests>`."""
+    groups: list[RequestGroup] = []
+    mappings: list[dict[str, str]] = []
+    containers = pod.derived.get("dra.containers") or ()
+    for resource in sorted(missing):
+        cls = dra.extended[resource]
+        for index, name, keys, amount_of in containers:
+            amount = amount_of.get(resource, 0)
+            if not amount:
+                continue
+            request = f"container-{index}-request-{keys.index(resource)}"
+            groups.append(RequestGroup(request, (DeviceRequest(request, cls.name, (), EXACT_COUNT, amount),)))
+            mappings.append({"containerName": name, "resourceName": resource, "requestName": request})
+    groups.sort(key=lambda g: g.name)
+    return ClaimSpec(tuple(groups)), mappings
+
+
+class DynamicResources(FilterPlugin):
+    name = NAME
+
+    def __init__(self) -> None:
+        self.selectors = SelectorCache()
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._current: tuple[str, int, PodClaims | str] | None = None
+
+    # ------------------------------------------------------------------ PreEnqueue / PreFilter
+    def resolve(self, pod: PodRecord, cache: SchedulerCache) -> PodClaims | str:
+        """The pod's claims, or kube's reason it must wait (its claims as of now)."""
+        dra = cache.dra
+        current = self._current
+        if current is not None and current[0] == pod.uid and current[1] == dra.version:
+            return current[2]
+        result = self._resolve(pod, dra)
+        self._current = (pod.uid, dra.version, result)
+        return result
+
+    def _resolve(self, pod: PodRecord, dra: DraState) -> PodClaims | str:
+        out = PodClaims(version=dra.version)
+        ns = pod.namespace
+        for ref in pod.resource_claims:
+            must_check_owner = False
+            if ref.claim_name:
+                name = ref.claim_name
+            elif ref.template_name:
+                if ref.name not in pod.claim_statuses:
+                    return f'pod "{ns}/{pod.name}": ResourceClaim not created yet'
+                name = pod.claim_statuses[ref.name]
+                if not name:
+                    continue  # no claim needed (the controller said so)
+                must_check_owner = True
+            else:
+                return (
+                    f'pod "{ns}/{pod.name}", spec.resourceClaim "{ref.name}": '
+                    "none of the supported fields are set"
+                )
+            claim = dra.claim(ns, name)
+            if claim is None:
+                return f'could not find ResourceClaim "{ns}/{name}"'
+            if claim.deleting:
+                return f'resourceclaim "{name}" is being deleted'
+            owned = claim.owner is not None and claim.owner[0] == "Pod" and claim.owner[2] == pod.uid
+            if must_check_owner and not owned:
+                return f"ResourceClaim {ns}/{name} was not created for Pod {ns}/{pod.name} (Pod is not owner)"
+            if claim.error:
+                return f"resource claim {ns}/{name}: {claim.error}"
+            out.claims.append((ref.name, claim))
+            if claim.allocation is not None:
+                if not claim.reserved_for_pod(pod.uid) and len(claim.reserved_for) >= RESERVED_FOR_MAX:
+                    return IN_USE
+                out.allocated.append(claim)
+            else:
+                for group in claim.spec.requests:
+                    for request in group.alternatives:
+                        if request.class_name not in dra.classes:
+                            return f"request {request.name}: device class {request.class_name} does not exist"
+                out.to_allocate.append(claim)
+        if pod.extended_claim and dra.extended and any(r in dra.extended for r in pod.requests):
+            claim = dra.claim(ns, pod.extended_claim)
+            if claim is not None and claim.allocation is not None:
+                out.claims.append(("", claim))
+                out.allocated.append(claim)
+        return out
+
+    def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        if not needs_dra(pod, cache.dra):
+            return ""
+        result = self.resolve(pod, cache)
+        return result if isinstance(result, str) else ""
+
+    # ------------------------------------------------------------------ Filter
+    def _missing_extended(self, pod: PodRecord, cache: SchedulerCache, row: int) -> set[str]:
+        """The pod's DRA-backed extended resources that the node does not list in allocatable."""
+        extended = cache.dra.extended
+        missing = set()
+        for resource in pod.requests:
+            if resource in extended and not pod.extended_claim:
+                col = cache.column(resource)
+                if col < 0 or cache.allocatable[row, col] <= 0:
+                    missing.add(resource)
+        return missing
+
+    def run(
+        self,
+        pod: PodRecord,
+        cache: SchedulerCache,
+        candidates: np.ndarray,
+        static: StaticResults,
+        window: Window = ALL_ROWS,
+    ) -> Reasons:
+        if not needs_dra(pod, cache.dra):
+            return []
+        claims = self.resolve(pod, cache)
+        if isinstance(claims, str):
+            return [(claims, np.ones(candidates.shape[0], dtype=bool))]
+        rows = np.arange(cache.rows)[window]
+        reasons: Reasons = []
+        names = cache.row_names
+        alive = candidates.copy()
+        if claims.allocated:
+            unavailable = np.zeros(rows.shape[0], dtype=bool)
+            for i in np.flatnonzero(alive).tolist():
+                row = int(rows[i])
+                node = cache.row_records[row]
+                labels = node.labels if node is not None else {}
+                for claim in claims.allocated:
+                    assert claim.allocation is not None
+                    selector = claim.allocation.node_selector
+                    if selector is not None and not node_selector_matches(selector, names[row], labels):
+                        unavailable[i] = True
+                        break
+            if unavailable.any():
+                reasons.append((NOT_AVAILABLE, unavailable))
+                alive &= ~unavailable
+        has_extended = bool(cache.dra.extended) and any(r in cache.dra.extended for r in pod.requests)
+        if not claims.to_allocate and not has_extended:
+            return reasons
+        codes = self._codes(pod, cache, claims, rows, alive, has_extended)
+        for code, mask in codes:
+            reasons.append((code, mask))
+        return reasons
+
+    def _codes(
+        self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, rows: np.ndarray, alive: np.ndarray,
+        has_extended: bool,
+    ) -> list[tuple[str, np.ndarray]]:
+        dra = cache.dra
+        entry = self._entry(pod, cache, claims, has_extended)
+        todo = np.flatnonzero(alive & ~entry.computed[rows])
+        for i in todo.tolist():
+            row = int(rows[i])
+            code, error = self._verdict(pod, cache, claims, row, has_extended)
+            entry.codes[row] = code
+            entry.computed[row] = True
+            if error:
+                entry.errors[row] = error
+            else:
+                entry.errors.pop(row, None)
+        del dra
+        local = entry.codes[rows]
+        failing = (local != _OK) & alive
+        if not failing.any():
+            return []
+        out: dict[str, np.ndarray] = {}
+        for i in np.flatnonzero(failing).tolist():
+            reason = entry.errors.get(int(rows[i]), CANNOT_ALLOCATE)
+            mask = out.get(reason)
+            if mask is None:
+                mask = out[reason] = np.zeros(rows.shape[0], dtype=bool)
+            mask[i] = True
+        return list(out.items())
+
+    def _entry(self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, has_extended: bool) -> _Entry:
+        key = (claims.signature, pod.namespace, has_extended and tuple(sorted(
+            (r, v) for r, v in pod.requests.items() if r in cache.dra.extended)))
+        entry = self._entries.get(key)
+        rows = cache.rows
+        if entry is None:
+            entry = _Entry(np.zeros(rows, dtype=np.int8), {}, np.zeros(rows, dtype=bool))
+            self._entries[key] = entry
+            if len(self._entries) > MAX_ENTRIES:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        if entry.codes.shape[0] < rows:
+            grown = np.zeros(rows, dtype=bool)
+            grown[: entry.computed.shape[0]] = entry.computed
+            entry.computed = grown
+            codes = np.zeros(rows, dtype=np.int8)
+            codes[: entry.codes.shape[0]] = entry.codes
+            entry.codes = codes
+        if entry.static_version != cache.static_version:
+            entry.computed &= cache.row_static_version[:rows] <= entry.static_version
+            entry.static_version = cache.static_version
+        if entry.dra_version != cache.dra.version:
+            changed = cache.dra.changed_since(entry.dra_version)
+            if changed is None:
+                entry.computed[:] = False
+            else:
+                for node in changed:
+                    row = cache.row_of(node)
+                    if row >= 0:
+                        entry.computed[row] = False
+            entry.dra_version = cache.dra.version
+        return entry
+
+    def _verdict(
+        self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, row: int, has_extended: bool
+    ) -> tuple[int, str]:
+        dra = cache.dra
+        name = cache.row_names[row]
+        if name not in dra.node_slices and "" not in dra.node_slices:
+            missing = self._missing_extended(pod, cache, row) if has_extended else set()
+            if claims.to_allocate or missing:
+                return _FAIL, ""
+            return _OK, ""
+        try:
+            result = self._allocate(pod, cache, claims, row, has_extended, pack=False)
+        except AllocationError as exc:
+            return _FAIL, str(exc)
+        return (_OK, "") if result is not None else (_FAIL, "")
+
+    def _allocate(
+        self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, row: int, has_extended: bool,
+        *, pack: bool,
+    ) -> tuple[list[ClaimResult], tuple[ClaimSpec, list[dict[str, str]]] | None] | None:
+        node = cache.row_records[row]
+        labels = node.labels if node is not None else {}
+        batch = [(f"{c.namespace}/{c.name}", c.spec) for c in claims.to_allocate]
+        extended = None
+        if has_extended:
+            missing = self._missing_extended(pod, cache, row)
+            if missing:
+                extended = extended_spec(pod, cache.dra, missing)
+                batch.append((f"{pod.namespace}/<extended-resources>", extended[0]))
+        if not batch:
+            return [], None
+        allocator = Allocator(cache.dra, self.selectors, pack=pack)
+        results = allocator.allocate(cache.row_names[row], labels, batch)
+        if results is None:
+            return None
+        return results, extended
+
+    # ------------------------------------------------------------------ Reserve / Unreserve
+    def pick(self, pod: PodRecord, cache: SchedulerCache, row: int) -> DraPlan | str | None:
+        """The claims' allocations on `row` (with our packing) and reservations, for Reserve to assume
+        (`assume`, the binder's reserve); None when the pod has nothing for DRA; the reason when it cannot
+        be done."""
+        dra = cache.dra
+        if not needs_dra(pod, dra):
+            return None
+        claims = self.resolve(pod, cache)
+        if isinstance(claims, str):
+            return claims
+        has_extended = bool(dra.extended) and any(r in dra.extended for r in pod.requests)
+        try:
+            outcome = self._allocate(pod, cache, claims, row, has_extended, pack=True)
+        except AllocationError as exc:
+            return str(exc)
+        if outcome is None:
+            return CANNOT_ALLOCATE
+        results, extended = outcome
+        plan = DraPlan(pod.uid, cache.row_names[row])
+        consumer = Consumer("pods", pod.name, pod.uid)
+        for claim, result in zip(claims.to_allocate, results, strict=False):
+            allocated = replace(
+                claim,
+                allocation=_allocation(result),
+                reserved_for=(*claim.reserved_for, consumer),
+            )
+            plan.writes.append(ClaimWrite(allocated, True, dra.claims.get(claim.key)))
+        for claim in claims.allocated:
+            if claim.reserved_for_pod(pod.uid):
+                continue
+            reserved = replace(claim, reserved_for=(*claim.reserved_for, consumer))
+            plan.writes.append(ClaimWrite(reserved, False, dra.claims.get(claim.key)))
+        if extended is not None:
+            plan.extended = (extended[0], results[len(claims.to_allocate)], extended[1])
+        return plan
+
+    @staticmethod
+    def assume(plan: DraPlan, cache: SchedulerCache) -> None:
+        for write in plan.writes:
+            cache.dra.assume(write.claim)
+        if plan.extended is not None:
+            spec, result, _ = plan.extended
+            key = (f"<extended-resources>/{plan.pod_uid}", plan.pod_uid)
+            cache.dra.assume(Claim(key[0], key[1], spec=spec, allocation=_allocation(result)))
+
+    @staticmethod
+    def release(plan: DraPlan | None, cache: SchedulerCache) -> None:
+        """Unreserve: the assumptions of a plan whose pod will not be bound there."""
+        if plan is None:
+            return
+        for write in plan.writes:
+            cache.dra.forget(write.claim.key, write.claim)
+        if plan.extended is not None:
+            cache.dra.forget((f"<extended-resources>/{plan.pod_uid}", plan.pod_uid))
+
+
+def _allocation(result: ClaimResult) -> Allocation:
+    devices = tuple(
+        replace(d, share_id=str(uuid.uuid4())) if d.share_id else d for d in result.devices
+    )
+    raw: dict[str, Any] = {"devices": {"results": [_result_json(d) for d in devices]}}
+    if result.config:
+        raw["devices"]["config"] = result.config
+    if result.node_selector is not None:
+        raw["nodeSelector"] = result.node_selector
+    return Allocation(devices, result.node_selector, raw)
+
+
+def _result_json(device: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "request": device.request, "driver": device.driver, "pool": device.pool, "device": device.device,
+    }
+    if device.admin_access:
+        out["adminAccess"] = True
+    if device.share_id:
+        out["shareID"] = device.share_id
+    if device.consumed:
+        out["consumedCapacity"] = {name: _quantity_text(value) for name, value in device.consumed}
+    return out
+
+
+def _quantity_text(value: Any) -> str:
+    text = format(value.normalize(), "f") if hasattr(value, "normalize") else str(value)
+    return text
