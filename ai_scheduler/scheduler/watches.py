@@ -5,7 +5,9 @@ relist when the watch breaks) wired here to its two handlers in
 eventhandlers.py. Kinds watched only while a profile needs them (kube-scheduler
 always watches them): Services, ReplicationControllers, ReplicaSets and
 StatefulSets for PodTopologySpread's system defaults, PersistentVolumes,
-claims, StorageClasses and CSINodes for the volume plugins. A reload that
+claims, StorageClasses and CSINodes for the volume plugins, and DRA's
+ResourceClaims, ResourceClaimTemplates, ResourceSlices and DeviceClasses for the
+DynamicResources plugin. A reload that
 brings such a profile adds their informers (`watch_optional`), which then run
 on.
 """
@@ -21,12 +23,22 @@ from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import RESOURCES as VOLUME_RESOURCES
 from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
-from ai_scheduler.config import Config
+from ai_scheduler.config import Config, Profile
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.history import History
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.plugins import reads_volumes, reads_workloads
+
+# Dynamic Resource Allocation (resource.k8s.io/v1): what kube-scheduler's DynamicResources plugin lists and
+# watches, read only while a profile filters with it (kube-scheduler starts them when the plugin is on).
+DRA_PLUGIN = "DynamicResources"
+DRA_RESOURCES = ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses")
+
+
+def uses_dra(profile: Profile) -> bool:
+    """Whether the profile filters with the DynamicResources plugin (the daemon then watches DRA's kinds)."""
+    return DRA_PLUGIN in profile.filters
 
 
 class Watches:
@@ -85,6 +97,8 @@ class Watches:
             self._add(WORKLOAD_RESOURCES, workloads.apply, workloads.replace, config)
         if VOLUME_RESOURCES[0] not in self.informers and any(map(reads_volumes, config.profiles)):
             self._add(VOLUME_RESOURCES, handlers.on_volume_event, handlers.replace_volumes, config)
+        if DRA_RESOURCES[0] not in self.informers and any(map(uses_dra, config.profiles)):
+            self._add(DRA_RESOURCES, handlers.on_dra_event, handlers.replace_dra, config)
 
     def _informer(
         self,
