@@ -119,7 +119,7 @@ async def test_a_claim_from_a_template_is_made_by_the_controller_and_allocated(
     await dra_nodes(api, dra=1, plain=1)
     await create_dra(api, make_claim_template("two-gpus", count=2))
     await create_all(api, [], [gpu_pod("worker", pod_claim("gpus", template="two-gpus"))])
-    name = await wait_for(lambda: generated_claim(cluster, "worker", "gpus"), what="the generated claim named")
+    name = await wait_for(lambda: generated_claim(cluster, "worker", "gpus"), what="the claim named")
     assert name.startswith("worker-gpus-")
     claim = await wait_for(lambda: allocated(cluster, name), what="the generated claim allocated")
     assert claim["metadata"]["ownerReferences"][0]["name"] == "worker"
@@ -141,7 +141,8 @@ async def test_a_claim_shared_by_two_pods_puts_both_on_its_node(
     assert node_of(cluster, "reader-a") == node_of(cluster, "reader-b")
     await wait_for(lambda: len(reserved_uids(claim_of(cluster, "shared"))) == 2, what="reserved for both")
     claim = claim_of(cluster, "shared")
-    assert reserved_uids(claim) == {stored_pod(cluster, p)["metadata"]["uid"] for p in ("reader-a", "reader-b")}
+    uids = {stored_pod(cluster, p)["metadata"]["uid"] for p in ("reader-a", "reader-b")}
+    assert reserved_uids(claim) == uids
     assert len(devices(claim)) == 1
     assert devices(claim)[0][1] == node_of(cluster, "reader-a")
 
@@ -173,7 +174,8 @@ async def test_a_claim_no_device_meets_leaves_the_pod_unschedulable_with_kubes_m
     await create_all(api, [], [gpu_pod("wants-b200", pod_claim("gpu", claim="b200"))])
     condition = await wait_for(lambda: pod_condition(cluster, "wants-b200").get("reason") == "Unschedulable"
                                and pod_condition(cluster, "wants-b200"), what="the pod Unschedulable")
-    assert condition["message"].startswith("0/3 nodes are available: 3 cannot allocate all claims."), condition
+    message = condition["message"]
+    assert message.startswith("0/3 nodes are available: 3 cannot allocate all claims."), message
     assert not node_of(cluster, "wants-b200")
     assert not (claim_of(cluster, "b200").get("status") or {}).get("allocation")
 
