@@ -23,22 +23,16 @@ from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import RESOURCES as VOLUME_RESOURCES
 from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
-from ai_scheduler.config import Config, Profile
+from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.history import History
 from ai_scheduler.scheduler.informer import Informer
-from ai_scheduler.scheduler.plugins import reads_volumes, reads_workloads
+from ai_scheduler.scheduler.plugins import reads_dra, reads_volumes, reads_workloads
 
 # Dynamic Resource Allocation (resource.k8s.io/v1): what kube-scheduler's DynamicResources plugin lists and
 # watches, read only while a profile filters with it (kube-scheduler starts them when the plugin is on).
-DRA_PLUGIN = "DynamicResources"
 DRA_RESOURCES = ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses")
-
-
-def uses_dra(profile: Profile) -> bool:
-    """Whether the profile filters with the DynamicResources plugin (the daemon then watches DRA's kinds)."""
-    return DRA_PLUGIN in profile.filters
 
 
 class Watches:
@@ -97,7 +91,7 @@ class Watches:
             self._add(WORKLOAD_RESOURCES, workloads.apply, workloads.replace, config)
         if VOLUME_RESOURCES[0] not in self.informers and any(map(reads_volumes, config.profiles)):
             self._add(VOLUME_RESOURCES, handlers.on_volume_event, handlers.replace_volumes, config)
-        if DRA_RESOURCES[0] not in self.informers and any(map(uses_dra, config.profiles)):
+        if DRA_RESOURCES[0] not in self.informers and any(map(reads_dra, config.profiles)):
             self._add(DRA_RESOURCES, handlers.on_dra_event, handlers.replace_dra, config)
 
     def _informer(
