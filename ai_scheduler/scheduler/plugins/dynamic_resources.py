@@ -149,17 +149,17 @@ class DynamicResources(FilterPlugin):
     def __init__(self) -> None:
         self.selectors = SelectorCache()
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
-        self._current: tuple[str, int, PodClaims | str] | None = None
+        self._current: tuple[PodRecord, int, PodClaims | str] | None = None
 
     # ------------------------------------------------------------------ PreEnqueue / PreFilter
     def resolve(self, pod: PodRecord, cache: SchedulerCache) -> PodClaims | str:
         """The pod's claims, or kube's reason it must wait (its claims as of now)."""
         dra = cache.dra
         current = self._current
-        if current is not None and current[0] == pod.uid and current[1] == dra.version:
+        if current is not None and current[0] is pod and current[1] == dra.version:
             return current[2]
         result = self._resolve(pod, dra)
-        self._current = (pod.uid, dra.version, result)
+        self._current = (pod, dra.version, result)
         return result
 
     def _resolve(self, pod: PodRecord, dra: DraState) -> PodClaims | str:

@@ -1,0 +1,288 @@
+"""DynamicResources in a cycle: kube's reasons, allocated claims, assumptions, extended resources."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.dra import Claim
+from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
+from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.sim import make_node, make_pod
+
+DRIVER = "gpu.nvidia.com"
+
+
+def slice_for(node: str, count: int) -> dict[str, Any]:
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {"index": {"int": i}, "productName": {"string": "H100"}},
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for i in range(count)
+    ]
+    return {
+        "metadata": {"name": f"{node}-gpus"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def cluster(gpus: dict[str, int], extended: bool = False) -> SchedulerCache:
+    cache = SchedulerCache()
+    for name in ("n1", "n2", "n3"):
+        cache.set_node(NodeRecord.from_api(make_node(name)))
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
+    if extended:
+        spec["extendedResourceName"] = "nvidia.com/gpu"
+    cache.dra.apply("DeviceClass", "ADDED", {"metadata": {"name": "gpu"}, "spec": spec})
+    for node, count in gpus.items():
+        cache.dra.apply("ResourceSlice", "ADDED", slice_for(node, count))
+    return cache
+
+
+def add_claim(
+    cache: SchedulerCache,
+    name: str,
+    selector: str = "",
+    count: int = 1,
+    status: dict[str, Any] | None = None,
+    owner: str = "",
+) -> None:
+    exactly: dict[str, Any] = {"deviceClassName": "gpu", "count": count}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    meta: dict[str, Any] = {
+        "namespace": "default",
+        "name": name,
+        "uid": f"uid-{name}",
+        "resourceVersion": "1",
+    }
+    if owner:
+        meta["ownerReferences"] = [{"kind": "Pod", "name": "p", "uid": owner, "controller": True}]
+    cache.dra.apply(
+        "ResourceClaim",
+        "ADDED",
+        {
+            "metadata": meta,
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+            "status": status or {},
+        },
+    )
+
+
+def pod(
+    name: str = "p",
+    claim: str = "c",
+    template: str = "",
+    statuses: list[dict[str, Any]] | None = None,
+    gpus: int = 0,
+) -> PodRecord:
+    ref = (
+        {"name": "gpu", "resourceClaimTemplateName": template}
+        if template
+        else {"name": "gpu", "resourceClaimName": claim}
+    )
+    obj = make_pod(name, resource_claims=[ref] if claim or template else None, gpus=gpus)
+    obj["metadata"]["uid"] = f"uid-{name}"
+    if statuses is not None:
+        obj.setdefault("status", {})["resourceClaimStatuses"] = statuses
+    return PodRecord.from_api(obj)
+
+
+def framework(cache: SchedulerCache) -> Framework:
+    return Framework(
+        "ai-scheduler", [NodeResourcesFit(), DynamicResources()], [], cache, rng=random.Random(1)
+    )
+
+
+def place(fw: Framework, cache: SchedulerCache, record: PodRecord) -> Decision:
+    decision = fw.schedule(record)
+    if decision.node is not None:
+        cache.assume(record, decision.node)
+        if isinstance(decision.claims, DraPlan):
+            DynamicResources.assume(decision.claims, cache)
+    return decision
+
+
+def test_pods_without_claims_are_untouched() -> None:
+    cache = cluster({"n1": 1})
+    decision = framework(cache).schedule(pod(claim=""))
+    assert decision.node is not None and decision.claims is None
+
+
+def test_claim_lands_on_the_node_with_a_free_device_and_is_assumed() -> None:
+    cache = cluster({"n2": 1})
+    add_claim(cache, "c")
+    fw = framework(cache)
+    decision = place(fw, cache, pod())
+    assert decision.node == "n2"
+    held = cache.dra.claim("default", "c")
+    assert held is not None and held.allocation is not None
+    assert [d.device for d in held.allocation.devices] == ["gpu-0"]
+    assert held.reserved_for_pod("uid-p")
+    add_claim(cache, "c2")
+    second = fw.schedule(pod("q", "c2"))
+    assert second.node is None
+    assert second.message == "0/3 nodes are available: 3 cannot allocate all claims."
+
+
+def test_unmet_selector_is_unschedulable_with_kubes_message() -> None:
+    cache = cluster({"n1": 2, "n2": 2})
+    add_claim(cache, "c", selector=f'device.attributes["{DRIVER}"].productName == "B200"')
+    decision = framework(cache).schedule(pod())
+    assert decision.node is None
+    assert decision.message == "0/3 nodes are available: 3 cannot allocate all claims."
+
+
+def test_missing_claim_and_template_claim_not_created_yet_wait() -> None:
+    cache = cluster({"n1": 1})
+    fw = framework(cache)
+    assert fw.schedule(pod()).message == '0/3 nodes are available: could not find ResourceClaim "default/c".'
+    waiting = fw.schedule(pod(claim="", template="t"))
+    assert waiting.message == '0/3 nodes are available: pod "default/p": ResourceClaim not created yet.'
+    add_claim(cache, "p-gpu-x", owner="someone-else")
+    record = pod(claim="", template="t", statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
+    assert "(Pod is not owner)" in fw.schedule(record).message
+    add_claim(cache, "p-gpu-y", owner="uid-p")
+    record = pod(claim="", template="t", statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-y"}])
+    assert fw.schedule(record).node == "n1"
+
+
+def test_missing_device_class_is_named() -> None:
+    cache = cluster({"n1": 1})
+    cache.dra.apply("DeviceClass", "DELETED", {"metadata": {"name": "gpu"}})
+    add_claim(cache, "c")
+    assert framework(cache).schedule(pod()).message == (
+        "0/3 nodes are available: request gpu: device class gpu does not exist."
+    )
+
+
+def test_allocated_claim_keeps_the_pod_on_its_node_and_is_shared() -> None:
+    cache = cluster({"n1": 1, "n3": 1})
+    selector = {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n3"]}]}]
+    }
+    add_claim(
+        cache,
+        "shared",
+        status={
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n3", "device": "gpu-0"}]
+                },
+                "nodeSelector": selector,
+            },
+            "reservedFor": [{"resource": "pods", "name": "other", "uid": "uid-other"}],
+        },
+    )
+    decision = framework(cache).schedule(pod(claim="shared"))
+    assert decision.node == "n3"
+    assert isinstance(decision.claims, DraPlan)
+    assert [(w.allocate, w.claim.reserved_for[-1].uid) for w in decision.claims.writes] == [(False, "uid-p")]
+    record = pod(claim="shared")
+    fw = framework(cache)
+    assert fw.feasible_rows(record)[1] == {"resourceclaim not available on the node": 2}
+
+
+def test_reserved_for_limit() -> None:
+    cache = cluster({"n1": 1})
+    add_claim(
+        cache,
+        "full",
+        status={
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"} for i in range(256)],
+        },
+    )
+    assert (
+        framework(cache).schedule(pod(claim="full")).message
+        == "0/3 nodes are available: resourceclaim in use."
+    )
+
+
+def test_unreserve_frees_the_devices() -> None:
+    cache = cluster({"n1": 1})
+    add_claim(cache, "c")
+    add_claim(cache, "d")
+    fw = framework(cache)
+    decision = place(fw, cache, pod())
+    assert fw.schedule(pod("q", "d")).node is None
+    assert isinstance(decision.claims, DraPlan)
+    DynamicResources.release(decision.claims, cache)
+    assert cache.dra.claim("default", "c") is not None and cache.dra.claim("default", "c").allocation is None  # type: ignore[union-attr]
+    assert fw.schedule(pod("q", "d")).node == "n1"
+
+
+def test_watch_catching_up_ends_the_assumption() -> None:
+    cache = cluster({"n1": 2})
+    add_claim(cache, "c")
+    decision = place(framework(cache), cache, pod())
+    assert isinstance(decision.claims, DraPlan)
+    written = dict(decision.claims.writes[0].claim.raw)
+    written["metadata"] = {**written["metadata"], "resourceVersion": "2"}
+    written["status"] = {
+        "allocation": dict(decision.claims.writes[0].claim.allocation.raw),  # type: ignore[union-attr]
+        "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}],
+    }
+    cache.dra.apply("ResourceClaim", "MODIFIED", written)
+    assert not cache.dra.assumed
+    assert list(cache.dra.allocated) == [(DRIVER, "n1", "gpu-0")]
+    cache.dra.apply("ResourceClaim", "DELETED", written)
+    assert not cache.dra.allocated
+
+
+def test_dra_backed_extended_resource_on_a_node_without_it_in_allocatable() -> None:
+    cache = cluster({"n2": 2}, extended=True)
+    decision = framework(cache).schedule(pod(claim="", gpus=2))
+    assert decision.node == "n2"
+    assert isinstance(decision.claims, DraPlan) and decision.claims.extended is not None
+    spec, result, mappings = decision.claims.extended
+    assert [g.name for g in spec.requests] == ["container-0-request-2"]
+    assert [d.device for d in result.devices] == ["gpu-0", "gpu-1"]
+    assert mappings == [
+        {"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-2"}
+    ]
+    too_many = framework(cache).schedule(pod(claim="", gpus=3))
+    assert too_many.node is None
+    assert "Insufficient nvidia.com/gpu" not in too_many.message
+
+
+def test_claims_changed_elsewhere_are_recomputed_only_there() -> None:
+    cache = cluster({"n1": 1, "n2": 1})
+    add_claim(cache, "c")
+    plugin = DynamicResources()
+    fw = Framework("ai-scheduler", [plugin], [], cache, rng=random.Random(1))
+    assert fw.feasible_rows(pod())[0].size == 2
+    evaluations = plugin.selectors.evaluations
+    add_claim(
+        cache,
+        "held",
+        status={
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]
+                }
+            }
+        },
+    )
+    rows, reasons = fw.feasible_rows(pod())
+    assert [cache.row_names[int(r)] for r in rows] == ["n2"] and reasons == {"cannot allocate all claims": 2}
+    assert plugin.selectors.evaluations == evaluations  # verdicts per device were cached
+
+
+def test_claim_record_round_trip() -> None:
+    claim = Claim.from_api({"metadata": {"namespace": "a", "name": "b"}, "spec": "garbage"})
+    assert claim.error == "spec: must be an object"
