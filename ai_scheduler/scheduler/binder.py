@@ -260,6 +260,8 @@ class Binder:
             error=result.message,
             attempt=qp.attempts,
         )
+        if claims is not None:  # Unreserve: the reservations PreBind wrote are taken back
+            await self.claims.unreserve(pod, claims)
         self._failed(qp, pod, result, cycle_start)
 
     def _failed(self, qp: QueuedPod, pod: PodRecord, result: ApiResult, cycle_start: float) -> None:

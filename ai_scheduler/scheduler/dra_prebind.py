@@ -67,18 +67,51 @@ class DraPreBind:
                 reserved.append((write.claim.namespace, write.claim.name, write.claim.uid))
             if not error and plan.extended is not None:
                 error, created = await self._extended(pod, plan)
+                plan.created = created
         finally:
             DynamicResources.release(plan, self.cache)
         if error:
             for namespace, name, uid in reserved:
                 await self._unreserve(pod, namespace, name, uid)
             if created is not None:
-                await self.client.request("DELETE", claims_path(*created))
+                await self._delete(*created)
+                plan.created = None
             return f"binding claims: {error}"
         self.log.info("prebind.claims", pod=pod.key, node=node,
                       claims=[f"{w.claim.namespace}/{w.claim.name}" for w in plan.writes],
                       extended=bool(plan.extended))
         return ""
+
+    async def unreserve(self, pod: PodRecord, plan: DraPlan) -> None:
+        """kube's Unreserve after a binding that failed once PreBind had succeeded: the pod's reservations
+        taken back, the extended-resource claim made for it deleted."""
+        for write in plan.writes:
+            await self._unreserve(pod, write.claim.namespace, write.claim.name, write.claim.uid)
+        if plan.created is not None:
+            await self._delete(*plan.created)
+            plan.created = None
+
+    async def _delete(self, namespace: str, name: str) -> None:
+        """kube's deleteClaim: our finalizer taken off (else the claim would linger, Terminating), then
+        the claim deleted."""
+        path = claims_path(namespace, name)
+        for _ in range(CONFLICT_RETRIES):
+            got = await self.client.request("GET", path)
+            if got.status == 404:
+                return
+            if not got.ok:
+                break
+            meta = got.body.get("metadata") or {}
+            finalizers = meta.get("finalizers") or []
+            if FINALIZER not in finalizers:
+                break
+            body = {**got.body, "metadata": {**meta, "finalizers": [f for f in finalizers if f != FINALIZER]}}
+            result = await self.client.request("PUT", path, body=body)
+            if result.status != 409:
+                break
+        result = await self.client.request("DELETE", path)
+        if not result.ok and result.status != 404:
+            self.log.warning("claim.delete_failed", claim=f"{namespace}/{name}", error=result.message)
 
     async def _write(self, pod: PodRecord, claim: Claim, allocate: bool) -> str:
         obj: dict[str, Any] = dict(claim.raw)
@@ -163,7 +196,7 @@ class DraPreBind:
             await self._unreserve(pod, claim.namespace, claim.name, claim.uid)
             message = f"update pod {pod.namespace}/{pod.name} ExtendedResourceClaimStatus: {answer.message}"
             return message, created
-        return "", None
+        return "", created
 
     async def _unreserve(self, pod: PodRecord, namespace: str, name: str, uid: str) -> None:
         """kube's Unreserve: the pod's entry deleted from reservedFor (a strategic-merge patch)."""

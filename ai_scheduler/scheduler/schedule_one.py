@@ -243,6 +243,8 @@ class SchedulingCycle:
         }
         if decision.gpu_ids:
             fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
+        if decision.claims is not None:  # DRA devices allocated at Reserve (DynamicResources)
+            fields["claims"] = decision.claims.summary()
         run = explained.run_time if explained is not None else None
         if run is not None:  # what the policy (and reservations, backfill) took its run time to be
             fields["runtime"] = {"median_s": round(run.median, 1), "upper_s": round(run.upper, 1),

@@ -66,7 +66,7 @@ NOT_AVAILABLE = "resourceclaim not available on the node"
 IN_USE = "resourceclaim in use"
 MAX_ENTRIES = 256
 
-_OK, _FAIL = 0, 1
+_OK, _FAIL, _ERROR = 0, 1, 2  # per-node verdicts: fits, no solution, the allocator erred
 
 
 @dataclass(slots=True)
@@ -105,6 +105,19 @@ class DraPlan:
     node: str
     writes: list[ClaimWrite] = field(default_factory=list)
     extended: tuple[ClaimSpec, ClaimResult, list[dict[str, str]]] | None = None
+    created: tuple[str, str] | None = None  # the extended-resource claim PreBind made (namespace, name)
+
+    def summary(self) -> dict[str, list[str]]:
+        """For the decision log: claim -> the devices it was given (driver/pool/device)."""
+        out: dict[str, list[str]] = {}
+        for write in self.writes:
+            allocation = write.claim.allocation
+            if write.allocate and allocation is not None:
+                key = f"{write.claim.namespace}/{write.claim.name}"
+                out[key] = ["/".join(d.device_id) for d in allocation.devices]
+        if self.extended is not None:
+            out["<extended-resources>"] = ["/".join(d.device_id) for d in self.extended[1].devices]
+        return out
 
 
 @dataclass(slots=True)
@@ -242,20 +255,9 @@ class DynamicResources(FilterPlugin):
             return [(claims, np.ones(candidates.shape[0], dtype=bool))]
         rows = np.arange(cache.rows)[window]
         reasons: Reasons = []
-        names = cache.row_names
         alive = candidates.copy()
         if claims.allocated:
-            unavailable = np.zeros(rows.shape[0], dtype=bool)
-            for i in np.flatnonzero(alive).tolist():
-                row = int(rows[i])
-                node = cache.row_records[row]
-                labels = node.labels if node is not None else {}
-                for claim in claims.allocated:
-                    assert claim.allocation is not None
-                    selector = claim.allocation.node_selector
-                    if selector is not None and not node_selector_matches(selector, names[row], labels):
-                        unavailable[i] = True
-                        break
+            unavailable = self._unavailable(claims, cache, rows, alive)
             if unavailable.any():
                 reasons.append((NOT_AVAILABLE, unavailable))
                 alive &= ~unavailable
@@ -267,35 +269,63 @@ class DynamicResources(FilterPlugin):
             reasons.append((code, mask))
         return reasons
 
+    @staticmethod
+    def _unavailable(
+        claims: PodClaims, cache: SchedulerCache, rows: np.ndarray, alive: np.ndarray
+    ) -> np.ndarray:
+        """The rows that an allocated claim's node selector does not take. The selector kube writes for
+        node-local devices (`metadata.name In [node]`) is read as a row at once; others node by node."""
+        unavailable = np.zeros(rows.shape[0], dtype=bool)
+        names = cache.row_names
+        for claim in claims.allocated:
+            assert claim.allocation is not None
+            selector = claim.allocation.node_selector
+            if selector is None:
+                continue
+            only = _single_node(selector)
+            if only is not None:
+                unavailable |= rows != cache.row_of(only)
+                continue
+            for i in np.flatnonzero(alive & ~unavailable).tolist():
+                row = int(rows[i])
+                node = cache.row_records[row]
+                if not node_selector_matches(selector, names[row], node.labels if node is not None else {}):
+                    unavailable[i] = True
+        return unavailable
+
     def _codes(
         self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, rows: np.ndarray, alive: np.ndarray,
         has_extended: bool,
     ) -> list[tuple[str, np.ndarray]]:
-        dra = cache.dra
+        """The failing rows of the window by reason: "cannot allocate all claims" in one mask, and the
+        allocator's errors (a CEL error, a pool being updated), rare, each with its own."""
         entry = self._entry(pod, cache, claims, has_extended)
         todo = np.flatnonzero(alive & ~entry.computed[rows])
         for i in todo.tolist():
             row = int(rows[i])
             code, error = self._verdict(pod, cache, claims, row, has_extended)
-            entry.codes[row] = code
+            entry.codes[row] = _ERROR if error else code
             entry.computed[row] = True
             if error:
                 entry.errors[row] = error
             else:
                 entry.errors.pop(row, None)
-        del dra
         local = entry.codes[rows]
-        failing = (local != _OK) & alive
-        if not failing.any():
-            return []
-        out: dict[str, np.ndarray] = {}
-        for i in np.flatnonzero(failing).tolist():
-            reason = entry.errors.get(int(rows[i]), CANNOT_ALLOCATE)
-            mask = out.get(reason)
-            if mask is None:
-                mask = out[reason] = np.zeros(rows.shape[0], dtype=bool)
-            mask[i] = True
-        return list(out.items())
+        out: list[tuple[str, np.ndarray]] = []
+        cannot = (local == _FAIL) & alive
+        if cannot.any():
+            out.append((CANNOT_ALLOCATE, cannot))
+        erring = (local == _ERROR) & alive
+        if erring.any():
+            by_reason: dict[str, np.ndarray] = {}
+            for i in np.flatnonzero(erring).tolist():
+                reason = entry.errors.get(int(rows[i]), CANNOT_ALLOCATE)
+                mask = by_reason.get(reason)
+                if mask is None:
+                    mask = by_reason[reason] = np.zeros(rows.shape[0], dtype=bool)
+                mask[i] = True
+            out.extend(by_reason.items())
+        return out
 
     def _entry(self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, has_extended: bool) -> _Entry:
         key = (claims.signature, pod.namespace, has_extended and tuple(sorted(
@@ -423,6 +453,21 @@ class DynamicResources(FilterPlugin):
             cache.dra.forget(write.claim.key, write.claim)
         if plan.extended is not None:
             cache.dra.forget((f"<extended-resources>/{plan.pod_uid}", plan.pod_uid))
+
+
+def _single_node(selector: Any) -> str | None:
+    """The node of a selector of one term that is only `metadata.name In [node]`, else None."""
+    terms = selector.get("nodeSelectorTerms") or []
+    if len(terms) != 1 or not isinstance(terms[0], dict) or terms[0].get("matchExpressions"):
+        return None
+    fields = terms[0].get("matchFields") or []
+    if len(fields) != 1 or not isinstance(fields[0], dict):
+        return None
+    req = fields[0]
+    values = req.get("values") or []
+    if req.get("key") == "metadata.name" and req.get("operator") == "In" and len(values) == 1:
+        return str(values[0])
+    return None
 
 
 def _allocation(result: ClaimResult) -> Allocation:
