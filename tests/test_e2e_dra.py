@@ -22,6 +22,8 @@ from conftest import StartScheduler, create_all, create_dra, stored_pod, wait_fo
 from test_e2e_scheduling import pod_condition
 
 from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.config import parse_config
+from ai_scheduler.scheduler.visibility import gpu_node_items
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.sim.objects import (
     NVIDIA_DRIVER,
@@ -214,3 +216,37 @@ async def test_deleting_the_pod_frees_its_device_for_the_next_pod(
     claim = claim_of(cluster, generated_claim(cluster, "second", "gpu"))
     assert devices(claim) == [(NVIDIA_DRIVER, "dra-0", "gpu-0")]
     await wait_for(lambda: not claim_of(cluster, first_claim), what="the first pod's claim removed")
+
+
+async def test_dra_gpus_count_in_quotas_and_in_the_gpu_views(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler(parse_config({
+        "server": {"port": 0, "bindAddress": "127.0.0.1"},
+        "scheduling": {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2},
+        "groups": {"vision": {"max": {"nvidia.com/gpu": 2}}},
+        "users": {"alice": {"group": "vision"}},
+        "namespaces": {"default": {"user": "alice"}},
+    }))
+    await dra_nodes(api, dra=1, plain=0, gpus=4)
+    await create_dra(api, make_claim_template("two-gpus", count=2), make_claim_template("one-gpu"))
+    await create_all(api, [], [gpu_pod("a", pod_claim("gpus", template="two-gpus"))])
+    await wait_for(lambda: node_of(cluster, "a"), what="a bound")
+    tenancy = running.scheduler.core.tenancy
+    assert tenancy.used("group", "vision").get("nvidia.com/gpu") == 2
+    # The group's GPUs are all held through the claim: one more, on a node with two free, waits.
+    await create_all(api, [], [gpu_pod("b", pod_claim("gpu", template="one-gpu"))])
+    condition = await wait_for(lambda: pod_condition(cluster, "b").get("reason") == "Unschedulable"
+                               and pod_condition(cluster, "b"), what="b refused by the quota")
+    assert "exceeds quota of group vision: nvidia.com/gpu 2/2" in condition["message"], condition
+    # The GPU map (visibility API `gpus`, `kubectl ai-scheduler gpus`, the web page) shows the devices
+    # of the slice and who holds them.
+    [node] = [n for n in gpu_node_items(running.scheduler.core) if n["metadata"]["name"] == "dra-0"]
+    held = {d["index"]: [(h["namespace"], h["name"]) for h in d["holders"]] for d in node["devices"]}
+    assert sorted(held) == [0, 1, 2, 3] and all(d["source"] == "dra" for d in node["devices"])
+    assert sorted(i for i, h in held.items() if h == [("default", "a")]) == sorted(
+        int(device[-1][-1]) for device in devices(claim_of(cluster, generated_claim(cluster, "a", "gpus"))))
+    assert node["devices"][0]["model"] == "NVIDIA H100 80GB HBM3" and node["devices"][0]["memoryMiB"] == 81920
+    assert (await api.delete_pod("default", "a", grace_period_seconds=0)).ok
+    await wait_for(lambda: node_of(cluster, "b") == "dra-0", what="b bound once a is gone", timeout=40)
+    await wait_for(lambda: tenancy.used("group", "vision").get("nvidia.com/gpu") == 1, what="usage 1 GPU")

@@ -70,7 +70,7 @@ from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PODS, PodRecord
-from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
+from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
 from ai_scheduler.scheduler.metrics import Metrics
@@ -379,7 +379,7 @@ class Preemptor:
         if group is None:
             return set()
         used = self.tenancy.used("group", tenant.group)
-        wanted = quota_amounts(pod)
+        wanted = self.tenancy.amounts(pod)
         return {r for r, floor in group.min.items() if wanted.get(r) and used.get(r, 0) < floor}
 
     def _eligible(self, preemptor: PodRecord, victim: PodRecord, reclaiming: set[str]) -> VictimKind | None:
@@ -393,7 +393,7 @@ class Preemptor:
         if reclaiming and theirs != mine and theirs in self.tenancy.config.groups:
             floor = self.tenancy.config.groups[theirs].min
             used = self.tenancy.used("group", theirs)
-            amounts = quota_amounts(victim)
+            amounts = self.tenancy.amounts(victim)
             if any(amounts.get(r) and used.get(r, 0) > floor.get(r, 0) for r in reclaiming):
                 return VictimKind.RECLAIM
         if not theirs and not mine and victim.priority < preemptor.priority:

@@ -36,7 +36,7 @@ import numpy as np
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import Tenancy, Tenant, quota_amounts
+from ai_scheduler.cache.tenancy import Tenancy, Tenant
 from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
@@ -134,7 +134,7 @@ class SchedulingCycle:
             assert self.gang_scheduler is not None
             self.gang_scheduler.schedule(qp, gang, framework)
             return
-        attempt = Attempt(pod, self.tenancy.tenant_of(pod), quota_amounts(pod))
+        attempt = Attempt(pod, self.tenancy.tenant_of(pod), self.tenancy.amounts(pod))
         refusal = attempt.tenant.error or self.tenancy.quota_refusal(attempt.tenant, attempt.amounts)
         if refusal:
             self._refuse(qp, attempt, refusal)
