@@ -74,7 +74,7 @@ def node_of(cluster: Cluster, name: str) -> str:
     return str(((cluster.store.get("pods", "default", name) or {}).get("spec") or {}).get("nodeName") or "")
 
 
-def running(cluster: Cluster, name: str) -> bool:
+def is_running(cluster: Cluster, name: str) -> bool:
     return ((cluster.store.get("pods", "default", name) or {}).get("status") or {}).get("phase") == "Running"
 
 
@@ -95,7 +95,7 @@ def all_allocated_devices(cluster: Cluster) -> list[tuple[str, str, str]]:
 async def test_a_dra_gpu_pod_lands_where_a_slice_has_a_free_device(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
-    await start_scheduler()
+    running = await start_scheduler()
     await dra_nodes(api, dra=1, plain=2)
     await create_dra(api, make_resource_claim("train-gpu"))
     await create_all(api, [], [gpu_pod("train", pod_claim("gpu", claim="train-gpu"))])
@@ -111,7 +111,16 @@ async def test_a_dra_gpu_pod_lands_where_a_slice_has_a_free_device(
     assert FINALIZER in claim["metadata"]["finalizers"]
     # The kubelet (kwok on the real backend) starts it: on the simulated backend this also proves the
     # claim was allocated on the pod's node and reserved for it before the pod was bound.
-    await wait_for(lambda: running(cluster, "train"), what="the pod running")
+    await wait_for(lambda: is_running(cluster, "train"), what="the pod running")
+    # The replayable log: the decision names the devices it allocated, and the objects it chose from
+    # (the slice, the class, the claim, then the claim as allocated) are logged as dra.object lines.
+    [decision] = [d for d in running.log_lines("decision") if d["pod"] == "default/train"]
+    assert str(claim["metadata"]["name"]) in str(decision["claims"]) and device in str(decision["claims"])
+    logged = {(line["kind"], line["name"]) for line in running.log_lines("dra.object")}
+    assert {("ResourceSlice", "dra-0-gpu-nvidia-com"), ("DeviceClass", NVIDIA_DRIVER),
+            ("ResourceClaim", "train-gpu")} <= logged
+    await wait_for(lambda: any(line["name"] == "train-gpu" and (line["object"].get("status") or {}).get(
+        "allocation") for line in running.log_lines("dra.object")), what="the allocation logged")
 
 
 async def test_a_claim_from_a_template_is_made_by_the_controller_and_allocated(
@@ -127,7 +136,7 @@ async def test_a_claim_from_a_template_is_made_by_the_controller_and_allocated(
     assert claim["metadata"]["ownerReferences"][0]["name"] == "worker"
     assert sorted(devices(claim)) == [(NVIDIA_DRIVER, "dra-0", "gpu-0"), (NVIDIA_DRIVER, "dra-0", "gpu-1")]
     await wait_for(lambda: node_of(cluster, "worker") == "dra-0", what="the pod bound to the DRA node")
-    await wait_for(lambda: running(cluster, "worker"), what="the pod running")
+    await wait_for(lambda: is_running(cluster, "worker"), what="the pod running")
 
 
 async def test_a_claim_shared_by_two_pods_puts_both_on_its_node(
@@ -196,7 +205,7 @@ async def test_a_plain_gpu_request_lands_on_a_dra_only_node_through_the_extended
     claim = await wait_for(lambda: allocated(cluster, name), what="the extended-resource claim allocated")
     [(driver, pool, _)] = devices(claim)
     assert (driver, pool) == (NVIDIA_DRIVER, "dra-0")
-    await wait_for(lambda: running(cluster, "classic"), what="the pod running")
+    await wait_for(lambda: is_running(cluster, "classic"), what="the pod running")
 
 
 async def test_deleting_the_pod_frees_its_device_for_the_next_pod(

@@ -92,7 +92,17 @@ class Watches:
         if VOLUME_RESOURCES[0] not in self.informers and any(map(reads_volumes, config.profiles)):
             self._add(VOLUME_RESOURCES, handlers.on_volume_event, handlers.replace_volumes, config)
         if DRA_RESOURCES[0] not in self.informers and any(map(reads_dra, config.profiles)):
-            self._add(DRA_RESOURCES, handlers.on_dra_event, handlers.replace_dra, config)
+            history = self.history
+
+            def dra_event(resource: str, kind: str, obj: dict[str, Any]) -> None:
+                history.dra_event(resource, kind, obj)  # the replayable log first, as for nodes and pods
+                handlers.on_dra_event(resource, kind, obj)
+
+            def dra_replace(resource: str, items: list[dict[str, Any]]) -> None:
+                history.dra_listed(resource, items)
+                handlers.replace_dra(resource, items)
+
+            self._add(DRA_RESOURCES, dra_event, dra_replace, config)
 
     def _informer(
         self,
