@@ -100,7 +100,7 @@ def test_plugin_name_constants() -> None:
     assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
                               "NodeAffinity", "NodePorts", "NodeResourcesFit", "GPU", "VolumeRestrictions",
                               "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread",
-                              "InterPodAffinity")
+                              "InterPodAffinity", "DynamicResources")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                              "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware", "NodeAffinity",
                              "TaintToleration",
