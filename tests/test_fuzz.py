@@ -142,6 +142,9 @@ READ_FROM_OTHER_OBJECTS = {
     "pv.kubernetes.io/bound-by-controller": "claim and volume annotation set by the PV controller",
     "volume.beta.kubernetes.io/storage-class": "legacy claim and volume annotation naming the class",
     "kubernetes.io/no-provisioner": "a StorageClass provisioner name: local volumes, never provisioned",
+    "resource.kubernetes.io/extended-resource-claim": "written on the claim DynamicResources makes for "
+    "DRA-backed extended resources (test_dynamic_resources.py)",
+    "resource.kubernetes.io/delete-protection": "the finalizer DynamicResources' PreBind puts on claims",
 }
 # Keys CONTRACT.md names that the code does not read yet, each with the issue that will make it read them.
 CONTRACT_NOT_READ_YET = {

@@ -50,8 +50,7 @@ EXACT_COUNT = "ExactCount"
 ALL = "All"
 # resourceapi.ResourceClaimReservedForMaxSize: at most this many consumers in status.reservedFor.
 RESERVED_FOR_MAX = 256
-# The annotations kube's resource-claim controller and scheduler put on claims they create.
-POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+# The annotation kube-scheduler puts on the claim it makes for DRA-backed extended resources.
 EXTENDED_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"
 # A DeviceClass made implicitly for an extended resource "deviceclass.resource.kubernetes.io/<class>".
 IMPLICIT_CLASS_PREFIX = "deviceclass.resource.kubernetes.io/"
