@@ -286,3 +286,26 @@ def test_claims_changed_elsewhere_are_recomputed_only_there() -> None:
 def test_claim_record_round_trip() -> None:
     claim = Claim.from_api({"metadata": {"namespace": "a", "name": "b"}, "spec": "garbage"})
     assert claim.error == "spec: must be an object"
+
+
+def test_a_shared_claim_allocated_in_flight_makes_the_second_pod_wait() -> None:
+    cache = cluster({"n1": 1})
+    add_claim(cache, "shared")
+    fw = framework(cache)
+    first = place(fw, cache, pod("a", "shared"))
+    assert first.node == "n1"
+    second = fw.schedule(pod("b", "shared"))
+    assert second.message == (
+        "0/3 nodes are available: resource claim default/shared is in the process of being allocated."
+    )
+    assert isinstance(first.claims, DraPlan)
+    written = dict(first.claims.writes[0].claim.raw)
+    written["metadata"] = {**written["metadata"], "resourceVersion": "2"}
+    written["status"] = {
+        "allocation": dict(first.claims.writes[0].claim.allocation.raw),  # type: ignore[union-attr]
+        "reservedFor": [{"resource": "pods", "name": "a", "uid": "uid-a"}],
+    }
+    cache.dra.apply("ResourceClaim", "MODIFIED", written)
+    shared = fw.schedule(pod("b", "shared"))
+    assert shared.node == "n1"
+    assert isinstance(shared.claims, DraPlan) and [w.allocate for w in shared.claims.writes] == [False]

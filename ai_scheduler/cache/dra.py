@@ -900,6 +900,14 @@ class DraState:
             del self.assumed[key]
             self._count(held, 1)
 
+    def in_flight(self, key: tuple[str, str]) -> bool:
+        """Whether the claim's allocation is ours, assumed, and not yet seen in the informer's claim."""
+        pair = self.assumed.get(key)
+        if pair is None or pair[1].allocation is None:
+            return False
+        held = self.claims.get(key)
+        return held is None or held.allocation is None
+
     def claim(self, namespace: str, name: str) -> Claim | None:
         """The claim as the scheduler must see it: our assumption first, else the informer's."""
         pair = self.assumed.get((namespace, name))

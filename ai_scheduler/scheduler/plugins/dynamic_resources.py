@@ -205,6 +205,11 @@ class DynamicResources(FilterPlugin):
             if claim.error:
                 return f"resource claim {ns}/{name}: {claim.error}"
             out.claims.append((ref.name, claim))
+            mine = claim.reserved_for_pod(pod.uid)
+            if claim.allocation is not None and not mine and dra.in_flight(claim.key):
+                # Allocated by our Reserve for another pod, not written yet: wait for the write (kube's
+                # inFlightAllocations), whose watch event wakes this pod.
+                return f"resource claim {ns}/{name} is in the process of being allocated"
             if claim.allocation is not None:
                 if not claim.reserved_for_pod(pod.uid) and len(claim.reserved_for) >= RESERVED_FOR_MAX:
                     return IN_USE
