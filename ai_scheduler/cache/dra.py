@@ -900,6 +900,16 @@ class DraState:
             del self.assumed[key]
             self._count(held, 1)
 
+    def extended_claim_of(self, namespace: str, pod_name: str, pod_uid: str) -> Claim | None:
+        """The claim kube-scheduler made for a pod's DRA-backed extended resources, if one exists: annotated
+        `resource.kubernetes.io/extended-resource-claim: "true"` and controlled by the pod."""
+        for key in sorted(self.owned.get((namespace, pod_uid), ())):
+            claim = self.held(key)
+            if (claim is not None and claim.annotations.get(EXTENDED_CLAIM_ANNOTATION) == "true"
+                    and claim.owner is not None and claim.owner[1] == pod_name):
+                return claim
+        return None
+
     def in_flight(self, key: tuple[str, str]) -> bool:
         """Whether the claim's allocation is ours, assumed, and not yet seen in the informer's claim."""
         pair = self.assumed.get(key)

@@ -64,6 +64,7 @@ NAME = "DynamicResources"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 IN_USE = "resourceclaim in use"
+CANNOT_SCHEDULE_EXTENDED = "cannot schedule extended resource claim"
 MAX_ENTRIES = 256
 
 _OK, _FAIL, _ERROR = 0, 1, 2  # per-node verdicts: fits, no solution, the allocator erred
@@ -77,7 +78,7 @@ class PodClaims:
     to_allocate: list[Claim] = field(default_factory=list)
     allocated: list[Claim] = field(default_factory=list)
     extended: ClaimSpec | None = None  # the claim for DRA-backed extended resources, to make
-    extended_mappings: list[dict[str, str]] = field(default_factory=list)
+    extended_found: Claim | None = None  # an extended-resource claim made for the pod already
     version: int = -1
 
     @property
@@ -220,11 +221,10 @@ class DynamicResources(FilterPlugin):
                         if request.class_name not in dra.classes:
                             return f"request {request.name}: device class {request.class_name} does not exist"
                 out.to_allocate.append(claim)
-        if pod.extended_claim and dra.extended and any(r in dra.extended for r in pod.requests):
-            claim = dra.claim(ns, pod.extended_claim)
-            if claim is not None and claim.allocation is not None:
-                out.claims.append(("", claim))
-                out.allocated.append(claim)
+        if dra.extended and any(r in dra.extended for r in pod.requests):
+            # findExtendedResourceClaim: by its annotation and the pod as controlling owner, not by the
+            # pod's status (which may still name a claim deleted after a failed binding).
+            out.extended_found = dra.extended_claim_of(ns, pod.name, pod.uid)
         return out
 
     def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
@@ -239,7 +239,7 @@ class DynamicResources(FilterPlugin):
         extended = cache.dra.extended
         missing = set()
         for resource in pod.requests:
-            if resource in extended and not pod.extended_claim:
+            if resource in extended:
                 col = cache.column(resource)
                 if col < 0 or cache.allocatable[row, col] <= 0:
                     missing.add(resource)
@@ -258,6 +258,8 @@ class DynamicResources(FilterPlugin):
         claims = self.resolve(pod, cache)
         if isinstance(claims, str):
             return [(claims, np.ones(candidates.shape[0], dtype=bool))]
+        if claims.extended_found is not None:  # kube's filterExtendedResources: a claim exists already
+            return [(CANNOT_SCHEDULE_EXTENDED, np.ones(candidates.shape[0], dtype=bool))]
         rows = np.arange(cache.rows)[window]
         reasons: Reasons = []
         alive = candidates.copy()
@@ -414,6 +416,8 @@ class DynamicResources(FilterPlugin):
         claims = self.resolve(pod, cache)
         if isinstance(claims, str):
             return claims
+        if claims.extended_found is not None:
+            return CANNOT_SCHEDULE_EXTENDED
         has_extended = bool(dra.extended) and any(r in dra.extended for r in pod.requests)
         try:
             outcome = self._allocate(pod, cache, claims, row, has_extended, pack=True)
