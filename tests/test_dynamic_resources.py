@@ -309,3 +309,26 @@ def test_a_shared_claim_allocated_in_flight_makes_the_second_pod_wait() -> None:
     shared = fw.schedule(pod("b", "shared"))
     assert shared.node == "n1"
     assert isinstance(shared.claims, DraPlan) and [w.allocate for w in shared.claims.writes] == [False]
+
+
+def test_extended_resource_requests_follow_kubes_container_rules() -> None:
+    from ai_scheduler.scheduler.plugins.dynamic_resources import extended_spec
+
+    cache = cluster({"n1": 8}, extended=True)
+    gpu = {"requests": {"nvidia.com/gpu": "2"}}
+    obj = make_pod("p", gpus=1, init_containers=[
+        {"name": "init-a", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "4"}}},
+        {"name": "side", "image": "x", "restartPolicy": "Always", "resources": gpu},
+        {"name": "init-b", "image": "x", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "3"}}},
+    ])
+    record = PodRecord.from_api(obj)
+    spec, mappings = extended_spec(record, cache.dra, {"nvidia.com/gpu"})
+    # kube: the sidecar (index 1) and the app container (index 3) get requests; init-a reuses both (2 + 1)
+    # and asks for 1 more, init-b reuses the app container's 1 and asks for 2 more: the bigger rest wins.
+    assert [(g.name, g.alternatives[0].count) for g in spec.requests] == [
+        ("container-1-request-0", 2), ("container-2-request-1", 2), ("container-3-request-2", 1)]
+    assert {(m["containerName"], m["requestName"]) for m in mappings} == {
+        ("side", "container-1-request-0"), ("main", "container-3-request-2"),
+        ("init-a", "container-1-request-0"), ("init-a", "container-3-request-2"),
+        ("init-a", "container-2-request-1"), ("init-b", "container-3-request-2"),
+        ("init-b", "container-2-request-1")}

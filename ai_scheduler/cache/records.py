@@ -290,16 +290,15 @@ def pod_resource_claims(spec: dict[str, Any], status: dict[str, Any]) -> tuple[
     return tuple(refs), statuses, extended_name
 
 
-def extended_containers(spec: dict[str, Any]) -> tuple[tuple[int, str, list[str], dict[str, int]], ...]:
-    """Long-lived containers (sidecars and app containers; init containers first in the index, as kube
-    numbers them) with their extended-resource requests: (index, name, sorted request names, amounts),
-    for the claim kube makes for DRA-backed extended resources (KEP-5004)."""
+def extended_containers(spec: dict[str, Any]) -> tuple[tuple[int, str, bool, list[str], dict[str, int]], ...]:
+    """Containers with extended-resource requests, numbered as kube numbers them (init containers first):
+    (index, name, long-lived (an app container or a sidecar), sorted request names, amounts), for the
+    claim kube makes for DRA-backed extended resources (KEP-5004)."""
     inits = [c for c in spec.get("initContainers") or () if isinstance(c, dict)]
     apps = [c for c in spec.get("containers") or () if isinstance(c, dict)]
     out = []
     for index, container in enumerate(inits + apps):
-        if index < len(inits) and container.get("restartPolicy") != "Always":
-            continue
+        long_lived = index >= len(inits) or container.get("restartPolicy") == "Always"
         resources = container.get("resources") or {}
         requests = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
         amounts = {}
@@ -310,7 +309,8 @@ def extended_containers(spec: dict[str, Any]) -> tuple[tuple[int, str, list[str]
                 except QuantityError:
                     continue
         if amounts:
-            out.append((index, str(container.get("name") or ""), sorted(str(k) for k in requests), amounts))
+            name = str(container.get("name") or "")
+            out.append((index, name, long_lived, sorted(str(k) for k in requests), amounts))
     return tuple(out)
 
 

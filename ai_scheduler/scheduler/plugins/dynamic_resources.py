@@ -139,20 +139,63 @@ def needs_dra(pod: PodRecord, dra: DraState) -> bool:
 
 
 def extended_spec(pod: PodRecord, dra: DraState, missing: set[str]) -> tuple[ClaimSpec, list[dict[str, str]]]:
-    """createRequestsAndMappings for the resources in `missing`: one request per container asking, named
-    `container-<index>-request-<index of the resource among the container's sorted requests>`."""
+    """createRequestsAndMappings for the resources in `missing`, as kube makes them: per resource, one
+    request per long-lived container asking (`container-<index>-request-<index of the resource among the
+    container's sorted requests>`); an init container first reuses the requests of the long-lived
+    containers after it and asks only for the rest, and only the largest such rest becomes a request
+    (init containers run one at a time), which the other init containers' mappings then name."""
     groups: list[RequestGroup] = []
     mappings: list[dict[str, str]] = []
     containers = pod.derived.get("dra.containers") or ()
     for resource in sorted(missing):
         cls = dra.extended[resource]
-        for index, name, keys, amount_of in containers:
+
+        def request_for(
+            index: int, keys: list[str], count: int, resource: str = resource, class_name: str = cls.name
+        ) -> DeviceRequest:
+            name = f"container-{index}-request-{keys.index(resource)}"
+            return DeviceRequest(name, class_name, (), EXACT_COUNT, count)
+
+        long_lived: dict[int, DeviceRequest] = {}
+        long_mappings: list[dict[str, str]] = []
+        for index, name, lasting, keys, amount_of in containers:
             amount = amount_of.get(resource, 0)
-            if not amount:
+            if lasting and amount:
+                long_lived[index] = request_for(index, keys, amount)
+                long_mappings.append(
+                    {"containerName": name, "resourceName": resource, "requestName": long_lived[index].name}
+                )
+        short_mappings: list[dict[str, str]] = []
+        biggest: DeviceRequest | None = None
+        short_names: set[str] = set()
+        for index, name, lasting, keys, amount_of in containers:
+            amount = amount_of.get(resource, 0)
+            if lasting or not amount:
                 continue
-            request = f"container-{index}-request-{keys.index(resource)}"
-            groups.append(RequestGroup(request, (DeviceRequest(request, cls.name, (), EXACT_COUNT, amount),)))
-            mappings.append({"containerName": name, "resourceName": resource, "requestName": request})
+            total = 0
+            for later in sorted(i for i in long_lived if i >= index):
+                total += long_lived[later].count
+                short_mappings.append(
+                    {"containerName": name, "resourceName": resource, "requestName": long_lived[later].name}
+                )
+                if total >= amount:
+                    break
+            if total >= amount:
+                continue
+            request = request_for(index, keys, amount - total)
+            short_names.add(request.name)
+            short_mappings.append(
+                {"containerName": name, "resourceName": resource, "requestName": request.name}
+            )
+            if biggest is None or biggest.count < request.count:
+                biggest = request
+        if biggest is not None:
+            for mapping in short_mappings:
+                if mapping["requestName"] in short_names:
+                    mapping["requestName"] = biggest.name
+            groups.append(RequestGroup(biggest.name, (biggest,)))
+        groups.extend(RequestGroup(r.name, (r,)) for r in long_lived.values())
+        mappings += long_mappings + short_mappings
     groups.sort(key=lambda g: g.name)
     return ClaimSpec(tuple(groups)), mappings
 
