@@ -168,6 +168,11 @@ async def test_two_pods_wanting_more_than_one_node_has_go_to_two_nodes_never_the
     pods = [gpu_pod(f"w{i}", pod_claim("gpus", template="two-gpus")) for i in range(2)]
     await create_all(api, [], pods)
     await wait_for(lambda: node_of(cluster, "w0") and node_of(cluster, "w1"), what="both pods bound")
+    # TODO(DRA core, cache/dra.py): fails now and then on the real backend. PreBind's first write (the
+    # finalizer) comes back on the watch before the status write; DraState takes that newer claim, which
+    # has no allocation yet, as the end of the assumption, and the next pod's cycle sees the devices free:
+    # both claims were allocated gpu-0 and gpu-1 of dra-0. kube-scheduler keeps an allocation in flight
+    # (SignalClaimPendingAllocation) until its PreBind is done, whatever the informer shows meanwhile.
     assert {node_of(cluster, "w0"), node_of(cluster, "w1")} == {"dra-0", "dra-1"}
     used = all_allocated_devices(cluster)
     assert len(used) == 4 and len(set(used)) == 4
