@@ -226,19 +226,28 @@ def test_unreserve_frees_the_devices() -> None:
     assert fw.schedule(pod("q", "d")).node == "n1"
 
 
-def test_watch_catching_up_ends_the_assumption() -> None:
+def test_the_assumption_outlives_the_watch_until_prebind_lets_go() -> None:
     cache = cluster({"n1": 2})
     add_claim(cache, "c")
     decision = place(framework(cache), cache, pod())
     assert isinstance(decision.claims, DraPlan)
-    written = dict(decision.claims.writes[0].claim.raw)
-    written["metadata"] = {**written["metadata"], "resourceVersion": "2"}
-    written["status"] = {
-        "allocation": dict(decision.claims.writes[0].claim.allocation.raw),  # type: ignore[union-attr]
-        "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}],
-    }
-    cache.dra.apply("ResourceClaim", "MODIFIED", written)
+    write = decision.claims.writes[0].claim
+    assert write.allocation is not None
+    # PreBind's first step (the finalizer) shows in the watch before its second (the status): the
+    # claim is newer than the one assumed over, still without the allocation; the assumption stays.
+    finalized = {**write.raw, "metadata": {**write.raw["metadata"], "resourceVersion": "2",
+                                            "finalizers": ["resource.kubernetes.io/delete-protection"]}}
+    cache.dra.apply("ResourceClaim", "MODIFIED", finalized)
+    assert cache.dra.in_flight(write.key)
+    assert list(cache.dra.allocated) == [(DRIVER, "n1", "gpu-0")]
+    written = {**finalized, "metadata": {**finalized["metadata"], "resourceVersion": "3"},
+               "status": {"allocation": dict(write.allocation.raw),
+                          "reservedFor": [{"resource": "pods", "name": "p", "uid": "uid-p"}]}}
+    cache.dra.set_claim(Claim.from_api(written))  # the status write's answer
+    DynamicResources.release(decision.claims, cache)  # PreBind done
     assert not cache.dra.assumed
+    assert list(cache.dra.allocated) == [(DRIVER, "n1", "gpu-0")]
+    cache.dra.apply("ResourceClaim", "MODIFIED", finalized)  # a late, older event changes nothing
     assert list(cache.dra.allocated) == [(DRIVER, "n1", "gpu-0")]
     cache.dra.apply("ResourceClaim", "DELETED", written)
     assert not cache.dra.allocated

@@ -18,10 +18,11 @@ that reason; a slice with an error offers no devices and says why when asked),
 so that a garbled object is reported, never lost and never a crash of the
 informer.
 
-Our own writes are held as assumptions, as kube's assume cache holds them: an
+Our own writes are held as assumptions, as kube's in-flight allocations are: an
 allocation chosen at Reserve is kept in `assumed` (claim key -> the claim with
-its allocation and reservation) until the watch shows a claim at least as new as
-our write's answer, or `forget` drops it. Devices in use are computed from the
+its allocation and reservation) until PreBind has written it (the answer then
+held as the informer's claim, so that older watch events are ignored) or
+Unreserve gives it up: `forget` drops it either way. Devices in use are computed from the
 informer's claims plus these assumptions (`allocated_devices`), so that the
 next pod in the same cycle cannot take a device a previous one was given.
 
@@ -882,8 +883,11 @@ class DraState:
                     del self.owned[(claim.namespace, claim.owner[2])]
 
     def _settle(self, key: tuple[str, str]) -> None:
-        """An assumption ends when the informer holds a claim at least as new as the assumed one
-        (our write's answer carries the version the watch will show)."""
+        """An assumption ends early only when the informer holds another claim of that name (deleted and
+        made again); otherwise it lasts until `forget` (PreBind done, or Unreserve), as kube's in-flight
+        allocations do: PreBind writes in two steps (the finalizer, then the status), and the first
+        step's watch event, newer than the claim assumed over but without the allocation, must not end
+        it."""
         pair = self.assumed.get(key)
         if pair is None:
             return
@@ -891,11 +895,7 @@ class DraState:
         assumed = pair[1]
         if held is None:
             return
-        replaced = bool(assumed.uid) and held.uid != assumed.uid
-        caught_up = bool(assumed.resource_version and held.resource_version) and _newer(
-            assumed.resource_version, held.resource_version
-        )
-        if replaced or caught_up:
+        if assumed.uid and held.uid != assumed.uid:
             self._count(assumed, -1)
             del self.assumed[key]
             self._count(held, 1)

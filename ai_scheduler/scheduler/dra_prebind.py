@@ -114,7 +114,11 @@ class DraPreBind:
             self.log.warning("claim.delete_failed", claim=f"{namespace}/{name}", error=result.message)
 
     async def _write(self, pod: PodRecord, claim: Claim, allocate: bool) -> str:
-        obj: dict[str, Any] = dict(claim.raw)
+        # The newest claim we know (the informer's: another pod's PreBind may have written it since our
+        # Reserve), read again from the API after a conflict.
+        informer = self.cache.dra.claims.get(claim.key)
+        latest = informer if informer is not None and informer.uid == claim.uid else claim
+        obj: dict[str, Any] = dict(latest.raw)
         for attempt in range(CONFLICT_RETRIES):
             if attempt:
                 got = await self.client.request("GET", claims_path(claim.namespace, claim.name))
