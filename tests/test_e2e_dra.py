@@ -168,11 +168,6 @@ async def test_two_pods_wanting_more_than_one_node_has_go_to_two_nodes_never_the
     pods = [gpu_pod(f"w{i}", pod_claim("gpus", template="two-gpus")) for i in range(2)]
     await create_all(api, [], pods)
     await wait_for(lambda: node_of(cluster, "w0") and node_of(cluster, "w1"), what="both pods bound")
-    # TODO(DRA core, cache/dra.py): fails now and then on the real backend. PreBind's first write (the
-    # finalizer) comes back on the watch before the status write; DraState takes that newer claim, which
-    # has no allocation yet, as the end of the assumption, and the next pod's cycle sees the devices free:
-    # both claims were allocated gpu-0 and gpu-1 of dra-0. kube-scheduler keeps an allocation in flight
-    # (SignalClaimPendingAllocation) until its PreBind is done, whatever the informer shows meanwhile.
     assert {node_of(cluster, "w0"), node_of(cluster, "w1")} == {"dra-0", "dra-1"}
     used = all_allocated_devices(cluster)
     assert len(used) == 4 and len(set(used)) == 4
@@ -287,11 +282,6 @@ async def test_a_binding_that_fails_after_prebind_undoes_the_reservation_and_the
     assert [line["code"] for line in running.log_lines("bind.failed")] == [500, 500]
     # The first attempt's reservation was taken off again (a strategic-merge patch of the status) and
     # its extended-resource claim deleted; the retry made a new one. Never two devices for one pod.
-    # TODO(DRA core, plugins/dynamic_resources.py): fails today. After the failed binding the pod's
-    # status.extendedResourceClaimStatus still names the deleted claim; the retry takes that name as
-    # the pod's claim (`_missing_extended` sees `pod.extended_claim`), allocates nothing and binds the
-    # pod with no device (the simulated kubelet then never starts it). kube-scheduler finds the claim by
-    # its annotation and controlling owner (findExtendedResourceClaim), not by the pod's status.
     counts = cluster.request_counts()
     claims = "resourceclaims.resource.k8s.io"
     assert counts[f"{claims}/status"]["patch"] >= 1 and counts[claims]["delete"] >= 1, counts
