@@ -94,6 +94,12 @@ TAINT = {"key": "diff.ai-scheduler.io/dedicated", "value": "gpu", "effect": "NoS
 HOST_PORT = 8080
 AMPLE_CPU = 16
 PREEMPTION_PART = " preemption: "
+# kube-scheduler v1.37 with DynamicResources on: when a PreFilter refuses the pod before DynamicResources'
+# own PreFilter ran (an unbound Immediate claim, a claim not created yet), DynamicResources' PostFilter
+# fails to read its cycle state and its error, "not found", takes the place of DefaultPreemption's
+# verdict: `0/8 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`.
+# Like the preemption part, it is not compared.
+KUBE_DRA_POSTFILTER_ERROR = " not found"
 # kube-scheduler v1.36 says `node(s) had untolerated taint(s)`; ai-scheduler names the taint, as the
 # contract's example message and older kube-scheduler versions do: `... untolerated taint {key: value}`.
 KUBE_UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
@@ -697,6 +703,8 @@ def reasons(message: str) -> tuple[str, Counter[str]]:
     """An Unschedulable message's node total ("0/N") and its filter reasons counted, without
     kube-scheduler's preemption verdict: `0/9 nodes are available: 5 A, 4 B.` -> ("0/9", {A: 5, B: 4})."""
     head = message.partition(PREEMPTION_PART)[0].strip()
+    if head.endswith(KUBE_DRA_POSTFILTER_ERROR):
+        head = head.removesuffix(KUBE_DRA_POSTFILTER_ERROR)
     match = re.match(r"(\d+/\d+) nodes are available: (.*?)\.?$", head)
     if not match:
         return head, Counter()
