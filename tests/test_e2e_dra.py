@@ -293,3 +293,22 @@ async def test_a_binding_that_fails_after_prebind_undoes_the_reservation_and_the
         "extendedResourceClaimStatus"]["resourceClaimName"]
     used = all_allocated_devices(cluster)
     assert sorted(used) == [(NVIDIA_DRIVER, "dra-0", "gpu-0"), (NVIDIA_DRIVER, "dra-0", "gpu-1")]
+
+
+async def test_a_higher_priority_dra_pod_preempts_the_pod_holding_the_only_device(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler()
+    await dra_nodes(api, dra=1, plain=1, gpus=1)
+    await create_dra(api, make_claim_template("one-gpu"))
+    await create_all(api, [], [gpu_pod("low", pod_claim("gpu", template="one-gpu"), priority=0)])
+    await wait_for(lambda: node_of(cluster, "low") == "dra-0", what="low bound")
+    low_claim = generated_claim(cluster, "low", "gpu")
+    await create_all(api, [], [gpu_pod("high", pod_claim("gpu", template="one-gpu"), priority=1000)])
+    # The victim's claim frees the device: the preemptor takes it, never beside it on the same device.
+    await wait_for(lambda: running.log_lines("preemption"), what="a preemption")
+    await wait_for(lambda: node_of(cluster, "high") == "dra-0", what="high bound", timeout=60)
+    assert devices(claim_of(cluster, generated_claim(cluster, "high", "gpu"))) == [
+        (NVIDIA_DRIVER, "dra-0", "gpu-0")]
+    await wait_for(lambda: not claim_of(cluster, low_claim), what="the victim's claim gone")
+    assert len(set(all_allocated_devices(cluster))) == len(all_allocated_devices(cluster))
