@@ -138,6 +138,7 @@ READ_FROM_OTHER_OBJECTS = {
     "failure-domain.beta.kubernetes.io/zone": "legacy node and volume label: VolumeZone",
     "failure-domain.beta.kubernetes.io/region": "legacy node and volume label: VolumeZone",
     "volume.kubernetes.io/selected-node": "claim annotation written in PreBind (test_volume_binding.py)",
+    "gpu.nvidia.com": "ResourceSlices' driver whose devices the views count as GPUs (test_e2e_dra.py)",
     "pv.kubernetes.io/bind-completed": "claim annotation set by the PV controller when a claim binds",
     "pv.kubernetes.io/bound-by-controller": "claim and volume annotation set by the PV controller",
     "volume.beta.kubernetes.io/storage-class": "legacy claim and volume annotation naming the class",
