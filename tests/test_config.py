@@ -63,6 +63,7 @@ def test_defaults_match_the_spec() -> None:
                 ScoreSpec("GPUAvoidance", 2, {}),
                 ScoreSpec("PodTopologySpread", 2, {}),
                 ScoreSpec("InterPodAffinity", 2, {}),
+                ScoreSpec("DynamicResources", 2, {}),
             ),
         ),
     )
@@ -105,7 +106,8 @@ def test_plugin_name_constants() -> None:
                              "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware", "NodeAffinity",
                              "TaintToleration",
                              "GPUBinpack", "GPUSpread", "GPUAvoidance", "GPUFragmentation",
-                             "GPUFragmentationCoupled", "PodTopologySpread", "InterPodAffinity")
+                             "GPUFragmentationCoupled", "PodTopologySpread", "InterPodAffinity",
+                             "DynamicResources")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                       "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware"}) == RESOURCE_SCORERS
 

@@ -341,3 +341,24 @@ def test_extended_resource_requests_follow_kubes_container_rules() -> None:
         ("init-a", "container-1-request-0"), ("init-a", "container-3-request-2"),
         ("init-a", "container-2-request-1"), ("init-b", "container-3-request-2"),
         ("init-b", "container-2-request-1")}
+
+
+def test_first_available_prefers_nodes_meeting_an_earlier_alternative() -> None:
+    from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResourcesScore
+
+    cache = cluster({"n1": 1, "n2": 2})
+    cache.dra.apply("ResourceClaim", "ADDED", {
+        "metadata": {"namespace": "default", "name": "c", "uid": "uid-c", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "firstAvailable": [
+            {"name": "two", "deviceClassName": "gpu", "count": 2},
+            {"name": "one", "deviceClassName": "gpu", "count": 1},
+        ]}]}}})
+    score = DynamicResourcesScore(2)
+    fw = Framework("ai-scheduler", [DynamicResources()], [score], cache, rng=random.Random(1))
+    assert score.filter is fw.dra
+    decision = fw.schedule(pod())
+    assert decision.node == "n2"  # 8 points there (the first alternative), 7 on n1
+    assert dict(decision.top) == {"n2": 200, "n1": 174}
+    assert isinstance(decision.claims, DraPlan)
+    assert [d.request for d in decision.claims.writes[0].claim.allocation.devices] == [  # type: ignore[union-attr]
+        "gpus/two", "gpus/two"]

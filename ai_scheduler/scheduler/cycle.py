@@ -20,7 +20,7 @@ from ai_scheduler.scheduler.framework import (
     StaticResults,
     Window,
 )
-from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources
+from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
 
 TOP_SCORES_LOGGED = 3
 # kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): below this many nodes every node
@@ -124,6 +124,9 @@ class Framework:
         # A score that also ranks the chosen node's devices for a share (FGD's device choice), if any.
         self.device_preference = next((s for s in self.scores if isinstance(s, DevicePreference)), None)
         self.dra = next((f for f in self.filters if isinstance(f, DynamicResources)), None)
+        for scorer in self.scores:  # DynamicResources' Score reads the verdicts of the profile's filter
+            if isinstance(scorer, DynamicResourcesScore):
+                scorer.filter = self.dra
 
     def schedule(
         self,

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config, Profile
 from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
-from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources
+from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
 from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
 from ai_scheduler.scheduler.plugins.gpu_fragmentation import GpuFragmentation, GpuFragmentationCoupled
 from ai_scheduler.scheduler.plugins.inter_pod_affinity import InterPodAffinityFilter, InterPodAffinityScore
@@ -65,6 +65,7 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "GPUFragmentationCoupled": lambda weight, _resources: GpuFragmentationCoupled(weight),
     "InterPodAffinity": lambda weight, _resources: InterPodAffinityScore(weight),
     "PodTopologySpread": lambda weight, _resources: PodTopologySpreadScore(weight),
+    "DynamicResources": lambda weight, _resources: DynamicResourcesScore(weight),
 }
 
 

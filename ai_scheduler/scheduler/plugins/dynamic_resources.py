@@ -58,12 +58,22 @@ from ai_scheduler.cache.dra import (
 from ai_scheduler.cache.dra_allocator import AllocationError, Allocator, ClaimResult, node_selector_matches
 from ai_scheduler.cache.dra_cel import SelectorCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import ALL_ROWS, FilterPlugin, Reasons, StaticResults, Window
+from ai_scheduler.scheduler.framework import (
+    ALL_ROWS,
+    MAX_NODE_SCORE,
+    FilterPlugin,
+    Reasons,
+    ScorePlugin,
+    StaticResults,
+    Window,
+    default_normalize,
+)
 
 NAME = "DynamicResources"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 IN_USE = "resourceclaim in use"
+FIRST_AVAILABLE_MAX = 8  # resourceapi.FirstAvailableDeviceRequestMaxSize
 CANNOT_SCHEDULE_EXTENDED = "cannot schedule extended resource claim"
 MAX_ENTRIES = 256
 
@@ -126,6 +136,7 @@ class _Entry:
     codes: np.ndarray
     errors: dict[int, str]
     computed: np.ndarray
+    scores: np.ndarray  # kube's Score: the firstAvailable sub-requests the node's allocation took
     static_version: int = -1
     dra_version: int = -1
 
@@ -353,8 +364,9 @@ class DynamicResources(FilterPlugin):
         todo = np.flatnonzero(alive & ~entry.computed[rows])
         for i in todo.tolist():
             row = int(rows[i])
-            code, error = self._verdict(pod, cache, claims, row, has_extended)
+            code, error, score = self._verdict(pod, cache, claims, row, has_extended)
             entry.codes[row] = _ERROR if error else code
+            entry.scores[row] = score
             entry.computed[row] = True
             if error:
                 entry.errors[row] = error
@@ -383,7 +395,8 @@ class DynamicResources(FilterPlugin):
         entry = self._entries.get(key)
         rows = cache.rows
         if entry is None:
-            entry = _Entry(np.zeros(rows, dtype=np.int8), {}, np.zeros(rows, dtype=bool))
+            entry = _Entry(np.zeros(rows, dtype=np.int8), {}, np.zeros(rows, dtype=bool),
+                           np.zeros(rows, dtype=np.int64))
             self._entries[key] = entry
             if len(self._entries) > MAX_ENTRIES:
                 self._entries.popitem(last=False)
@@ -396,6 +409,9 @@ class DynamicResources(FilterPlugin):
             codes = np.zeros(rows, dtype=np.int8)
             codes[: entry.codes.shape[0]] = entry.codes
             entry.codes = codes
+            scores = np.zeros(rows, dtype=np.int64)
+            scores[: entry.scores.shape[0]] = entry.scores
+            entry.scores = scores
         if entry.static_version != cache.static_version:
             entry.computed &= cache.row_static_version[:rows] <= entry.static_version
             entry.static_version = cache.static_version
@@ -413,19 +429,23 @@ class DynamicResources(FilterPlugin):
 
     def _verdict(
         self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, row: int, has_extended: bool
-    ) -> tuple[int, str]:
+    ) -> tuple[int, str, int]:
+        """The node's verdict for the claims to allocate: (code, the allocator's error, the Score)."""
         dra = cache.dra
         name = cache.row_names[row]
         if name not in dra.node_slices and "" not in dra.node_slices:
             missing = self._missing_extended(pod, cache, row) if has_extended else set()
             if claims.to_allocate or missing:
-                return _FAIL, ""
-            return _OK, ""
+                return _FAIL, "", 0
+            return _OK, "", 0
         try:
-            result = self._allocate(pod, cache, claims, row, has_extended, pack=False)
+            outcome = self._allocate(pod, cache, claims, row, has_extended, pack=False)
         except AllocationError as exc:
-            return _FAIL, str(exc)
-        return (_OK, "") if result is not None else (_FAIL, "")
+            return _FAIL, str(exc), 0
+        if outcome is None:
+            return _FAIL, "", 0
+        specs = [c.spec for c in claims.to_allocate]
+        return _OK, "", first_available_score(specs, [r.devices for r in outcome[0][: len(specs)]])
 
     def _allocate(
         self, pod: PodRecord, cache: SchedulerCache, claims: PodClaims, row: int, has_extended: bool,
@@ -505,6 +525,50 @@ class DynamicResources(FilterPlugin):
             cache.dra.forget(write.claim.key, write.claim)
         if plan.extended is not None:
             cache.dra.forget((f"<extended-resources>/{plan.pod_uid}", plan.pod_uid))
+
+
+def first_available_score(specs: list[ClaimSpec], devices: list[Any]) -> int:
+    """kube's computeScore: per firstAvailable request, 8 minus the index of the sub-request allocated
+    (FirstAvailableDeviceRequestMaxSize), so that nodes meeting earlier alternatives rank higher."""
+    score = 0
+    for spec, allocated in zip(specs, devices, strict=False):
+        taken = {d.request for d in allocated if "/" in d.request}
+        for group in spec.requests:
+            if group.first_available:
+                for i, alternative in enumerate(group.alternatives):
+                    if alternative.name in taken:
+                        score += FIRST_AVAILABLE_MAX - i
+    return score
+
+
+class DynamicResourcesScore(ScorePlugin):
+    """DynamicResources' Score (kube's weight 2 in its default profile): the firstAvailable preference, from
+    the verdicts the filter computed for the same pod in the same cycle."""
+
+    name = NAME
+
+    def __init__(self, weight: int) -> None:
+        super().__init__(weight)
+        self.filter: DynamicResources | None = None  # linked by the Framework to the profile's filter
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        plugin = self.filter
+        if plugin is None or not pod.resource_claims:
+            return None
+        claims = plugin.resolve(pod, cache)
+        if isinstance(claims, str):
+            return None
+        constant = first_available_score(
+            [c.spec for c in claims.allocated],
+            [c.allocation.devices if c.allocation is not None else () for c in claims.allocated],
+        )
+        if not any(g.first_available for c in claims.to_allocate for g in c.spec.requests):
+            return None if not constant else np.full(rows.shape[0], MAX_NODE_SCORE, dtype=np.int64)
+        has_extended = bool(cache.dra.extended) and any(r in cache.dra.extended for r in pod.requests)
+        entry = plugin._entry(pod, cache, claims, has_extended)
+        return default_normalize(entry.scores[rows] + constant, False)
 
 
 def _single_node(selector: Any) -> str | None:
