@@ -24,6 +24,7 @@ from test_e2e_scheduling import pod_condition
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
+from ai_scheduler.config.schema import FILTER_PLUGINS
 from ai_scheduler.scheduler.visibility import gpu_node_items
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.sim.objects import (
@@ -312,3 +313,23 @@ async def test_a_higher_priority_dra_pod_preempts_the_pod_holding_the_only_devic
         (NVIDIA_DRIVER, "dra-0", "gpu-0")]
     await wait_for(lambda: not claim_of(cluster, low_claim), what="the victim's claim gone")
     assert len(set(all_allocated_devices(cluster))) == len(all_allocated_devices(cluster))
+
+
+async def test_dra_kinds_are_watched_only_while_a_profile_filters_with_dynamic_resources(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    kinds = ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses")
+
+    def dra_requests() -> set[str]:
+        return {resource.split(".")[0] for resource, verbs in cluster.request_counts().items()
+                if resource.split(".")[0].split("/")[0] in kinds and verbs.get("list")}
+
+    without = [name for name in FILTER_PLUGINS if name != "DynamicResources"]
+    running = await start_scheduler(parse_config({
+        "server": {"port": 0, "bindAddress": "127.0.0.1"}, "profiles": [{"filters": without}]}))
+    await create_all(api, [make_node("plain-0")], [make_pod("plain")])
+    await wait_for(lambda: node_of(cluster, "plain"), what="a pod bound")
+    assert dra_requests() == set()
+    await running.stop()
+    await start_scheduler()  # the default profile filters with DynamicResources
+    await wait_for(lambda: dra_requests() == set(kinds), what="the four DRA kinds listed")
