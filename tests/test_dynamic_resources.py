@@ -362,3 +362,38 @@ def test_first_available_prefers_nodes_meeting_an_earlier_alternative() -> None:
     assert isinstance(decision.claims, DraPlan)
     assert [d.request for d in decision.claims.writes[0].claim.allocation.devices] == [  # type: ignore[union-attr]
         "gpus/two", "gpus/two"]
+
+
+def test_preemption_what_if_frees_the_devices_of_claims_reserved_for_the_victims_alone() -> None:
+    cache = cluster({"n1": 1})
+    held = {"allocation": {"devices": {"results": [
+        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}},
+        "reservedFor": [{"resource": "pods", "name": "low", "uid": "uid-low"}]}
+    add_claim(cache, "low-gpu", status=held)
+    add_claim(cache, "c")
+    plugin = DynamicResources()
+    fw = Framework("ai-scheduler", [plugin], [], cache, rng=random.Random(1))
+    assert fw.feasible_rows(pod())[0].size == 0
+    victim = pod("low", "low-gpu")
+    with cache.dra.without_pods({victim.uid}):
+        assert [cache.row_names[int(r)] for r in fw.feasible_rows(pod())[0]] == ["n1"]
+    assert fw.feasible_rows(pod())[0].size == 0
+    with cache.dra.without_pods({"someone-else"}):
+        assert fw.feasible_rows(pod())[0].size == 0
+
+
+def test_a_deallocated_claim_wakes_every_pod_waiting_for_devices() -> None:
+    cache = cluster({"n1": 1})
+    obj: dict[str, Any] = {
+        "metadata": {"namespace": "default", "name": "other", "uid": "u-o", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}},
+    }
+    cache.dra.apply("ResourceClaim", "ADDED", obj)
+    waiting = pod("w", "c")
+    assert not cache.dra.pods_affected("ResourceClaim", obj)(waiting)
+    meta = {**obj["metadata"], "resourceVersion": "2"}
+    cache.dra.apply("ResourceClaim", "MODIFIED", {**obj, "metadata": meta, "status": {}})
+    assert cache.dra.pods_affected("ResourceClaim", obj)(waiting)
+    assert not cache.dra.pods_affected("ResourceClaim", obj)(pod("plain", claim=""))

@@ -442,8 +442,15 @@ class SchedulerCache:
     @contextlib.contextmanager
     def without(self, pods: Iterable[PodRecord]) -> Iterator[None]:
         """For preemption's what-if: the placed `pods` off their nodes (resources, pod slots, host ports,
-        labels for affinity and spread, claims, managed GPUs) while the block runs, then back as they
-        were, on the same devices. Their quota use stays."""
+        labels for affinity and spread, claims, managed GPUs, the DRA devices of the claims reserved for
+        them alone) while the block runs, then back as they were, on the same devices. Their quota use
+        stays."""
+        pods = list(pods)
+        with self.dra.without_pods({p.uid for p in pods}), self._without(pods):
+            yield
+
+    @contextlib.contextmanager
+    def _without(self, pods: Iterable[PodRecord]) -> Iterator[None]:
         off: list[tuple[int, str, PodRecord, tuple[int, ...] | None]] = []
         try:
             for pod in pods:

@@ -33,8 +33,9 @@ wake-up); `pods_affected(kind, obj)` says which waiting pods an event may help
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -676,13 +677,20 @@ class DraState:
         # Change log for per-node caches: (version, node) whenever devices on `node` were taken, freed,
         # added or removed; node "" means every node (a slice for many nodes, or a class, changed).
         self.changes: list[tuple[int, str]] = []
+        self.freed = False  # the last ResourceClaim event took an allocation away (pods_affected reads it)
+        self.consumers: dict[str, set[tuple[str, str]]] = {}  # pod uid -> the informer's claims reserving it
 
     # ------------------------------------------------------------------ informer input
     def apply(self, kind: str, event: str, obj: dict[str, Any]) -> None:
         """A watch event ("ADDED", "MODIFIED", "DELETED") for one object of `kind` (one of KINDS)."""
         deleted = event == "DELETED"
+        self.freed = False
         if kind == RESOURCE_CLAIM:
             claim = Claim.from_api(obj)
+            before = self.claims.get(claim.key)
+            self.freed = before is not None and before.allocation is not None and (
+                deleted or claim.allocation is None
+            )
             if deleted:
                 self._drop_claim(claim.key)
                 self.forget(claim.key)
@@ -719,6 +727,7 @@ class DraState:
         if kind == RESOURCE_CLAIM:
             self.claims = {}
             self.owned = {}
+            self.consumers = {}
             self.allocated, self.shared, self._shared_count = {}, {}, {}
             for pair in self.assumed.values():
                 self._count(pair[1], 1)
@@ -751,7 +760,10 @@ class DraState:
         on `obj`: which waiting pods it may help.
 
         - a ResourceClaim: pods of its namespace that name it directly, or (a claim the resource-claim
-          controller made) the pod that owns it; pods waiting on an extended-resource claim too;
+          controller made) the pod that owns it; but every pod below when the event took an
+          allocation away (deallocated, or deleted allocated: its devices are free for others, as
+          kube's isSchedulableAfterClaimChange says), which `apply` of that very event noted in
+          `freed`;
         - a ResourceClaimTemplate: pods of its namespace that use claims (their generated claim may
           now be made);
         - a ResourceSlice or DeviceClass: every pod with claims or with a request for an extended
@@ -760,7 +772,7 @@ class DraState:
         kinds cost nothing to the rest of the queue."""
         namespace, name = _key(obj) if isinstance(obj, dict) else ("", "")
         extended = set(self.extended)
-        if kind == RESOURCE_CLAIM:
+        if kind == RESOURCE_CLAIM and not self.freed:
             claim = Claim.from_api(obj) if isinstance(obj, dict) else None
             owner = claim.owner if claim is not None else None
             owner_uid = owner[2] if owner is not None and owner[0] == "Pod" else ""
@@ -840,6 +852,30 @@ class DraState:
             nodes.add(node)
         return nodes
 
+    @contextlib.contextmanager
+    def without_pods(self, uids: Collection[str]) -> Iterator[None]:
+        """For preemption's what-if: the devices of the claims reserved for none but these pods (which
+        the resource-claim controller frees once they are gone) counted free while the block runs;
+        their nodes go through the change log, so that cached verdicts are recomputed there, and again
+        when they are counted back."""
+        if not uids:
+            yield
+            return
+        keys = {key for uid in uids for key in self.consumers.get(uid, ())}
+        keys.update(k for k, (_, a) in self.assumed.items() if any(c.uid in uids for c in a.reserved_for))
+        freed = [
+            claim for key in sorted(keys)
+            if (claim := self.held(key)) is not None and claim.allocation is not None and claim.reserved_for
+            and all(c.uid in uids for c in claim.reserved_for)
+        ]
+        for claim in freed:
+            self._count(claim, -1)
+        try:
+            yield
+        finally:
+            for claim in freed:
+                self._count(claim, 1)
+
     def held(self, key: tuple[str, str]) -> Claim | None:
         pair = self.assumed.get(key)
         return pair[1] if pair is not None else self.claims.get(key)
@@ -868,6 +904,8 @@ class DraState:
         if claim.key not in self.assumed:
             self._count(claim, 1)
         self.claims[claim.key] = claim
+        for consumer in claim.reserved_for:
+            self.consumers.setdefault(consumer.uid, set()).add(claim.key)
         if claim.owner is not None and claim.owner[0] == "Pod":
             self.owned.setdefault((claim.namespace, claim.owner[2]), set()).add(claim.key)
 
@@ -875,6 +913,12 @@ class DraState:
         claim = self.claims.pop(key, None)
         if key not in self.assumed:
             self._count(claim, -1)
+        for consumer in claim.reserved_for if claim is not None else ():
+            keys = self.consumers.get(consumer.uid)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self.consumers[consumer.uid]
         if claim is not None and claim.owner is not None and claim.owner[0] == "Pod":
             owned = self.owned.get((claim.namespace, claim.owner[2]))
             if owned is not None:
