@@ -405,8 +405,8 @@ class KubeCluster:
 
 def reset_cluster(plane: ControlPlane) -> None:
     """Remove what a test made: pods (at once), nodes, PodGroups, events, claims, volumes, StorageClasses,
-    CSINodes, DRA's ResourceClaims, templates, ResourceSlices and DeviceClasses, its PriorityClasses. Namespaces
-    stay (empty): one being deleted refuses new pods until its controller is done."""
+    CSINodes, DRA's ResourceClaims, templates, ResourceSlices and DeviceClasses, its PriorityClasses.
+    Namespaces stay (empty): one being deleted refuses new pods until its controller is done."""
     _, body = plane.request("GET", "/api/v1/namespaces")
     namespaces = [n["metadata"]["name"] for n in body.get("items", [])]
     for namespace in namespaces:
