@@ -23,6 +23,11 @@ The points, as kube runs them:
   devices; Unreserve (`release`) drops the assumptions.
 - PreBind (scheduler/dra_prebind.py, the binder's): the claims' status.allocation and
   status.reservedFor written before the binding; a pod with claims is never bound otherwise.
+- Score (`DynamicResourcesScore`, kube's weight 2): a claim's firstAvailable request met with an
+  earlier alternative scores higher (8 minus its index), from the verdicts the filter computed.
+- Preemption (scheduler/preemption.py), beyond kube-scheduler: the what-if that takes victims off a
+  node also frees the devices of the claims reserved for them alone (DraState.without_pods), so a
+  higher-priority DRA pod can preempt the pod holding the device it needs.
 
 DRA-backed extended resources (KEP-5004): a request for a resource that a DeviceClass maps
 (`extendedResourceName`, or `deviceclass.resource.kubernetes.io/<class>`) is met on a node that
