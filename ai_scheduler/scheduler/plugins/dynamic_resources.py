@@ -510,6 +510,8 @@ class DynamicResources(FilterPlugin):
             plan.writes.append(ClaimWrite(reserved, False, dra.claims.get(claim.key)))
         if extended is not None:
             plan.extended = (extended[0], results[len(claims.to_allocate)], extended[1])
+        if not plan.writes and plan.extended is None:
+            return None  # every claim reserved for the pod already, or extended resources from allocatable
         return plan
 
     @staticmethod
