@@ -397,3 +397,16 @@ def test_a_deallocated_claim_wakes_every_pod_waiting_for_devices() -> None:
     cache.dra.apply("ResourceClaim", "MODIFIED", {**obj, "metadata": meta, "status": {}})
     assert cache.dra.pods_affected("ResourceClaim", obj)(waiting)
     assert not cache.dra.pods_affected("ResourceClaim", obj)(pod("plain", claim=""))
+
+
+def test_a_profile_without_dynamic_resources_never_binds_a_pod_with_claims() -> None:
+    cache = cluster({"n1": 1})
+    add_claim(cache, "c")
+    fw = Framework("ai-scheduler", [NodeResourcesFit()], [], cache, rng=random.Random(1))
+    decision = fw.schedule(pod())
+    assert decision.node is None
+    assert decision.message == (
+        "0/3 nodes are available: profile ai-scheduler does not run DynamicResources, "
+        "which pods with spec.resourceClaims need."
+    )
+    assert fw.schedule(pod("plain", claim="")).node is not None
