@@ -298,8 +298,10 @@ class Framework:
         if pod.spec_error:
             return Decision(None, total, error=pod.spec_error)
         if pod.resource_claims and self.dra is None:  # never bound with claims nobody allocated
-            error = f"profile {self.scheduler_name} does not run DynamicResources, which pods with " \
+            error = (
+                f"profile {self.scheduler_name} does not run DynamicResources, which pods with "
                 "spec.resourceClaims need"
+            )
             return Decision(None, total, error=error)
         for plugin in self.filters:
             error = plugin.prefilter(pod, cache)
