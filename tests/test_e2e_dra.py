@@ -260,7 +260,8 @@ async def test_dra_gpus_count_in_quotas_and_in_the_gpu_views(
         int(device[-1][-1]) for device in devices(claim_of(cluster, generated_claim(cluster, "a", "gpus"))))
     assert node["devices"][0]["model"] == "NVIDIA H100 80GB HBM3" and node["devices"][0]["memoryMiB"] == 81920
     rows = [line.split() for line in gpus_table({"items": [node]}).splitlines()[1:]]  # the CLI's table
-    assert sorted(row[1] for row in rows if "default/a" in row) == sorted(str(i) for i, h in held.items() if h)
+    holding = sorted(str(i) for i, h in held.items() if h)
+    assert sorted(row[1] for row in rows if "default/a" in row) == holding
     assert (await api.delete_pod("default", "a", grace_period_seconds=0)).ok
     await wait_for(lambda: node_of(cluster, "b") == "dra-0", what="b bound once a is gone", timeout=40)
     await wait_for(lambda: tenancy.used("group", "vision").get("nvidia.com/gpu") == 1, what="usage 1 GPU")
