@@ -410,3 +410,15 @@ def test_a_profile_without_dynamic_resources_never_binds_a_pod_with_claims() -> 
         "which pods with spec.resourceClaims need."
     )
     assert fw.schedule(pod("plain", claim="")).node is not None
+
+
+def test_a_selector_erring_at_run_time_fails_the_attempt_in_kubes_words() -> None:
+    cache = cluster({"n1": 1})
+    add_claim(cache, "c", selector=f'device.attributes["{DRIVER}"].nothing == 1')
+    decision = framework(cache).schedule(pod())
+    assert decision.node is None
+    assert decision.failure == decision.message == (
+        'running "DynamicResources" filter plugin: claim default/c: selector #0 on device '
+        f"{DRIVER}/n1/gpu-0: CEL runtime error: no such key: nothing"
+    )
+    assert framework(cache).schedule(pod("plain", claim="")).failure == ""

@@ -396,7 +396,7 @@ class _Run:
             self.chosen.append([])
         if not self._claim(0):
             if any(p.invalid for p in self.pools):
-                raise _InvalidPools()
+                raise InvalidPools()
             return None
         out = []
         for ci, (_name, spec) in enumerate(claims):
@@ -707,7 +707,10 @@ class _Run:
         return None
 
 
-class _InvalidPools(AllocationError):
+class InvalidPools(AllocationError):
+    """No solution, and some pool serving the node was invalid (kube's ErrFailedAllocationOnNode: not an
+    error of the pod's, the node is only Unschedulable)."""
+
     def __init__(self) -> None:
         super().__init__("invalid resource pools were encountered")
 

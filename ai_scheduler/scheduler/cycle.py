@@ -71,9 +71,14 @@ class Decision:
     # DynamicResources' Reserve: the claims' allocations and reservations on `node` (a DraPlan), for the
     # binder to assume and to write in PreBind; None for a pod without claims.
     claims: Any = None
+    # The attempt itself failed (a filter's Error status in kube: e.g. a CEL error in a claim's selector):
+    # kube's SchedulerError, with this text, rather than Unschedulable.
+    failure: str = ""
 
     @property
     def message(self) -> str:
+        if self.failure:
+            return self.failure
         text = fit_error_message(self.total_nodes, self.reasons, self.error)
         return f"{text} {self.post_filter}" if self.post_filter else text
 
@@ -313,6 +318,8 @@ class Framework:
             looked_at = 1
         else:
             rows, reasons, looked_at = self._find_feasible(pod, node_mask, blocked, total)
+        if self.dra is not None and self.dra.failure:
+            return Decision(None, total, reasons=reasons, evaluated=looked_at, failure=self.dra.failure)
         if rows.size == 0:
             return Decision(None, total, reasons=reasons, evaluated=looked_at)
         scores = np.zeros(rows.shape[0], dtype=np.int64)

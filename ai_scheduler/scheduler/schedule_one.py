@@ -43,7 +43,7 @@ from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.history import VERSION as HISTORY_VERSION
-from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics
+from ai_scheduler.scheduler.metrics import ERROR, UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import Priority, PriorityEngine
@@ -143,6 +143,11 @@ class SchedulingCycle:
         key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
         decision = framework.schedule(pod, blocked=self.reserved_for_others(pod, key))
         assert self.binder is not None and self.feedback is not None
+        if decision.failure:  # the attempt failed (kube's SchedulerError): retried with backoff
+            self.queue.requeue(qp, unschedulable=False, reason=decision.failure)
+            self.feedback.error(pod, decision.failure)
+            self.log_decision(qp, pod, decision, "error", {})
+            return
         if decision.node is not None:
             self.reserver.placed(pod.uid)
             self.binder.reserve(pod, decision)
@@ -217,7 +222,8 @@ class SchedulingCycle:
     ) -> None:
         """Metrics and the decision log line: everything needed to understand and replay the attempt."""
         if result != "scheduled":  # a placement is counted once its binding succeeds (Binder), as kube does
-            self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, decision.duration)
+            outcome = ERROR if result == "error" else UNSCHEDULABLE
+            self.metrics.attempt(outcome, pod.scheduler_name, decision.duration)
         if not self.log.enabled("info"):  # nobody reads it: not worth building (the simulator's default)
             return
         tenant = self.tenancy.tenant_of(pod)

@@ -60,7 +60,13 @@ from ai_scheduler.cache.dra import (
     DraState,
     RequestGroup,
 )
-from ai_scheduler.cache.dra_allocator import AllocationError, Allocator, ClaimResult, node_selector_matches
+from ai_scheduler.cache.dra_allocator import (
+    AllocationError,
+    Allocator,
+    ClaimResult,
+    InvalidPools,
+    node_selector_matches,
+)
 from ai_scheduler.cache.dra_cel import SelectorCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.scheduler.framework import (
@@ -82,7 +88,10 @@ FIRST_AVAILABLE_MAX = 8  # resourceapi.FirstAvailableDeviceRequestMaxSize
 CANNOT_SCHEDULE_EXTENDED = "cannot schedule extended resource claim"
 MAX_ENTRIES = 256
 
-_OK, _FAIL, _ERROR = 0, 1, 2  # per-node verdicts: fits, no solution, the allocator erred
+# Per-node verdicts: fits; no solution; no solution for a reason of its own (invalid pools, kube's
+# ErrFailedAllocationOnNode: Unschedulable); the allocator erred (a CEL error, All on a pool being
+# updated: kube's Error status, which ends the whole attempt as SchedulerError).
+_OK, _FAIL, _ERROR, _FATAL = 0, 1, 2, 3
 
 
 @dataclass(slots=True)
@@ -223,6 +232,9 @@ class DynamicResources(FilterPlugin):
         self.selectors = SelectorCache()
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._current: tuple[PodRecord, int, PodClaims | str] | None = None
+        # Set by Filter when the allocator erred on a node (kube's Error status): the cycle that began with
+        # this plugin's PreFilter fails with it, as kube's does ("running ... filter plugin: ...").
+        self.failure = ""
 
     # ------------------------------------------------------------------ PreEnqueue / PreFilter
     def resolve(self, pod: PodRecord, cache: SchedulerCache) -> PodClaims | str:
@@ -287,6 +299,7 @@ class DynamicResources(FilterPlugin):
         return out
 
     def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        self.failure = ""
         if not needs_dra(pod, cache.dra):
             return ""
         result = self.resolve(pod, cache)
@@ -370,7 +383,7 @@ class DynamicResources(FilterPlugin):
         for i in todo.tolist():
             row = int(rows[i])
             code, error, score = self._verdict(pod, cache, claims, row, has_extended)
-            entry.codes[row] = _ERROR if error else code
+            entry.codes[row] = code
             entry.scores[row] = score
             entry.computed[row] = True
             if error:
@@ -382,7 +395,11 @@ class DynamicResources(FilterPlugin):
         cannot = (local == _FAIL) & alive
         if cannot.any():
             out.append((CANNOT_ALLOCATE, cannot))
-        erring = (local == _ERROR) & alive
+        fatal = (local == _FATAL) & alive
+        if fatal.any() and not self.failure:
+            first = int(rows[int(np.flatnonzero(fatal)[0])])
+            self.failure = f'running "{NAME}" filter plugin: {entry.errors.get(first, CANNOT_ALLOCATE)}'
+        erring = ((local == _ERROR) | (local == _FATAL)) & alive
         if erring.any():
             by_reason: dict[str, np.ndarray] = {}
             for i in np.flatnonzero(erring).tolist():
@@ -445,8 +462,10 @@ class DynamicResources(FilterPlugin):
             return _OK, "", 0
         try:
             outcome = self._allocate(pod, cache, claims, row, has_extended, pack=False)
+        except InvalidPools as exc:
+            return _ERROR, str(exc), 0
         except AllocationError as exc:
-            return _FAIL, str(exc), 0
+            return _FATAL, str(exc), 0
         if outcome is None:
             return _FAIL, "", 0
         specs = [c.spec for c in claims.to_allocate]
