@@ -9,8 +9,8 @@ labels, taints, capacities and cordons; existing pods bound by name; incoming po
 tolerations, node selector, node affinity, host ports, required pod affinity and anti-affinity,
 DoNotSchedule topology spread, or PersistentVolumeClaims: bound to zonal volumes, unbound Immediate,
 ReadWriteOncePod, WaitForFirstConsumer with local volumes, CSI volumes under CSINode attach limits;
-or GPUs through DRA ResourceClaims) so that the outcome does not depend on tie-breaks. Every case gets two copies on nodes of their
-own, one for each scheduler, and both schedulers run at the same time on a round of cases:
+or GPUs through DRA ResourceClaims) so that the outcome does not depend on tie-breaks. Every case
+gets two copies on nodes of their own, one for each scheduler, and both schedulers run at the same time on a round of cases:
 kube-scheduler with a profile named `diff-kube-scheduler` holding the plugins ai-scheduler has
 (ImageLocality disabled: no pod here has images to prefer; DynamicResources on, for the DRA families:
 ResourceSlices, DeviceClasses, claims, templates and extended resources mapped onto devices),
