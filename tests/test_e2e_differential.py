@@ -4,22 +4,21 @@ Real backend only: the reference is the kube-scheduler binary, which needs a rea
 list, watch and bind through (it speaks protobuf and uses informers, leases and subresources that
 the simulated server does not try to copy).
 
-Rounds of cases in one cluster: `tests/differential.py` draws the cases (nodes with zones, disk
-labels, taints, capacities and cordons; existing pods bound by name; incoming pods with
-tolerations, node selector, node affinity, host ports, required pod affinity and anti-affinity,
-DoNotSchedule topology spread, or PersistentVolumeClaims: bound to zonal volumes, unbound Immediate,
-ReadWriteOncePod, WaitForFirstConsumer with local volumes, CSI volumes under CSINode attach limits;
-or GPUs through DRA ResourceClaims) so that the outcome does not depend on tie-breaks. Every case
-gets two copies on nodes of their own, one for each scheduler, and both schedulers run at the same time on a round of cases:
+Rounds of cases in one cluster: `tests/differential.py` draws the cases (nodes with zones, disk labels,
+taints, capacities and cordons; existing pods bound by name; incoming pods with tolerations, node
+selector, node affinity, host ports, required pod affinity and anti-affinity, DoNotSchedule topology
+spread, or PersistentVolumeClaims: bound to zonal volumes, unbound Immediate, ReadWriteOncePod,
+WaitForFirstConsumer with local volumes, CSI volumes under CSINode attach limits; or GPUs through DRA
+ResourceClaims) so that the outcome does not depend on tie-breaks. Every case gets two copies on nodes
+of their own, one for each scheduler, and both schedulers run at the same time on a round of cases:
 kube-scheduler with a profile named `diff-kube-scheduler` holding the plugins ai-scheduler has
 (ImageLocality disabled: no pod here has images to prefer; DynamicResources on, for the DRA families:
 ResourceSlices, DeviceClasses, claims, templates and extended resources mapped onto devices),
 ai-scheduler with the same filters in kube-scheduler's order and its scores with kube-scheduler's
-weights; percentageOfNodesToScore 100 in both; ai-scheduler's reservations (which kube-scheduler
-lacks) off. A round (`AI_SCHEDULER_DIFF_BATCH`, default 100 cases) has its pods, volume objects,
-DRA objects, nodes and events deleted before the next; a single batch of 200 cases (about
-1,400 nodes) left both schedulers' Unschedulable messages changing for minutes on a loaded 2-core
-machine.
+weights; percentageOfNodesToScore 100 in both; ai-scheduler's reservations (which kube-scheduler lacks)
+off. A round (`AI_SCHEDULER_DIFF_BATCH`, default 100 cases) has its pods, volume objects, DRA objects,
+nodes and events deleted before the next; a single batch of 200 cases (about 1,400 nodes) left both
+schedulers' Unschedulable messages changing for minutes on a loaded 2-core machine.
 
 Compared per case, once both have settled:
 - how many pods each placed, and the count the case's own simulation gives (any valid placement
