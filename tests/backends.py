@@ -149,6 +149,8 @@ RESOURCES = {
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
     "persistentvolumes": "/api/v1/persistentvolumes",
+    "resourceclaims": "/apis/resource.k8s.io/v1/resourceclaims",
+    "resourceslices": "/apis/resource.k8s.io/v1/resourceslices",
 }
 
 
@@ -414,8 +416,9 @@ WORKLOAD_OWNERS = (
 
 def reset_cluster(plane: ControlPlane) -> None:
     """Remove what a test made: workloads (WORKLOAD_OWNERS), Jobs, pods (at once), nodes, PodGroups (both
-    kinds), Workloads, events, claims, volumes, StorageClasses, CSINodes, its PriorityClasses. Namespaces
-    stay (empty): one being deleted refuses new pods until its controller is done."""
+    kinds), Workloads, events, claims, volumes, StorageClasses, CSINodes, DRA's ResourceClaims, templates,
+    ResourceSlices and DeviceClasses, its PriorityClasses. Namespaces stay (empty): one being deleted refuses
+    new pods until its controller is done."""
     _, body = plane.request("GET", "/api/v1/namespaces")
     namespaces = [n["metadata"]["name"] for n in body.get("items", [])]
     for namespace in namespaces:
@@ -434,6 +437,15 @@ def reset_cluster(plane: ControlPlane) -> None:
         plane.request("DELETE", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/events")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")
+        # ResourceClaims keep the scheduler's finalizer while allocated: taken off, so that they go at once.
+        claims_path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
+        _, claims = plane.request("GET", claims_path)
+        for claim in claims.get("items") or []:
+            if claim["metadata"].get("finalizers"):
+                plane.request("PATCH", f"{claims_path}/{claim['metadata']['name']}",
+                              {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
+        plane.request("DELETE", claims_path)
+        plane.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates")
     plane.request(
         "DELETE",
         f"/api/v1/namespaces/kube-system/pods?gracePeriodSeconds=0&labelSelector={AGENT_POD_LABEL}%3Dagent",
@@ -442,6 +454,8 @@ def reset_cluster(plane: ControlPlane) -> None:
     plane.request("DELETE", "/api/v1/persistentvolumes")
     plane.request("DELETE", "/apis/storage.k8s.io/v1/storageclasses")
     plane.request("DELETE", "/apis/storage.k8s.io/v1/csinodes")
+    plane.request("DELETE", "/apis/resource.k8s.io/v1/resourceslices")
+    plane.request("DELETE", "/apis/resource.k8s.io/v1/deviceclasses")
     _, body = plane.request("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
     for item in body.get("items", []):
         name = item["metadata"]["name"]

@@ -105,6 +105,20 @@ async def create_all(api: KubeClient, nodes: list[dict[str, Any]], pods: list[di
     raise AssertionError(f"PriorityClasses never admitted: {[p['metadata']['name'] for p in pending]}")
 
 
+async def create_dra(api: KubeClient, *objects: dict[str, Any]) -> None:
+    """Create Dynamic Resource Allocation objects (DeviceClasses, ResourceSlices, ResourceClaims,
+    ResourceClaimTemplates, as `ai_scheduler.sim.objects` builds them), each by its kind."""
+    create = {
+        "DeviceClass": api.create_device_class,
+        "ResourceSlice": api.create_resource_slice,
+        "ResourceClaim": api.create_resource_claim,
+        "ResourceClaimTemplate": api.create_resource_claim_template,
+    }
+    for obj in objects:
+        result = await create[obj["kind"]](obj)
+        assert result.ok, f"{obj['kind']} {obj['metadata']['name']}: {result.message}"
+
+
 def _ready(node: dict[str, Any]) -> bool:
     conditions = node.get("status", {}).get("conditions", [])
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)

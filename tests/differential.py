@@ -27,6 +27,16 @@ more fit, why each node refuses the next one:
   provisioner, and local volumes pinned to some of the case's nodes: a node takes as many pods as it
   has free volumes and room), `volume-limit` (a claim per pod bound to its own CSI volume; CSINodes
   give some nodes an attach limit, which existing pods with CSI volumes of their own use up);
+- or one of the Dynamic Resource Allocation families (a third of the cases, drawn apart so that the
+  others stay the cases they were): nodes publish 0-8 GPUs in ResourceSlices shaped like NVIDIA's
+  driver's (H100 or A100 products), some of them allocated already to a claim of no pod; each pod
+  asks for `gpu_count` devices of the class `diff-gpu` through a claim of its own (`dra-claim`), a
+  claim from a template (`dra-template`), a claim whose CEL selector takes only H100s by product name
+  or memory capacity (`dra-selector`), a template asking for All of a node's devices (`dra-all`: one
+  pod per node whose devices are all free), one claim shared by all the pods (`dra-shared`: they go
+  where it was allocated; ample capacity), or a plain `nvidia.com/gpu` request that the class
+  `diff-gpu-extended` maps onto the devices (`dra-extended`, KEP-5004). A node takes as many pods as
+  its free devices and its room allow, whatever the order;
 - where the node that takes a pod could change the reason another node gives later (a zone's pod
   landing on a node with one free slot turns that node's "anti-affinity" into "Insufficient cpu"),
   the family gets ample capacity, so that no node of the case ever runs out. (In `wffc-local` and
@@ -48,6 +58,7 @@ in their names; the storage classes are shared by all cases (`STORAGE_CLASSES`).
 
 from __future__ import annotations
 
+import os
 import random
 import re
 from collections import Counter
@@ -57,10 +68,23 @@ from typing import Any
 import yaml
 
 from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
+from ai_scheduler.sim.objects import (
+    NVIDIA_DRIVER,
+    claim_spec,
+    device_request,
+    make_claim_template,
+    make_device_class,
+    make_gpu_slice,
+    make_resource_claim,
+    pod_claim,
+)
 
-FAMILIES = ("fit", "hostport", "anti-host", "anti-zone", "affinity-zone", "spread-zone", "spread-host",
-            "pv-bound", "pvc-immediate", "rwop", "wffc-local", "volume-limit")
-VOLUME_FAMILIES = FAMILIES[7:]
+CLASSIC_FAMILIES = ("fit", "hostport", "anti-host", "anti-zone", "affinity-zone", "spread-zone",
+                    "spread-host", "pv-bound", "pvc-immediate", "rwop", "wffc-local", "volume-limit")
+VOLUME_FAMILIES = CLASSIC_FAMILIES[7:]
+DRA_FAMILIES = ("dra-claim", "dra-template", "dra-selector", "dra-all", "dra-shared", "dra-extended")
+FAMILIES = CLASSIC_FAMILIES + DRA_FAMILIES
+DRA_SHARE = 0.35  # of the cases, drawn with a generator of their own so that the others stay as they were
 ZONE = "topology.kubernetes.io/zone"
 HOSTNAME = "kubernetes.io/hostname"
 CASE_LABEL = "diff.ai-scheduler.io/case"
@@ -70,6 +94,12 @@ TAINT = {"key": "diff.ai-scheduler.io/dedicated", "value": "gpu", "effect": "NoS
 HOST_PORT = 8080
 AMPLE_CPU = 16
 PREEMPTION_PART = " preemption: "
+# kube-scheduler v1.37 with DynamicResources on: when a PreFilter refuses the pod before DynamicResources'
+# own PreFilter ran (an unbound Immediate claim, a claim not created yet), DynamicResources' PostFilter
+# fails to read its cycle state and its error, "not found", takes the place of DefaultPreemption's
+# verdict: `0/8 nodes are available: pod has unbound immediate PersistentVolumeClaims. not found`.
+# Like the preemption part, it is not compared.
+KUBE_DRA_POSTFILTER_ERROR = " not found"
 # kube-scheduler v1.36 says `node(s) had untolerated taint(s)`; ai-scheduler names the taint, as the
 # contract's example message and older kube-scheduler versions do: `... untolerated taint {key: value}`.
 KUBE_UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
@@ -77,6 +107,18 @@ UNTOLERATED_TAINT_PREFIX = "node(s) had untolerated taint {"
 LOCAL_CLASS = "diff-local"  # WaitForFirstConsumer, no provisioner: only the case's local volumes
 IMMEDIATE_CLASS = "diff-immediate"  # Immediate, no provisioner: its claims stay unbound
 CSI_DRIVER = "diff.csi.ai-scheduler.io"
+# Dynamic Resource Allocation: GPUs in ResourceSlices shaped like NVIDIA's driver's, two products.
+GPU_CLASS = "diff-gpu"  # selects the driver's devices
+EXTENDED_GPU_CLASS = "diff-gpu-extended"  # maps nvidia.com/gpu onto them (KEP-5004)
+H100, A100 = ("NVIDIA H100 80GB HBM3", "80Gi"), ("NVIDIA A100-SXM4-40GB", "40Gi")
+DEVICE_CLASSES = (
+    make_device_class(GPU_CLASS),
+    make_device_class(EXTENDED_GPU_CLASS, extended_resource="nvidia.com/gpu"),
+)
+SELECTORS = (
+    f'device.attributes["{NVIDIA_DRIVER}"].productName == "{H100[0]}"',
+    f'device.capacity["{NVIDIA_DRIVER}"].memory.compareTo(quantity("{H100[1]}")) >= 0',
+)
 STORAGE_CLASSES = (
     make_storage_class(LOCAL_CLASS, provisioner="kubernetes.io/no-provisioner"),
     make_storage_class(IMMEDIATE_CLASS, provisioner="kubernetes.io/no-provisioner", binding_mode="Immediate"),
@@ -91,6 +133,9 @@ class NodeSpec:
     tainted: bool = False
     cordoned: bool = False
     ssd: bool = True
+    gpus: int = 0  # DRA families: devices in the node's ResourceSlice
+    used: int = 0  # of them, allocated already to a claim of no pod
+    h100: bool = True  # the product of its devices (dra-selector selects H100s)
 
 
 @dataclass
@@ -123,6 +168,8 @@ class Case:
     local_volumes: list[int] | None = None  # wffc-local: the node of each local volume
     # volume-limit: each node's CSI attach limit (None: no CSINode)
     volume_limits: list[int | None] | None = None
+    gpu_count: int = 1  # DRA families: devices each pod's claim asks for (dra-shared: the one claim)
+    selector: int = 0  # dra-selector: which of SELECTORS
 
     def yaml(self) -> str:
         return yaml.safe_dump(asdict(self), sort_keys=False)
@@ -132,6 +179,15 @@ class Case:
 
 def generate(seed: int, index: int) -> Case:
     """Case `index` of run `seed`: the same pair always gives the same case."""
+    only = [f for f in os.environ.get("AI_SCHEDULER_DIFF_FAMILIES", "").split(",") if f]
+    dra_rng = random.Random(f"{seed}/{index}/dra")
+    if only or dra_rng.random() < DRA_SHARE:
+        families = tuple(f for f in FAMILIES if any(f.startswith(o) for o in only)) or DRA_FAMILIES
+        rng = dra_rng
+        while True:
+            case = _draw(rng, index, rng.choice(families))
+            if expected_bound(case, rng) is not None:
+                return case
     rng = random.Random(f"{seed}/{index}")
     while True:
         case = _draw(rng, index)
@@ -139,9 +195,9 @@ def generate(seed: int, index: int) -> Case:
             return case
 
 
-def _draw(rng: random.Random, index: int) -> Case:
-    family = rng.choice(FAMILIES)
-    ample = family in ("anti-zone", "affinity-zone", "spread-zone", "spread-host")
+def _draw(rng: random.Random, index: int, family: str | None = None) -> Case:
+    family = family or rng.choice(CLASSIC_FAMILIES)
+    ample = family in ("anti-zone", "affinity-zone", "spread-zone", "spread-host", "dra-shared")
     zones = rng.randint(1, 3)
     nodes = []
     for _ in range(rng.randint(2, 5)):
@@ -187,6 +243,13 @@ def _draw(rng: random.Random, index: int) -> Case:
         case.local_volumes = sorted(rng.randrange(len(nodes)) for _ in range(rng.randint(0, 2 * len(nodes))))
     if family == "volume-limit":
         case.volume_limits = [rng.choice((None, 0, 1, 2, 3)) for _ in nodes]
+    if family.startswith("dra-"):
+        case.gpu_count = 1 if family == "dra-all" else rng.choice((1, 1, 2, 3))
+        case.selector = rng.randrange(len(SELECTORS))
+        for spec in nodes:
+            spec.gpus = rng.choice((0, 1, 2, 2, 4, 4, 8))
+            spec.used = rng.choice((0, 0, spec.gpus // 2, spec.gpus)) if spec.gpus else 0
+            spec.h100 = rng.random() < 0.6
     return case
 
 
@@ -257,8 +320,31 @@ def allowed(case: Case, node: int, placed: Counter[int]) -> bool:
         if case.min_domains is not None and len(counts) < case.min_domains:
             minimum = 0
         return counts[domain_of(case, node)] + 1 - minimum <= case.max_skew
+    if family.startswith("dra-"):
+        return (placed[node] + 1) * case.gpu_count <= device_room(case, node, placed)
     return placed[node] + 1 <= volume_room(case, node) - (sum(placed.values()) - placed[node]
                                                           if family == "rwop" else 0)
+
+
+def free_devices(case: Case, node: int) -> int:
+    """The node's unallocated devices that the case's requests can take."""
+    spec = case.nodes[node]
+    if case.family == "dra-selector" and not spec.h100:
+        return 0
+    return spec.gpus - spec.used
+
+
+def device_room(case: Case, node: int, placed: Counter[int]) -> int:
+    """How many devices the node's pods of the case may take in all (`gpu_count` per pod; dra-all: all
+    the node's devices for one pod, when none is taken; dra-shared: the one claim's, on one node)."""
+    spec = case.nodes[node]
+    if case.family == "dra-all":
+        return 1 if spec.gpus and not spec.used else 0
+    if case.family == "dra-shared":
+        if sum(placed.values()) - placed[node]:
+            return 0  # the claim is allocated on another node
+        return AMPLE_CPU * case.gpu_count if free_devices(case, node) >= case.gpu_count else 0
+    return free_devices(case, node)
 
 
 def volume_room(case: Case, node: int) -> int:
@@ -392,6 +478,66 @@ def volumes_for(case: Case, copy: str, namespace: str) -> VolumeObjects:
     return found
 
 
+@dataclass
+class DraObjects:
+    """A case copy's DRA objects, to create before its pods: a ResourceSlice per node with devices,
+    claims (each incoming pod's, or the one shared claim), a template, and `blockers`: claims whose
+    allocation the test writes (devices in use by no pod)."""
+
+    slices: list[dict[str, Any]]
+    claims: list[dict[str, Any]]
+    templates: list[dict[str, Any]]
+    blockers: list[tuple[dict[str, Any], dict[str, Any]]]  # (claim, its status)
+
+
+def _claim_spec(case: Case) -> dict[str, Any]:
+    selectors = [SELECTORS[case.selector]] if case.family == "dra-selector" else []
+    request = device_request("gpu", device_class=GPU_CLASS, count=case.gpu_count,
+                             all_devices=case.family == "dra-all", selectors=selectors)
+    return claim_spec([request])
+
+
+def pod_claims_of(case: Case, copy: str, pod: int) -> list[dict[str, str]] | None:
+    p = prefix(case, copy)
+    if case.family in ("dra-claim", "dra-selector"):
+        return [pod_claim("gpu", claim=f"{p}-gpu{pod}")]
+    if case.family == "dra-shared":
+        return [pod_claim("gpu", claim=f"{p}-gpu")]
+    if case.family in ("dra-template", "dra-all"):
+        return [pod_claim("gpu", template=f"{p}-gpu")]
+    return None
+
+
+def dra_for(case: Case, copy: str, namespace: str) -> DraObjects:
+    found = DraObjects([], [], [], [])
+    if not case.family.startswith("dra-"):
+        return found
+    p = prefix(case, copy)
+    for n, spec in enumerate(case.nodes):
+        if not spec.gpus:
+            continue
+        name = node_name(case, copy, n)
+        product, memory = H100 if spec.h100 else A100
+        found.slices.append(make_gpu_slice(name, gpus=spec.gpus, product=product, memory=memory))
+        if spec.used:
+            blocker = make_resource_claim(f"{p}-n{n}-used", namespace=namespace,
+                                          spec=claim_spec(count=spec.used, device_class=GPU_CLASS))
+            results = [{"request": "gpu", "driver": NVIDIA_DRIVER, "pool": name, "device": f"gpu-{d}"}
+                       for d in range(spec.used)]
+            selector = {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [name]}]}]}
+            found.blockers.append((blocker, {"allocation": {"devices": {"results": results},
+                                                            "nodeSelector": selector}}))
+    if case.family in ("dra-claim", "dra-selector"):
+        found.claims += [make_resource_claim(f"{p}-gpu{i}", namespace=namespace, spec=_claim_spec(case))
+                         for i in range(case.incoming)]
+    if case.family == "dra-shared":
+        found.claims.append(make_resource_claim(f"{p}-gpu", namespace=namespace, spec=_claim_spec(case)))
+    if case.family in ("dra-template", "dra-all"):
+        found.templates.append(make_claim_template(f"{p}-gpu", namespace=namespace, spec=_claim_spec(case)))
+    return found
+
+
 def _app(case: Case, copy: str, kind: str) -> str:
     return f"{prefix(case, copy)}-{kind}"
 
@@ -452,7 +598,9 @@ def pods_for(case: Case, copy: str, namespace: str, scheduler: str) -> tuple[lis
                  node_selector={DISK_LABEL: "ssd"} if case.wants_ssd else None,
                  tolerations=[{**TAINT, "operator": "Equal"}] if case.tolerates else None,
                  affinity=affinity, topology_spread=spread,
-                 ports=ports, volumes=_volume(claim) if (claim := claim_of(case, copy, pod=i)) else None)
+                 ports=ports, volumes=_volume(claim) if (claim := claim_of(case, copy, pod=i)) else None,
+                 gpus=case.gpu_count if case.family == "dra-extended" else 0,
+                 resource_claims=pod_claims_of(case, copy, i))
         for i in range(case.incoming)
     ]
     return existing, incoming
@@ -499,6 +647,15 @@ def violations(case: Case, copy: str, bound: dict[str, str]) -> tuple[list[str],
             if placed[n] > volume_room(case, n):
                 problems.append(f"node {n}: {placed[n]} placed pods, its volumes allow "
                                 f"{volume_room(case, n)}")
+        if case.family.startswith("dra-"):
+            checks += 1
+            if placed[n] * case.gpu_count > device_room(case, n, placed):
+                problems.append(f"node {n}: {placed[n]} placed pods of {case.gpu_count} devices each, "
+                                f"room for {device_room(case, n, placed)} devices")
+    if case.family == "dra-shared":
+        checks += 1
+        if len(placed) > 1:
+            problems.append(f"pods of one shared claim on nodes {sorted(placed)}")
     if case.family == "rwop":
         checks += 1
         if sum(placed.values()) > volume_room(case, 0):
@@ -546,6 +703,8 @@ def reasons(message: str) -> tuple[str, Counter[str]]:
     """An Unschedulable message's node total ("0/N") and its filter reasons counted, without
     kube-scheduler's preemption verdict: `0/9 nodes are available: 5 A, 4 B.` -> ("0/9", {A: 5, B: 4})."""
     head = message.partition(PREEMPTION_PART)[0].strip()
+    if head.endswith(KUBE_DRA_POSTFILTER_ERROR):
+        head = head.removesuffix(KUBE_DRA_POSTFILTER_ERROR)
     match = re.match(r"(\d+/\d+) nodes are available: (.*?)\.?$", head)
     if not match:
         return head, Counter()

@@ -63,6 +63,7 @@ def test_defaults_match_the_spec() -> None:
                 ScoreSpec("GPUAvoidance", 2, {}),
                 ScoreSpec("PodTopologySpread", 2, {}),
                 ScoreSpec("InterPodAffinity", 2, {}),
+                ScoreSpec("DynamicResources", 2, {}),
             ),
         ),
     )
@@ -100,12 +101,13 @@ def test_plugin_name_constants() -> None:
     assert FILTER_PLUGINS == ("NodeUnschedulable", "NodeName", "TaintToleration", "NodeReady",
                               "NodeAffinity", "NodePorts", "NodeResourcesFit", "GPU", "VolumeRestrictions",
                               "NodeVolumeLimits", "VolumeBinding", "VolumeZone", "PodTopologySpread",
-                              "InterPodAffinity")
+                              "InterPodAffinity", "DynamicResources")
     assert SCORE_PLUGINS == ("NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                              "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware", "NodeAffinity",
                              "TaintToleration",
                              "GPUBinpack", "GPUSpread", "GPUAvoidance", "GPUFragmentation",
-                             "GPUFragmentationCoupled", "PodTopologySpread", "InterPodAffinity")
+                             "GPUFragmentationCoupled", "PodTopologySpread", "InterPodAffinity",
+                             "DynamicResources")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                       "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware"}) == RESOURCE_SCORERS
 

@@ -4,21 +4,21 @@ Real backend only: the reference is the kube-scheduler binary, which needs a rea
 list, watch and bind through (it speaks protobuf and uses informers, leases and subresources that
 the simulated server does not try to copy).
 
-Rounds of cases in one cluster: `tests/differential.py` draws the cases (nodes with zones, disk
-labels, taints, capacities and cordons; existing pods bound by name; incoming pods with
-tolerations, node selector, node affinity, host ports, required pod affinity and anti-affinity,
-DoNotSchedule topology spread, or PersistentVolumeClaims: bound to zonal volumes, unbound Immediate,
-ReadWriteOncePod, WaitForFirstConsumer with local volumes, CSI volumes under CSINode attach limits)
-so that the outcome does not depend on tie-breaks. Every case gets two copies on nodes of their
-own, one for each scheduler, and both schedulers run at the same time on a round of cases:
+Rounds of cases in one cluster: `tests/differential.py` draws the cases (nodes with zones, disk labels,
+taints, capacities and cordons; existing pods bound by name; incoming pods with tolerations, node
+selector, node affinity, host ports, required pod affinity and anti-affinity, DoNotSchedule topology
+spread, or PersistentVolumeClaims: bound to zonal volumes, unbound Immediate, ReadWriteOncePod,
+WaitForFirstConsumer with local volumes, CSI volumes under CSINode attach limits; or GPUs through DRA
+ResourceClaims) so that the outcome does not depend on tie-breaks. Every case gets two copies on nodes
+of their own, one for each scheduler, and both schedulers run at the same time on a round of cases:
 kube-scheduler with a profile named `diff-kube-scheduler` holding the plugins ai-scheduler has
-(ImageLocality and DynamicResources disabled: no pod here has images to prefer or resource claims),
+(ImageLocality disabled: no pod here has images to prefer; DynamicResources on, for the DRA families:
+ResourceSlices, DeviceClasses, claims, templates and extended resources mapped onto devices),
 ai-scheduler with the same filters in kube-scheduler's order and its scores with kube-scheduler's
-weights; percentageOfNodesToScore 100 in both; ai-scheduler's reservations (which kube-scheduler
-lacks) off. A round (`AI_SCHEDULER_DIFF_BATCH`, default 100 cases) has its pods, volume objects,
-nodes and events deleted before the next; a single batch of 200 cases (about
-1,400 nodes) left both schedulers' Unschedulable messages changing for minutes on a loaded 2-core
-machine.
+weights; percentageOfNodesToScore 100 in both; ai-scheduler's reservations (which kube-scheduler lacks)
+off. A round (`AI_SCHEDULER_DIFF_BATCH`, default 100 cases) has its pods, volume objects, DRA objects,
+nodes and events deleted before the next; a single batch of 200 cases (about 1,400 nodes) left both
+schedulers' Unschedulable messages changing for minutes on a loaded 2-core machine.
 
 Compared per case, once both have settled:
 - how many pods each placed, and the count the case's own simulation gives (any valid placement
@@ -30,7 +30,8 @@ Compared per case, once both have settled:
 
 `AI_SCHEDULER_DIFF_SEED` (default 13) picks the cases, `AI_SCHEDULER_DIFF_CASES` (default 200) how
 many,
-`AI_SCHEDULER_DIFF_ONLY=3,17` runs just those cases of the seed. A failure prints each mismatching
+`AI_SCHEDULER_DIFF_ONLY=3,17` runs just those cases of the seed, `AI_SCHEDULER_DIFF_FAMILIES=dra` only
+cases of the families whose names start so (other cases then). A failure prints each mismatching
 case as YAML with both outcomes (for the first few, also ai-scheduler's decisions and the events of
 the case's pods) and the command that runs it again.
 """
@@ -52,10 +53,13 @@ from backends import KubeCluster
 from conftest import RunningScheduler, StartScheduler
 from differential import (
     CASE_LABEL,
+    DEVICE_CLASSES,
     ROLE_LABEL,
     STORAGE_CLASSES,
     Case,
+    DraObjects,
     VolumeObjects,
+    dra_for,
     expected_bound,
     generate,
     nodes_for,
@@ -76,8 +80,9 @@ SETTLE_TIMEOUT_S = 300
 QUIET_POLLS = 3
 DETAILED_FAILURES = 8
 
-# kube-scheduler's plugins that ai-scheduler does not have, and that no pod here would need.
-KUBE_DISABLED = ("ImageLocality", "DynamicResources")
+# kube-scheduler's plugins that ai-scheduler does not have, and that no pod here would need (no pod has
+# images to prefer).
+KUBE_DISABLED = ("ImageLocality",)
 KUBE_CONFIG = """apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection:
@@ -106,7 +111,7 @@ def ai_config() -> Config:
         "profiles": [{
             "filters": ["NodeUnschedulable", "NodeName", "TaintToleration", "NodeAffinity", "NodePorts",
                         "NodeResourcesFit", "VolumeRestrictions", "NodeVolumeLimits", "VolumeBinding",
-                        "VolumeZone", "PodTopologySpread", "InterPodAffinity"],
+                        "VolumeZone", "PodTopologySpread", "InterPodAffinity", "DynamicResources"],
             "scores": [
                 {"name": "TaintToleration", "weight": 3},
                 {"name": "NodeAffinity", "weight": 2},
@@ -225,7 +230,8 @@ async def _settle(api: KubeClient, expected: int, kube: subprocess.Popen[bytes],
         await asyncio.sleep(1)
 
 
-async def _clean_up(api: KubeClient, nodes: dict[str, dict[str, Any]], volumes: list[VolumeObjects]) -> None:
+async def _clean_up(api: KubeClient, nodes: dict[str, dict[str, Any]], volumes: list[VolumeObjects],
+                   dra: list[DraObjects]) -> None:
     """Delete a round's pods (pending ones first, so that nothing is left to schedule while the rest go),
     its nodes and its events, many at a time: the fixture's collection deletes go one object at a
     time on the server, and would take longer than a request may over thousands of objects."""
@@ -235,6 +241,7 @@ async def _clean_up(api: KubeClient, nodes: dict[str, dict[str, Any]], volumes: 
                 and bool(p["spec"].get("nodeName")) == bound]
         await _bounded(api.delete_pod(m["namespace"], m["name"], grace_period_seconds=0) for m in ours)
     await _delete_volumes(api, volumes)
+    await _delete_dra(api, dra)
     await _bounded(api.delete_node(name) for name in nodes)
     for namespace in NAMESPACES.values():
         events = await _events(api, namespace)
@@ -257,6 +264,44 @@ async def _create_volumes(api: KubeClient, objects: list[VolumeObjects]) -> None
                    if (c.get("status") or {}).get("phase") == "Bound"}
         assert time.monotonic() < deadline, f"{len(wanted)} claims not bound, e.g. {sorted(wanted)[:5]}"
         await asyncio.sleep(0.5)
+
+
+async def _create_dra(api: KubeClient, objects: list[DraObjects]) -> None:
+    """Slices, templates and claims; the blockers' allocations written as a scheduler would write them."""
+    await _bounded(_created(api.create_resource_slice(s)) for o in objects for s in o.slices)
+    await _bounded(_created(api.create_resource_claim_template(t)) for o in objects for t in o.templates)
+    await _bounded(_created(api.create_resource_claim(c)) for o in objects for c in o.claims)
+    await _bounded(_block(api, claim, status) for o in objects for claim, status in o.blockers)
+
+
+async def _block(api: KubeClient, claim: dict[str, Any], status: dict[str, Any]) -> None:
+    made = await api.create_resource_claim(claim)
+    assert made.ok, made.message
+    meta = made.body["metadata"]
+    result = await api.replace_resource_claim_status(meta["namespace"], meta["name"],
+                                                     {**made.body, "status": status})
+    assert result.ok, result.message
+
+
+async def _delete_dra(api: KubeClient, objects: list[DraObjects]) -> None:
+    """Claims (finalizers off: their pods are gone), templates, slices; generated claims go with their
+    pods (the garbage collector)."""
+    names = [(c["metadata"]["namespace"], c["metadata"]["name"]) for o in objects
+             for c in o.claims + [claim for claim, _ in o.blockers]]
+    await _bounded(_unprotected(api, ns, name) for ns, name in names)
+    await _bounded(_delete(api.resource.delete_namespaced_resource_claim(name, ns, _preload_content=False))
+                   for ns, name in names)
+    await _bounded(_delete(api.resource.delete_namespaced_resource_claim_template(
+        t["metadata"]["name"], t["metadata"]["namespace"], _preload_content=False))
+        for o in objects for t in o.templates)
+    await _bounded(_delete(api.resource.delete_resource_slice(s["metadata"]["name"], _preload_content=False))
+                   for o in objects for s in o.slices)
+
+
+async def _unprotected(api: KubeClient, namespace: str, name: str) -> None:
+    await _delete(api.resource.patch_namespaced_resource_claim(
+        name, namespace, {"metadata": {"finalizers": None}}, _preload_content=False,
+        _content_type="application/merge-patch+json"))
 
 
 async def _created(call: Awaitable[Any]) -> None:
@@ -395,11 +440,13 @@ async def _round(api: KubeClient, cluster: KubeCluster, kube: subprocess.Popen[b
     started = time.monotonic()
     nodes = {n["metadata"]["name"]: n for case in cases for copy in COPIES for n in nodes_for(case, copy)}
     volumes = [volumes_for(case, copy, NAMESPACES[copy]) for case in cases for copy in COPIES]
+    dra = [dra_for(case, copy, NAMESPACES[copy]) for case in cases for copy in COPIES]
     try:
         await _bounded(_create_node(api, n) for n in nodes.values())
         await _bounded(_set_taints(api, n) for n in nodes.values())
         await _untainted(api, nodes)
         await _create_volumes(api, volumes)
+        await _create_dra(api, dra)
         workloads = {(case.index, copy): pods_for(case, copy, NAMESPACES[copy], scheduler)
                      for case in cases for copy, scheduler in COPIES.items()}
         await _bounded(_create_pod(api, pod) for existing, _ in workloads.values() for pod in existing)
@@ -440,7 +487,7 @@ async def _round(api: KubeClient, cluster: KubeCluster, kube: subprocess.Popen[b
               + ", ".join(f"{COPIES[copy]} {at - started:.0f} s" for copy, at in sorted(settled_at.items()))
               + f"; {time.monotonic() - started:.0f} s")
     finally:
-        await _clean_up(api, nodes, volumes)
+        await _clean_up(api, nodes, volumes, dra)
 
 
 @pytest.mark.backend("kube", reason="the reference, kube-scheduler, needs a real API server")
@@ -467,6 +514,8 @@ async def test_placements_and_reasons_agree_with_kube_scheduler(
             assert (await api.create_namespace(namespace)).status in (201, 409)
         for storage_class in STORAGE_CLASSES:
             assert (await api.create_storage_class(storage_class)).status in (201, 409)
+        for device_class in DEVICE_CLASSES:
+            assert (await api.create_device_class(device_class)).status in (201, 409)
         for first in range(0, len(cases), batch):
             await _round(api, cluster, kube, ours, cases[first:first + batch], seed, tally)
     finally:

@@ -161,10 +161,14 @@ READ_FROM_OTHER_OBJECTS = {
     "failure-domain.beta.kubernetes.io/zone": "legacy node and volume label: VolumeZone",
     "failure-domain.beta.kubernetes.io/region": "legacy node and volume label: VolumeZone",
     "volume.kubernetes.io/selected-node": "claim annotation written in PreBind (test_volume_binding.py)",
+    "gpu.nvidia.com": "ResourceSlices' driver whose devices the views count as GPUs (test_e2e_dra.py)",
     "pv.kubernetes.io/bind-completed": "claim annotation set by the PV controller when a claim binds",
     "pv.kubernetes.io/bound-by-controller": "claim and volume annotation set by the PV controller",
     "volume.beta.kubernetes.io/storage-class": "legacy claim and volume annotation naming the class",
     "kubernetes.io/no-provisioner": "a StorageClass provisioner name: local volumes, never provisioned",
+    "resource.kubernetes.io/extended-resource-claim": "written on the claim DynamicResources makes for "
+    "DRA-backed extended resources (test_dynamic_resources.py)",
+    "resource.kubernetes.io/delete-protection": "the finalizer DynamicResources' PreBind puts on claims",
 }
 # Keys CONTRACT.md names that the code does not read yet, each with the issue that will make it read them.
 CONTRACT_NOT_READ_YET = {

@@ -175,6 +175,7 @@ class KubeClient:
         self.apps: Any = client.AppsV1Api(api_client)
         self.storage: Any = client.StorageV1Api(api_client)
         self.policy: Any = client.PolicyV1Api(api_client)
+        self.resource: Any = client.ResourceV1Api(api_client)
         self.coordination: Any = client.CoordinationV1Api(api_client)
         self.authorization: Any = client.AuthorizationV1Api(api_client)
         self.request_timeout = DEFAULT_REQUEST_TIMEOUT
@@ -349,6 +350,15 @@ class KubeClient:
             return self.storage.list_storage_class
         if resource == "csinodes":
             return self.storage.list_csi_node
+        # Dynamic Resource Allocation (resource.k8s.io/v1), for the DynamicResources plugin.
+        if resource == "resourceclaims":
+            return self.resource.list_resource_claim_for_all_namespaces
+        if resource == "resourceclaimtemplates":
+            return self.resource.list_resource_claim_template_for_all_namespaces
+        if resource == "resourceslices":
+            return self.resource.list_resource_slice
+        if resource == "deviceclasses":
+            return self.resource.list_device_class
         if resource.count("/") == 2:  # GROUP/VERSION/PLURAL: Kubernetes PodGroups, workload owners (CRDs too)
             return functools.partial(self.custom.list_cluster_custom_object, *resource.split("/"))
         raise ValueError(f"unknown resource {resource!r}")
@@ -514,6 +524,58 @@ class KubeClient:
         return await self._call(
             self.core.patch_persistent_volume(name, patch, _preload_content=False, _content_type=MERGE_PATCH)
         )
+
+    # ---- Dynamic Resource Allocation (resource.k8s.io/v1): what the DynamicResources plugin writes
+    async def replace_resource_claim(self, namespace: str, name: str, claim: dict[str, Any]) -> ApiResult:
+        """PUT a claim (PreBind adds the scheduler's finalizer this way; the resourceVersion in `claim`
+        makes a concurrent change answer 409)."""
+        return await self._call(self.resource.replace_namespaced_resource_claim(
+            name, namespace, claim, _preload_content=False))
+
+    async def replace_resource_claim_status(
+        self, namespace: str, name: str, claim: dict[str, Any]
+    ) -> ApiResult:
+        """PUT a claim's status subresource: `status.allocation` and `status.reservedFor` (PreBind)."""
+        return await self._call(self.resource.replace_namespaced_resource_claim_status(
+            name, namespace, claim, _preload_content=False))
+
+    async def patch_resource_claim_status(
+        self, namespace: str, name: str, patch: Any, content_type: str = JSON_PATCH
+    ) -> ApiResult:
+        """Patch a claim's status subresource (a JSON patch by default, as kube-scheduler adds itself to
+        `reservedFor` of a claim allocated already, with a `test` of the resourceVersion)."""
+        return await self._call(self.resource.patch_namespaced_resource_claim_status(
+            name, namespace, patch, _preload_content=False, _content_type=content_type))
+
+    async def create_resource_claim(self, claim: dict[str, Any]) -> ApiResult:
+        """A claim for a pod's extended resources mapped onto DRA devices (KEP-5004); tests' claims."""
+        namespace = (claim.get("metadata") or {}).get("namespace") or "default"
+        return await self._call(self.resource.create_namespaced_resource_claim(
+            namespace, claim, _preload_content=False))
+
+    async def delete_resource_claim(self, namespace: str, name: str, uid: str | None = None) -> ApiResult:
+        """Delete a claim (an extended-resource claim whose pod was not bound); with `uid`, only that one."""
+        body = {"preconditions": {"uid": uid}} if uid else None
+        return await self._call(self.resource.delete_namespaced_resource_claim(
+            name, namespace, body=body, _preload_content=False))
+
+    async def get_resource_claim(self, namespace: str, name: str) -> ApiResult:
+        return await self._call(self.resource.read_namespaced_resource_claim(
+            name, namespace, _preload_content=False))
+
+    async def create_resource_claim_template(self, template: dict[str, Any]) -> ApiResult:
+        namespace = (template.get("metadata") or {}).get("namespace") or "default"
+        return await self._call(self.resource.create_namespaced_resource_claim_template(
+            namespace, template, _preload_content=False))
+
+    async def create_resource_slice(self, resource_slice: dict[str, Any]) -> ApiResult:
+        return await self._call(self.resource.create_resource_slice(resource_slice, _preload_content=False))
+
+    async def delete_resource_slice(self, name: str) -> ApiResult:
+        return await self._call(self.resource.delete_resource_slice(name, _preload_content=False))
+
+    async def create_device_class(self, device_class: dict[str, Any]) -> ApiResult:
+        return await self._call(self.resource.create_device_class(device_class, _preload_content=False))
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
         return await self._call(self.core.create_namespaced_event(namespace, event, _preload_content=False))

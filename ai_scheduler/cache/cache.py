@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ai_scheduler.cache.assigned_pods import AssignedPodIndex
+from ai_scheduler.cache.dra import DraState
 from ai_scheduler.cache.gpus import GpuTable
 from ai_scheduler.cache.host_ports import HostPortTable
 from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
@@ -114,6 +115,8 @@ class SchedulerCache:
         self.workloads = WorkloadSelectors()
         # PersistentVolumes, claims and StorageClasses, for VolumeBinding (from informers).
         self.volumes = VolumeIndex()
+        # ResourceClaims, templates, ResourceSlices and DeviceClasses, with our assumed allocations (DRA).
+        self.dra = DraState()
         # Namespace labels, for affinity terms' namespaceSelector (kept by the namespace informer).
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.namespace_version = 0
@@ -439,8 +442,15 @@ class SchedulerCache:
     @contextlib.contextmanager
     def without(self, pods: Iterable[PodRecord]) -> Iterator[None]:
         """For preemption's what-if: the placed `pods` off their nodes (resources, pod slots, host ports,
-        labels for affinity and spread, claims, managed GPUs) while the block runs, then back as they
-        were, on the same devices. Their quota use stays."""
+        labels for affinity and spread, claims, managed GPUs, the DRA devices of the claims reserved for
+        them alone) while the block runs, then back as they were, on the same devices. Their quota use
+        stays."""
+        pods = list(pods)
+        with self.dra.without_pods({p.uid for p in pods}), self._without(pods):
+            yield
+
+    @contextlib.contextmanager
+    def _without(self, pods: Iterable[PodRecord]) -> Iterator[None]:
         off: list[tuple[int, str, PodRecord, tuple[int, ...] | None]] = []
         try:
             for pod in pods:

@@ -265,6 +265,67 @@ def pod_host_ports(spec: dict[str, Any]) -> tuple[HostPort, ...]:
     return tuple(dict.fromkeys(ports))  # a port named twice is one port (HostPortInfo is a set)
 
 
+class PodResourceClaim:
+    """An entry of spec.resourceClaims: a DRA claim named directly or made from a template."""
+
+    __slots__ = ("claim_name", "name", "template_name")
+
+    def __init__(self, name: str, claim_name: str, template_name: str) -> None:
+        self.name = name
+        self.claim_name = claim_name  # resourceClaimName ("" when from a template)
+        self.template_name = template_name  # resourceClaimTemplateName
+
+    def __repr__(self) -> str:
+        return f"PodResourceClaim({self.name}, claim={self.claim_name!r}, template={self.template_name!r})"
+
+
+def pod_resource_claims(spec: dict[str, Any], status: dict[str, Any]) -> tuple[
+    tuple[PodResourceClaim, ...], dict[str, str], str
+]:
+    """spec.resourceClaims, status.resourceClaimStatuses (pod claim name -> generated claim's name; ""
+    when the status says no claim is needed) and status.extendedResourceClaimStatus's claim name."""
+    refs = []
+    for item in spec.get("resourceClaims") or ():
+        if isinstance(item, dict):
+            refs.append(PodResourceClaim(
+                str(item.get("name") or ""),
+                str(item.get("resourceClaimName") or ""),
+                str(item.get("resourceClaimTemplateName") or ""),
+            ))
+    statuses = {
+        str(item.get("name") or ""): str(item.get("resourceClaimName") or "")
+        for item in status.get("resourceClaimStatuses") or ()
+        if isinstance(item, dict)
+    }
+    extended = status.get("extendedResourceClaimStatus")
+    extended_name = str(extended.get("resourceClaimName") or "") if isinstance(extended, dict) else ""
+    return tuple(refs), statuses, extended_name
+
+
+def extended_containers(spec: dict[str, Any]) -> tuple[tuple[int, str, bool, list[str], dict[str, int]], ...]:
+    """Containers with extended-resource requests, numbered as kube numbers them (init containers first):
+    (index, name, long-lived (an app container or a sidecar), sorted request names, amounts), for the
+    claim kube makes for DRA-backed extended resources (KEP-5004)."""
+    inits = [c for c in spec.get("initContainers") or () if isinstance(c, dict)]
+    apps = [c for c in spec.get("containers") or () if isinstance(c, dict)]
+    out = []
+    for index, container in enumerate(inits + apps):
+        long_lived = index >= len(inits) or container.get("restartPolicy") == "Always"
+        resources = container.get("resources") or {}
+        requests = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        amounts = {}
+        for name, value in requests.items():
+            if "/" in str(name):
+                try:
+                    amounts[str(name)] = to_units(str(name), value)
+                except QuantityError:
+                    continue
+        if amounts:
+            name = str(container.get("name") or "")
+            out.append((index, name, long_lived, sorted(str(k) for k in requests), amounts))
+    return tuple(out)
+
+
 def pod_claims(pod_name: str, volumes: Any) -> tuple[ClaimRef, ...]:
     """The claims a pod's volumes use, in order: a `persistentVolumeClaim` volume's claimName, and a generic
     ephemeral volume's claim, which its controller names `<pod>-<volume>` (ephemeral.VolumeClaimName)."""
@@ -376,12 +437,14 @@ class PodRecord:
     __slots__ = (
         "affinity",
         "annotations",
+        "claim_statuses",
         "claims",
         "controller",
         "creation",
         "deleting",
         "derived",
         "disks",
+        "extended_claim",
         "gated",
         "host_ports",
         "labels",
@@ -397,6 +460,7 @@ class PodRecord:
         "preempts",
         "priority",
         "requests",
+        "resource_claims",
         "resource_version",
         "scheduled_condition",
         "scheduler_name",
@@ -442,6 +506,9 @@ class PodRecord:
         self.host_ports: tuple[HostPort, ...] = ()
         self.claims: tuple[ClaimRef, ...] = ()  # the PersistentVolumeClaims its volumes use (VolumeBinding)
         self.disks: tuple[InlineDisk, ...] = ()  # in-tree disks named inline (VolumeRestrictions)
+        self.resource_claims: tuple[PodResourceClaim, ...] = ()  # spec.resourceClaims (DRA)
+        self.claim_statuses: dict[str, str] = {}  # status.resourceClaimStatuses: name -> generated claim
+        self.extended_claim = ""  # status.extendedResourceClaimStatus.resourceClaimName (KEP-5004)
         self.nonzero_requests: dict[str, int] | None = None  # None: derived from `requests`
         self.scheduled_condition: tuple[str, str, str] | None = None
         self.spec_error = ""
@@ -536,6 +603,10 @@ class PodRecord:
         if spec.get("volumes"):
             rec.claims = pod_claims(rec.name, spec["volumes"])
             rec.disks = inline_disks(spec["volumes"])
+        if any("/" in name and not name.startswith("hugepages-") for name in rec.requests):
+            rec.derived["dra.containers"] = extended_containers(spec)
+        if spec.get("resourceClaims") or status.get("extendedResourceClaimStatus"):
+            rec.resource_claims, rec.claim_statuses, rec.extended_claim = pod_resource_claims(spec, status)
         if rec.affinity:
             try:
                 rec.pod_affinity = pod_affinity_terms(rec.affinity, rec.namespace, rec.labels)

@@ -12,7 +12,9 @@ Managed GPUs count under the annotation that asks for them: `gpu-count` in
 devices, `gpu-memory` in bytes, and `gpu-fraction` in thousandths of a GPU
 (rounded down, at least 1m: the device, and so its memory, is not known
 before placement), so `ai-scheduler.io/gpu-fraction: "2"` in a quota allows
-fractions adding up to two GPUs.
+fractions adding up to two GPUs. GPUs a pod gets through DRA ResourceClaims count
+as `nvidia.com/gpu` (cache/dra_gpus.py: the claims' allocated GPU devices, or what
+they ask for before allocation).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from ai_scheduler.cache.dra import DraState
+from ai_scheduler.cache.dra_gpus import GPU_RESOURCE, pod_gpus
 from ai_scheduler.cache.gpus import (
     FRACTION_UNITS,
     GPU_COUNT_ANNOTATION,
@@ -64,9 +68,13 @@ class QuotaState:
     spec: GroupSpec | UserSpec | QueueSpec  # as the config states it
 
 
-def quota_amounts(pod: PodRecord) -> dict[str, int]:
-    """What a pod counts against quotas: its resource requests plus its managed GPUs."""
+def quota_amounts(pod: PodRecord, dra: DraState | None = None) -> dict[str, int]:
+    """What a pod counts against quotas: its resource requests plus its managed GPUs, and with `dra` the
+    GPUs its ResourceClaims hold or ask for (as `nvidia.com/gpu`)."""
     amounts = dict(pod.requests)
+    claimed = pod_gpus(dra, pod)
+    if claimed:
+        amounts[GPU_RESOURCE] = amounts.get(GPU_RESOURCE, 0) + claimed
     request, _ = gpu_request(pod)
     if request is not None:
         if request.count:
@@ -88,6 +96,8 @@ class Tenancy:
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        # The cache's DRA state (set by the core): GPUs held through ResourceClaims count as nvidia.com/gpu.
+        self.dra: DraState | None = None
         self.usage: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)  # (kind, name) -> amounts
         self._charged: dict[str, tuple[Tenant, dict[str, int]]] = {}
         # tenant_of runs several times per pod per cycle (queue, priority, quota, log): remember it per
@@ -135,9 +145,13 @@ class Tenancy:
         if pod.uid in self._charged:
             return
         tenant = self.tenant_of(pod)
-        amounts = quota_amounts(pod)
+        amounts = self.amounts(pod)
         self._charged[pod.uid] = (tenant, amounts)
         self._add(tenant, amounts, 1)
+
+    def amounts(self, pod: PodRecord) -> dict[str, int]:
+        """What the pod counts against quotas (`quota_amounts`, its DRA GPUs included)."""
+        return quota_amounts(pod, self.dra)
 
     def release(self, uid: str) -> None:
         self._tenants.pop(uid, None)

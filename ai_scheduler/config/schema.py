@@ -39,6 +39,7 @@ FILTER_PLUGINS: tuple[str, ...] = (
     "VolumeZone",
     "PodTopologySpread",
     "InterPodAffinity",
+    "DynamicResources",
 )
 SCORE_PLUGINS: tuple[str, ...] = (
     "NodeResourcesLeastAllocated",
@@ -54,6 +55,7 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "GPUFragmentationCoupled",
     "PodTopologySpread",
     "InterPodAffinity",
+    "DynamicResources",
 )
 RESOURCE_SCORERS: frozenset[str] = frozenset(
     {
@@ -156,6 +158,7 @@ DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
     ScoreSpec("GPUAvoidance", 2),
     ScoreSpec("PodTopologySpread", 2),
     ScoreSpec("InterPodAffinity", 2),
+    ScoreSpec("DynamicResources", 2),
 )
 
 

@@ -27,6 +27,10 @@ the chosen node, and the binding waits until they are bound, as kube-scheduler
 waits. That wait can be long (a provisioner at work), so it holds no binding
 slot and does not count against the room the scheduling loop waits for; a
 failure there is handled as a refused binding (forget, requeue).
+
+A pod with DRA claims then goes through DynamicResources' PreBind (dra_prebind.py): the
+allocations assumed at Reserve (`decision.claims`) are written to its claims' status with the pod
+in reservedFor; a failure there is a refused binding too, and nothing is bound.
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision
+from ai_scheduler.scheduler.dra_prebind import DraPreBind
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import ERROR, Metrics
+from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
 from ai_scheduler.scheduler.plugins.volume_binding import NodeVolumes
 from ai_scheduler.scheduler.volume_prebind import VolumePreBind
 
@@ -86,6 +92,8 @@ class Binder:
         self.volumes = VolumePreBind(client, cache, logger, clock=clock)
         self._volume_waits = 0  # bindings waiting in VolumeBinding's PreBind (they hold no slot)
         self._volume_plans: dict[str, NodeVolumes | str] = {}  # reserved pods' volume plans, by uid
+        self.claims = DraPreBind(client, cache, logger)
+        self._claim_plans: dict[str, DraPlan] = {}  # reserved pods' DRA allocations, by uid
         self.handed: set[str] = set()  # submitted since the cycle began; cleared by CycleGuard
         # Gang bookkeeping listens here (who was bound, whose binding failed).
         self.on_success: Callable[[PodRecord, str], None] | None = None
@@ -109,11 +117,15 @@ class Binder:
         self.cache.assume(pod, node, decision.gpu_ids)
         if pod.claims:
             self._volume_plans[pod.uid] = self.volumes.assume(pod, node)
+        if isinstance(decision.claims, DraPlan):
+            DynamicResources.assume(decision.claims, self.cache)
+            self._claim_plans[pod.uid] = decision.claims
 
     def unreserve(self, pod: PodRecord) -> None:
         """Unreserve: undo `reserve` for a pod that will not be bound after all."""
         self.cache.forget(pod.uid)
         self.volumes.revert(self._volume_plans.pop(pod.uid, None))
+        DynamicResources.release(self._claim_plans.pop(pod.uid, None), self.cache)
 
     def submit(self, qp: QueuedPod, pod: PodRecord, decision: Decision) -> None:
         """Bind a reserved pod in the background; at most `concurrency` requests are on the wire at once."""
@@ -123,8 +135,12 @@ class Binder:
         volumes = self._volume_plans.pop(pod.uid, None)
         if pod.claims and volumes is None:  # reserved by the cache alone (a caller that skipped `reserve`)
             volumes = self.volumes.assume(pod, node)
+        claims = self._claim_plans.pop(pod.uid, None)
+        if claims is None and isinstance(decision.claims, DraPlan):  # a caller that skipped `reserve`
+            claims = decision.claims
+            DynamicResources.assume(claims, self.cache)
         annotations = gpu_annotations(decision.gpu_ids, decision.gpu_uuids)
-        task = asyncio.create_task(self._bind(qp, pod, node, annotations, cycle_start, volumes))
+        task = asyncio.create_task(self._bind(qp, pod, node, annotations, cycle_start, volumes, claims))
         self._tasks.add(task)
         task.add_done_callback(self._finished)
         self.handed.add(pod.uid)  # only once the binding really is on its way
@@ -177,13 +193,22 @@ class Binder:
         annotations: dict[str, str],
         cycle_start: float,
         volumes: NodeVolumes | str | None,
+        claims: DraPlan | None = None,
     ) -> None:
         if volumes is not None:
             failure = await self._prebind_volumes(pod, node, volumes)
             if failure:
                 self.volumes.revert(volumes)
+                DynamicResources.release(claims, self.cache)
                 self.log.warning("prebind.failed", pod=pod.key, uid=pod.uid, node=node, error=failure)
                 gone = self.cache.pod_state(pod.uid) is None  # deleted while it waited: not to be retried
+                self._failed(qp, pod, ApiResult(404 if gone else 500, {"message": failure}), cycle_start)
+                return
+        if claims is not None:
+            failure = await self.claims.bind(pod, node, claims)
+            if failure:
+                self.log.warning("prebind.failed", pod=pod.key, uid=pod.uid, node=node, error=failure)
+                gone = self.cache.pod_state(pod.uid) is None
                 self._failed(qp, pod, ApiResult(404 if gone else 500, {"message": failure}), cycle_start)
                 return
         async with self._slots:
@@ -235,6 +260,8 @@ class Binder:
             error=result.message,
             attempt=qp.attempts,
         )
+        if claims is not None:  # Unreserve: the reservations PreBind wrote are taken back
+            await self.claims.unreserve(pod, claims)
         self._failed(qp, pod, result, cycle_start)
 
     def _failed(self, qp: QueuedPod, pod: PodRecord, result: ApiResult, cycle_start: float) -> None:

@@ -90,6 +90,7 @@ class SchedulerCore:
         cache = self.cache = SchedulerCache(assume_timeout=settings.assume_timeout_seconds, **timed)
         cache.gpus.staleness = config.gpu.staleness_seconds
         tenancy = self.tenancy = cache.tenancy = Tenancy(config)
+        tenancy.dra = cache.dra  # GPUs held through DRA ResourceClaims count in quotas
         # The run-time hook (runtimes.py): the pod's own estimate, and a prediction when the config's
         # `prediction` section asks for one.
         self._runtimes: RunTimes = runtimes if runtimes is not None else self._runtimes_for(config.prediction)

@@ -6,6 +6,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ai_scheduler.scheduler.framework import (
     StaticResults,
     Window,
 )
+from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
 
 TOP_SCORES_LOGGED = 3
 # kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): below this many nodes every node
@@ -66,9 +68,17 @@ class Decision:
     # What PostFilter (preemption) said when it could not help, kube-scheduler's `preemption: ...` verdict,
     # which follows the filters' part of the message as it does in kube-scheduler's FitError.
     post_filter: str = ""
+    # DynamicResources' Reserve: the claims' allocations and reservations on `node` (a DraPlan), for the
+    # binder to assume and to write in PreBind; None for a pod without claims.
+    claims: Any = None
+    # The attempt itself failed (a filter's Error status in kube: e.g. a CEL error in a claim's selector):
+    # kube's SchedulerError, with this text, rather than Unschedulable.
+    failure: str = ""
 
     @property
     def message(self) -> str:
+        if self.failure:
+            return self.failure
         text = fit_error_message(self.total_nodes, self.reasons, self.error)
         return f"{text} {self.post_filter}" if self.post_filter else text
 
@@ -118,6 +128,10 @@ class Framework:
         self.device_picker = next((f for f in self.filters if isinstance(f, DevicePicker)), None)
         # A score that also ranks the chosen node's devices for a share (FGD's device choice), if any.
         self.device_preference = next((s for s in self.scores if isinstance(s, DevicePreference)), None)
+        self.dra = next((f for f in self.filters if isinstance(f, DynamicResources)), None)
+        for scorer in self.scores:  # DynamicResources' Score reads the verdicts of the profile's filter
+            if isinstance(scorer, DynamicResourcesScore):
+                scorer.filter = self.dra
 
     def schedule(
         self,
@@ -288,6 +302,12 @@ class Framework:
         total = cache.node_count if node_mask is None else int(np.count_nonzero(cache.valid & node_mask))
         if pod.spec_error:
             return Decision(None, total, error=pod.spec_error)
+        if pod.resource_claims and self.dra is None:  # never bound with claims nobody allocated
+            error = (
+                f"profile {self.scheduler_name} does not run DynamicResources, which pods with "
+                "spec.resourceClaims need"
+            )
+            return Decision(None, total, error=error)
         for plugin in self.filters:
             error = plugin.prefilter(pod, cache)
             if error:
@@ -298,6 +318,8 @@ class Framework:
             looked_at = 1
         else:
             rows, reasons, looked_at = self._find_feasible(pod, node_mask, blocked, total)
+        if self.dra is not None and self.dra.failure:
+            return Decision(None, total, reasons=reasons, evaluated=looked_at, failure=self.dra.failure)
         if rows.size == 0:
             return Decision(None, total, reasons=reasons, evaluated=looked_at)
         scores = np.zeros(rows.shape[0], dtype=np.int64)
@@ -317,6 +339,9 @@ class Framework:
             preference = self.device_preference
             prefer = preference.preferred_device(pod, cache, row) if preference is not None else None
             gpu_ids, gpu_uuids = self.device_picker.pick(pod, cache, row, prefer)
+        claims = self.dra.pick(pod, cache, int(rows[pick])) if self.dra is not None else None
+        if isinstance(claims, str):  # the filter's verdict went stale within the cycle: never bind without
+            return Decision(None, total, reasons={claims: 1}, evaluated=looked_at)
         return Decision(
             names[int(rows[pick])],
             total,
@@ -326,6 +351,7 @@ class Framework:
             evaluated=looked_at,
             gpu_ids=gpu_ids,
             gpu_uuids=gpu_uuids,
+            claims=claims,
         )
 
     def _pick(self, rows: np.ndarray, ties: np.ndarray) -> int:

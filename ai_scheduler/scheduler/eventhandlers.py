@@ -11,7 +11,10 @@ What an event moves in the queue (kube's queueing hints, coarser): a node added
 or changed, or a placed pod leaving, moves every unschedulable pod back to be
 tried (`move_all`); a placed pod arriving moves only pods whose constraints
 look at other pods (affinity, spread); a namespace's labels only pods with
-required pod affinity terms; a volume object only pods with claims.
+required pod affinity terms; a volume object only pods with claims; a DRA
+object (ResourceClaim, template, ResourceSlice, DeviceClass) only the pods it
+may help (`DraState.pods_affected`), and the resource-claim controller naming a
+pod's generated claims in its status that pod.
 
 """
 
@@ -23,6 +26,7 @@ from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
+from ai_scheduler.cache.dra import DEVICE_CLASS, RESOURCE_CLAIM, RESOURCE_CLAIM_TEMPLATE, RESOURCE_SLICE
 from ai_scheduler.cache.gangs import NATIVE, GangRegistry, NativePodGroupSpec, gang_key, owner_key
 from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, NodeRecord, PodRecord
 from ai_scheduler.log import JsonLogger
@@ -31,6 +35,10 @@ from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Reports
 from ai_scheduler.scheduler.plugins import waits_for_other_pods
 from ai_scheduler.scheduler.reservation import Reserver
+
+# The informers' resource names (watches.py) -> DraState's kinds.
+DRA_KINDS = {"resourceclaims": RESOURCE_CLAIM, "resourceclaimtemplates": RESOURCE_CLAIM_TEMPLATE,
+             "resourceslices": RESOURCE_SLICE, "deviceclasses": DEVICE_CLASS}
 
 
 class EventHandlers:
@@ -107,9 +115,15 @@ class EventHandlers:
             self.gangs.forget_pod(pod.uid)
             self.reserver.placed(pod.uid)
         else:
+            held = self.cache.pods.get(pod.uid)
+            claims_named = held is not None and held.record.claim_statuses != pod.claim_statuses
             change = self.cache.set_pod(pod)
             self.gangs.observe_pod(pod)
             self.sync_queue(pod)
+            if claims_named and pod.pending:
+                # The resource-claim controller named the pod's claims made from templates: the pod may
+                # now pass PreEnqueue (kube's hint for the pod's own status update).
+                self.queue.move_matching("PodClaimStatusChange", lambda queued: queued.uid == pod.uid)
         if change.freed:
             if self.finished is not None:
                 self.finished(pod, kind != "DELETED" and pod.phase == "Succeeded")
@@ -189,6 +203,21 @@ class EventHandlers:
     def replace_volumes(self, resource: str, items: list[dict[str, Any]]) -> None:
         self.cache.volumes.replace(resource, items)
         self.queue.move_matching("VolumeRelist", lambda pod: bool(pod.claims))
+
+    # ------------------------------------------------------------------ Dynamic Resource Allocation
+    def on_dra_event(self, resource: str, kind: str, obj: dict[str, Any]) -> None:
+        """A ResourceClaim, template, ResourceSlice or DeviceClass changed: into the cache's DraState, and
+        the pods it may help move (kube's queueing hints: a claim wakes the pods that use it and the pod
+        it was made for; a template the pods of its namespace with claims; a slice or class every pod
+        with claims or a mapped extended resource)."""
+        dra_kind = DRA_KINDS[resource]
+        self.cache.dra.apply(dra_kind, kind, obj)
+        self.queue.move_matching(f"{dra_kind}Change", self.cache.dra.pods_affected(dra_kind, obj))
+
+    def replace_dra(self, resource: str, items: list[dict[str, Any]]) -> None:
+        dra_kind = DRA_KINDS[resource]
+        self.cache.dra.replace(dra_kind, items)
+        self.queue.move_matching(f"{dra_kind}Relist", self.cache.dra.pods_affected(DEVICE_CLASS, {}))
 
     def on_podgroup_event(self, kind: str, obj: dict[str, Any]) -> None:
         if kind == "DELETED":

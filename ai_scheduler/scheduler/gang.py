@@ -165,7 +165,7 @@ class GangScheduler:
         members.sort(key=lambda m: (-m.pod.priority, m.pod.creation, m.pod.name))
         quorum: dict[str, int] = {}
         for member in members[:needed]:
-            for resource, amount in quota_amounts(member.pod).items():
+            for resource, amount in quota_amounts(member.pod, self.cache.dra).items():
                 quorum[resource] = quorum.get(resource, 0) + amount
         refusal = self.admit(members[0].pod, quorum)
         if refusal:

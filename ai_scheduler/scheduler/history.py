@@ -21,6 +21,12 @@ which logs, once per object and again only when something a scheduler reads has 
   of its first terminated container.
 - `config.active`: the config file's content (None: the built-in default) at start and after each
   reload, so that a replay runs under the config the daemon had.
+- `dra.object` / `dra.removed`: each Dynamic Resource Allocation object the DynamicResources plugin
+  reads (ResourceClaim, ResourceClaimTemplate, ResourceSlice, DeviceClass), pruned (`dra_spec`), at
+  first sight and whenever that changes (a claim's allocation and `reservedFor` included), and its
+  deletion. With the decision lines' `claims` (the devices allocated at Reserve), the log says which
+  devices a decision had to choose from and which it took. A Pod's `spec.resourceClaims` is part of
+  `pod.spec`.
 
 Every line carries `"v": 1`; a change of meaning bumps it. The objects are written in the API's own
 form (pruned), so that a replay rebuilds them with the same parsers as the informers
@@ -51,7 +57,11 @@ VOLUME_SOURCES = frozenset({
 POD_SPEC_KEYS = (
     "schedulerName", "priority", "priorityClassName", "preemptionPolicy", "nodeSelector", "affinity",
     "tolerations", "topologySpreadConstraints", "schedulingGates", "overhead", "resources", "nodeName",
+    "resourceClaims",
 )
+# The Dynamic Resource Allocation objects DynamicResources reads, as `dra.object` lines.
+DRA_KINDS = {"resourceclaims": "ResourceClaim", "resourceclaimtemplates": "ResourceClaimTemplate",
+             "resourceslices": "ResourceSlice", "deviceclasses": "DeviceClass"}
 SKIPPED_ANNOTATIONS = frozenset({"kubectl.kubernetes.io/last-applied-configuration"})
 PREBIND_ANNOTATIONS = frozenset({GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION})
 
@@ -125,6 +135,20 @@ def node_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
     return node
 
 
+def dra_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A DRA object pruned to what the DynamicResources plugin reads: name, namespace, uid, annotations,
+    owner references, finalizers and deletion mark; the spec; a claim's allocation and reservations."""
+    meta = obj.get("metadata") or {}
+    metadata = {key: meta[key] for key in ("name", "namespace", "uid", "annotations", "ownerReferences",
+                                           "finalizers", "deletionTimestamp") if meta.get(key)}
+    out: dict[str, Any] = {"metadata": metadata, "spec": obj.get("spec") or {}}
+    status = obj.get("status") or {}
+    kept = {key: status[key] for key in ("allocation", "reservedFor") if status.get(key)}
+    if kept:
+        out["status"] = kept
+    return out
+
+
 def _fingerprint(obj: Mapping[str, Any]) -> int:
     return hash(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS))
 
@@ -146,6 +170,7 @@ class History:
         self._pods: dict[str, int] = {}  # uid -> fingerprint of the spec last logged
         self._nodes: dict[str, int] = {}
         self._finished: set[str] = set()
+        self._dra: dict[tuple[str, str, str], int] = {}  # (resource, namespace, name) -> fingerprint
 
     @property
     def enabled(self) -> bool:
@@ -248,6 +273,40 @@ class History:
             phase=phase, node=(obj.get("spec") or {}).get("nodeName", ""), started=started, ended=ended,
             runtime_s=runtime, reason=reason,
         )
+
+    # ------------------------------------------------------------------ DRA objects
+    def dra_event(self, resource: str, kind: str, obj: Mapping[str, Any]) -> None:
+        """A ResourceClaim, template, ResourceSlice or DeviceClass (`resource` as the informer names it):
+        `dra.object` when it is new or changed what the plugin reads (a claim's allocation and
+        reservations included: what a decision used is in the log before the decision's effects),
+        `dra.removed` when deleted."""
+        if not self.enabled:
+            return
+        meta = obj.get("metadata") or {}
+        key = (resource, str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if kind == "DELETED":
+            if self._dra.pop(key, None) is not None:
+                self.log.info("dra.removed", v=VERSION, kind=DRA_KINDS.get(resource, resource),
+                              namespace=key[1] or None, name=key[2])
+            return
+        pruned = dra_spec(obj)
+        fingerprint = _fingerprint(pruned)
+        if self._dra.get(key) != fingerprint:
+            self._dra[key] = fingerprint
+            self.log.info("dra.object", v=VERSION, kind=DRA_KINDS.get(resource, resource),
+                          namespace=key[1] or None, name=key[2], object=pruned)
+
+    def dra_listed(self, resource: str, items: list[dict[str, Any]]) -> None:
+        """A relist: each object as an event, and those known before and missing now removed."""
+        if not self.enabled:
+            return
+        present = set()
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            present.add((resource, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+            self.dra_event(resource, "ADDED", obj)
+        for key in [k for k in self._dra if k[0] == resource and k not in present]:
+            self.dra_event(resource, "DELETED", {"metadata": {"namespace": key[1], "name": key[2]}})
 
     # ------------------------------------------------------------------ config
     def config(self, content: Mapping[str, Any] | None, path: str | None) -> None:

@@ -35,8 +35,10 @@ arithmetic on what the node has free (ResourceRoom); a node that host ports,
 pod anti-affinity (the pod's or an existing pod's) or topology spread skew
 keep out is tried by running the profile's filters again on it with the
 victims taken off in the cache (FilterRoom), as kube does on a copy of the
-node; a node that any other filter refuses, or that fails pod affinity or a
-spread constraint's missing label, is one where preemption "is not helpful".
+node; so is a node whose DRA devices are taken (the victims' claims reserved
+for them alone count as freed there, which kube-scheduler cannot do); a node
+that any other filter refuses, or that fails pod affinity or a spread
+constraint's missing label, is one where preemption "is not helpful".
 As in kube, only pods on the node itself are victims: a zone's anti-affinity
 held by a pod on another node of the zone is not removed. A pod already
 nominated waits for the victims of its earlier preemption to leave ("a
@@ -70,11 +72,16 @@ from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PODS, PodRecord
-from ai_scheduler.cache.tenancy import Tenancy, quota_amounts
+from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Clock, Evictions
+from ai_scheduler.scheduler.plugins.dynamic_resources import (
+    CANNOT_SCHEDULE_EXTENDED,
+    NOT_AVAILABLE,
+    DynamicResources,
+)
 from ai_scheduler.scheduler.plugins.inter_pod_affinity import AFFINITY_RULES, InterPodAffinityFilter
 from ai_scheduler.scheduler.plugins.node_ports import NodePorts
 from ai_scheduler.scheduler.plugins.pod_topology_spread import MISSING_LABEL, PodTopologySpreadFilter
@@ -82,10 +89,11 @@ from ai_scheduler.scheduler.plugins.resource_fit import TOO_MANY_PODS, NodeResou
 
 # The filters that removing pods from a node can satisfy (kube's Unschedulable, as opposed to
 # UnschedulableAndUnresolvable): resources and pod slots, host ports, pod anti-affinity (the pod's and
-# the existing pods'), topology spread skew.
-REMOVABLE = (NodeResourcesFit, NodePorts, InterPodAffinityFilter, PodTopologySpreadFilter)
+# the existing pods'), topology spread skew; and, beyond kube-scheduler (whose DynamicResources cannot
+# take part in preemption), DRA devices held by claims reserved for the victims alone.
+REMOVABLE = (NodeResourcesFit, NodePorts, InterPodAffinityFilter, PodTopologySpreadFilter, DynamicResources)
 # Their reasons that removing pods cannot change.
-UNRESOLVABLE = frozenset({AFFINITY_RULES, MISSING_LABEL})
+UNRESOLVABLE = frozenset({AFFINITY_RULES, MISSING_LABEL, NOT_AVAILABLE, CANNOT_SCHEDULE_EXTENDED})
 NOMINATION_SECONDS = 300.0  # a nomination not used by then is dropped, and the room freed for others
 RECENT_VICTIM_SECONDS = 300.0  # a preempted workload's pods keep off the node it was preempted from
 
@@ -379,7 +387,7 @@ class Preemptor:
         if group is None:
             return set()
         used = self.tenancy.used("group", tenant.group)
-        wanted = quota_amounts(pod)
+        wanted = self.tenancy.amounts(pod)
         return {r for r, floor in group.min.items() if wanted.get(r) and used.get(r, 0) < floor}
 
     def _eligible(self, preemptor: PodRecord, victim: PodRecord, reclaiming: set[str]) -> VictimKind | None:
@@ -393,7 +401,7 @@ class Preemptor:
         if reclaiming and theirs != mine and theirs in self.tenancy.config.groups:
             floor = self.tenancy.config.groups[theirs].min
             used = self.tenancy.used("group", theirs)
-            amounts = quota_amounts(victim)
+            amounts = self.tenancy.amounts(victim)
             if any(amounts.get(r) and used.get(r, 0) > floor.get(r, 0) for r in reclaiming):
                 return VictimKind.RECLAIM
         if not theirs and not mine and victim.priority < preemptor.priority:

@@ -52,7 +52,7 @@ from typing import Any
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import ESTIMATE_ANNOTATION as ESTIMATE_ANNOTATION
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import GPU_COUNT, GPU_FRACTION, GPU_MEMORY, Tenancy, quota_amounts
+from ai_scheduler.cache.tenancy import GPU_COUNT, GPU_FRACTION, GPU_MEMORY, Tenancy
 from ai_scheduler.config import Config
 from ai_scheduler.quantity import MAX_DURATION_SECONDS as MAX_DURATION_SECONDS
 from ai_scheduler.quantity import parse_duration as parse_duration  # with the key: records refuse bad ones
@@ -199,7 +199,7 @@ class PriorityEngine:
 
     def _job_size(self, pod: PodRecord) -> tuple[float, float]:
         members = max(self.job_members(pod), 1)
-        amounts = quota_amounts(pod)
+        amounts = self.tenancy.amounts(pod)
         return job_gpus(amounts) * members, amounts.get("cpu", 0) / 1000 * members
 
     # ------------------------------------------------------------------ levels

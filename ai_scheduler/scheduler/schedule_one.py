@@ -36,14 +36,14 @@ import numpy as np
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import Tenancy, Tenant, quota_amounts
+from ai_scheduler.cache.tenancy import Tenancy, Tenant
 from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.history import VERSION as HISTORY_VERSION
-from ai_scheduler.scheduler.metrics import UNSCHEDULABLE, Metrics
+from ai_scheduler.scheduler.metrics import ERROR, UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import Priority, PriorityEngine
@@ -134,7 +134,7 @@ class SchedulingCycle:
             assert self.gang_scheduler is not None
             self.gang_scheduler.schedule(qp, gang, framework)
             return
-        attempt = Attempt(pod, self.tenancy.tenant_of(pod), quota_amounts(pod))
+        attempt = Attempt(pod, self.tenancy.tenant_of(pod), self.tenancy.amounts(pod))
         refusal = attempt.tenant.error or self.tenancy.quota_refusal(attempt.tenant, attempt.amounts)
         if refusal:
             self._refuse(qp, attempt, refusal)
@@ -143,6 +143,11 @@ class SchedulingCycle:
         key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
         decision = framework.schedule(pod, blocked=self.reserved_for_others(pod, key))
         assert self.binder is not None and self.feedback is not None
+        if decision.failure:  # the attempt failed (kube's SchedulerError): retried with backoff
+            self.queue.requeue(qp, unschedulable=False, reason=decision.failure)
+            self.feedback.error(pod, decision.failure)
+            self.log_decision(qp, pod, decision, "error", {})
+            return
         if decision.node is not None:
             self.reserver.placed(pod.uid)
             self.binder.reserve(pod, decision)
@@ -221,7 +226,8 @@ class SchedulingCycle:
     ) -> None:
         """Metrics and the decision log line: everything needed to understand and replay the attempt."""
         if result != "scheduled":  # a placement is counted once its binding succeeds (Binder), as kube does
-            self.metrics.attempt(UNSCHEDULABLE, pod.scheduler_name, decision.duration)
+            outcome = ERROR if result == "error" else UNSCHEDULABLE
+            self.metrics.attempt(outcome, pod.scheduler_name, decision.duration)
         if not self.log.enabled("info"):  # nobody reads it: not worth building (the simulator's default)
             return
         tenant = self.tenancy.tenant_of(pod)
@@ -247,6 +253,8 @@ class SchedulingCycle:
         }
         if decision.gpu_ids:
             fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
+        if decision.claims is not None:  # DRA devices allocated at Reserve (DynamicResources)
+            fields["claims"] = decision.claims.summary()
         run = explained.run_time if explained is not None else None
         if run is not None:  # what the policy (and reservations, backfill) took its run time to be
             fields["runtime"] = {"median_s": round(run.median, 1), "upper_s": round(run.upper, 1),

@@ -9,7 +9,8 @@ The same data reaches users through the Kubernetes API (`visibility_api.py`, the
 `visibility.ai-scheduler.io/v1alpha1`) as Kubernetes-style objects: `pending_pod_items` (one PendingPod
 per waiting pod, with its gang's completeness and the reservation that holds room for it),
 `quota_items` (each group's and user's min, max and use), `gpu_node_items` (each managed GPU, its
-free memory, NVLink island and holders) and `decision_items` (the last scheduling decisions, which
+free memory, NVLink island and holders, and each GPU nodes publish through DRA ResourceSlices, with
+the pods whose claims hold it) and `decision_items` (the last scheduling decisions, which
 `RecentDecisions` keeps as the core logs them). These functions only read; the API module decides
 who sees what.
 
@@ -26,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ai_scheduler.cache.dra_gpus import held_claims, node_gpus, nodes_with_gpus
+from ai_scheduler.cache.dra_gpus import holders as dra_holders
 from ai_scheduler.cache.tenancy import Tenancy, show_amount
 from ai_scheduler.config.schema import GroupSpec, UserSpec
 from ai_scheduler.log import JsonLogger, rfc3339
@@ -205,7 +208,40 @@ def gpu_node_items(core: SchedulerCore) -> list[dict[str, Any]]:
             "updated": None if state.updated is None else rfc3339(state.updated, millis=False),
             "devices": devices,
         })
-    return nodes
+    return _with_dra_gpus(core, nodes)
+
+
+def _with_dra_gpus(core: SchedulerCore, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPUs nodes publish through DRA ResourceSlices (cache/dra_gpus.py) added to the managed ones,
+    `source: dra`: index, UUID, model and memory from the driver's attributes, free when no claim holds
+    it, and its holders: the pods each allocated claim is reserved for (`claim` names it; a claim
+    reserved for nobody holds the device under its own name)."""
+    dra = core.cache.dra
+    named = sorted(nodes_with_gpus(dra))
+    if not named:
+        return nodes
+    by_name = {item["metadata"]["name"]: item for item in nodes}
+    held = dra_holders(held_claims(dra))
+    for name in named:
+        devices = []
+        for gpu in node_gpus(dra, name):
+            holding = held.get(gpu.device.device_id, [])
+            memory = gpu.memory // MIB if gpu.memory else None
+            devices.append({
+                "index": gpu.index, "uuid": gpu.uuid, "model": gpu.model, "memoryMiB": memory,
+                "freeMemoryMiB": 0 if holding else memory, "wholeFree": not holding, "island": None,
+                "error": None, "source": "dra", "device": "/".join(gpu.device.device_id),
+                "holders": [{"namespace": namespace, "name": pod or claim.name, "memoryMiB": None,
+                             "whole": True, "claim": claim.name} for claim, namespace, pod in holding],
+            })
+        item = by_name.get(name)
+        if item is None:
+            item = by_name[name] = {
+                "apiVersion": API_VERSION, "kind": "GpuNode", "metadata": {"name": name},
+                "healthy": True, "problem": None, "updated": None, "devices": [],
+            }
+        item["devices"] = [*item["devices"], *devices]
+    return [by_name[name] for name in sorted(by_name)]
 
 
 DECISIONS_KEPT = 200

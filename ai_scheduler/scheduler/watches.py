@@ -5,7 +5,9 @@ relist when the watch breaks) wired here to its two handlers in
 eventhandlers.py. Kinds watched only while a profile needs them (kube-scheduler
 always watches them): Services, ReplicationControllers, ReplicaSets and
 StatefulSets for PodTopologySpread's system defaults, PersistentVolumes,
-claims, StorageClasses and CSINodes for the volume plugins. A reload that
+claims, StorageClasses and CSINodes for the volume plugins, and DRA's
+ResourceClaims, ResourceClaimTemplates, ResourceSlices and DeviceClasses for the
+DynamicResources plugin. A reload that
 brings such a profile adds their informers (`watch_optional`), which then run
 on. Kubernetes PodGroups and the owners of inferred gangs (Jobs, JobSets,
 Kubeflow jobs, RayClusters, LeaderWorkerSets) are optional kinds: an informer
@@ -30,7 +32,11 @@ from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.history import History
 from ai_scheduler.scheduler.informer import Informer
-from ai_scheduler.scheduler.plugins import reads_volumes, reads_workloads
+from ai_scheduler.scheduler.plugins import reads_dra, reads_volumes, reads_workloads
+
+# Dynamic Resource Allocation (resource.k8s.io/v1): what kube-scheduler's DynamicResources plugin lists and
+# watches, read only while a profile filters with it (kube-scheduler starts them when the plugin is on).
+DRA_RESOURCES = ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses")
 
 NATIVE_PODGROUPS = resource_key(*NATIVE_PODGROUP_API)
 
@@ -105,6 +111,20 @@ class Watches:
             self._add(WORKLOAD_RESOURCES, workloads.apply, workloads.replace, config)
         if VOLUME_RESOURCES[0] not in self.informers and any(map(reads_volumes, config.profiles)):
             self._add(VOLUME_RESOURCES, handlers.on_volume_event, handlers.replace_volumes, config)
+        if DRA_RESOURCES[0] not in self.informers and any(map(reads_dra, config.profiles)):
+            history = self.history
+
+            def dra_event(resource: str, kind: str, obj: dict[str, Any]) -> None:
+                history.dra_event(resource, kind, obj)  # the replayable log first, as for nodes and pods
+                handlers.on_dra_event(resource, kind, obj)
+
+            def dra_replace(resource: str, items: list[dict[str, Any]]) -> None:
+                history.dra_listed(resource, items)
+                handlers.replace_dra(resource, items)
+
+            # `resource.k8s.io/v1` is served from Kubernetes v1.34: on an older cluster the plugin is in
+            # the default profile all the same, with no claims, slices or classes to read.
+            self._add(DRA_RESOURCES, dra_event, dra_replace, config, optional=True)
 
     def _informer(
         self,
@@ -133,11 +153,15 @@ class Watches:
         on_event: Callable[[str, str, dict[str, Any]], None],
         on_replace: Callable[[str, list[dict[str, Any]]], None],
         config: Config,
+        *,
+        optional: bool = False,
     ) -> None:
-        """Informers for kinds added after start-up, their handlers told which resource spoke."""
+        """Informers for kinds added after start-up, their handlers told which resource spoke; `optional`:
+        kinds a cluster may not serve (absent: empty, and looked for again)."""
         for resource in resources:
             informer = self._informer(
-                resource, functools.partial(on_event, resource), functools.partial(on_replace, resource)
+                resource, functools.partial(on_event, resource), functools.partial(on_replace, resource),
+                optional=optional,
             )
             informer.watch_idle = config.scheduling.watch_idle_seconds
             self.informers[resource] = informer

@@ -1,5 +1,6 @@
 """The embedded simulated Kubernetes cluster: an API server over HTTP on loopback,
-simulated kubelets and a node lifecycle controller, for demos, tests and benchmarks.
+simulated kubelets, a node lifecycle controller and a resource-claim controller (DRA claims
+made from templates, reservations cleaned up), for demos, tests and benchmarks.
 
 Nothing here imports the scheduler, so the scheduler is tested against this
 exactly as it would run against a real cluster: over HTTP with kubernetes_asyncio.

@@ -1,9 +1,10 @@
-"""A simulated kube-apiserver over HTTP (aiohttp), with kubelets and a node controller.
+"""A simulated kube-apiserver over HTTP (aiohttp), with kubelets and the controllers a scheduler meets.
 
 It copies the real server wherever a scheduler depends on it: resourceVersion
 ordering, watch from a version with replay, 410 Expired, bookmarks, the
 status subresource, bindings answered with a Status, 409 on a second binding,
-graceful pod deletion, admission defaults (priority, default tolerations, the
+graceful pod deletion, finalizers (an object that has some is only marked
+deleted until they are removed), admission defaults (priority, default tolerations, the
 not-ready taint) and Status error bodies. Anything a scheduler does not
 observe (authentication, validation of most fields, server-side apply) is left
 out.
@@ -29,6 +30,7 @@ from ai_scheduler.quantity import QuantityError, parse_quantity
 from ai_scheduler.sim import patch as patches
 from ai_scheduler.sim.aggregation import Aggregation
 from ai_scheduler.sim.kubelet import TAINT_NOT_READY, TAINT_UNREACHABLE, NodeLifecycleController, SimKubelets
+from ai_scheduler.sim.resourceclaims import ResourceClaimController
 from ai_scheduler.sim.store import (
     ApiError,
     Entry,
@@ -47,7 +49,8 @@ JSON = "application/json"
 GARBLED_LINE = b'{"type":"MODIFIED","object":{garbled\n'
 BUILTIN_PRIORITY_CLASSES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
 # Kinds served by the real server itself: strategic merge patch works only for these, not for CRDs.
-BUILTIN_GROUPS = frozenset({"", "scheduling.k8s.io", "coordination.k8s.io", "events.k8s.io", "apps", "batch"})
+BUILTIN_GROUPS = frozenset({"", "scheduling.k8s.io", "coordination.k8s.io", "events.k8s.io", "apps", "batch",
+                            "policy", "storage.k8s.io", "resource.k8s.io"})
 VERSION_INFO = {"major": "1", "minor": "37", "gitVersion": "v1.37.0-sim", "gitCommit": "sim",
                 "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
                 "compiler": "gc", "platform": "linux/amd64"}
@@ -98,7 +101,8 @@ _NO_ROUTE = ApiError(404, "NotFound", "the server could not find the requested r
 class SimApiServer:
     """The simulated cluster: API server, store, simulated kubelets and node lifecycle controller."""
 
-    def __init__(self, *, kubelets: bool = True, node_controller: bool = True, bookmark_interval: float = 1.0,
+    def __init__(self, *, kubelets: bool = True, node_controller: bool = True, claim_controller: bool = True,
+                 bookmark_interval: float = 1.0,
                  history_limit: int = 200_000, logger: JsonLogger | None = None) -> None:
         self.store = Store(history_limit=history_limit)
         self.registry = self.store.registry
@@ -107,6 +111,8 @@ class SimApiServer:
         self.url = ""
         self.kubelets = SimKubelets(self.store) if kubelets else None
         self.node_controller = NodeLifecycleController(self.store) if node_controller else None
+        # kube-controller-manager's resource-claim controller: claims from templates, reservations cleaned up.
+        self.claim_controller = ResourceClaimController(self.store) if claim_controller else None
         self._pods = self.registry.resolve("pods")
         self._nodes = self.registry.resolve("nodes")
         self._priority_classes = self.registry.resolve("priorityclasses")
@@ -149,6 +155,8 @@ class SimApiServer:
         self.url = f"http://{bound_host}:{bound_port}"
         if self.node_controller is not None:
             self.node_controller.start()
+        if self.claim_controller is not None:
+            self.claim_controller.start()
         if self.kubelets is not None:
             self.kubelets.start()
         self._bookmark_task = asyncio.create_task(self._send_bookmarks())
@@ -174,6 +182,8 @@ class SimApiServer:
             self.kubelets.stop()
         if self.node_controller is not None:
             self.node_controller.stop()
+        if self.claim_controller is not None:
+            self.claim_controller.stop()
         for watcher in self.store.watchers():
             watcher.close()
         if self._runner is not None:
@@ -701,7 +711,11 @@ class SimApiServer:
                     final["status"] = old.obj["status"]
                 else:
                     final.pop("status", None)
-        return self.store.update(rt, final, old)
+        entry = self.store.update(rt, final, old)
+        meta = entry.obj["metadata"]
+        if rt is not self._pods and meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self.store.delete(rt, entry)  # the last finalizer of an object being deleted is gone
+        return entry
 
     # ---- delete
 
@@ -745,8 +759,13 @@ class SimApiServer:
         return _json_response(head[:-1] + b',"items":[' + b",".join(items) + b"]}")
 
     def _remove(self, rt: ResourceType, old: Entry, grace: int | None) -> Entry:
-        """Delete at once, or for a bound running pod start a graceful deletion (Terminating)."""
+        """Delete at once, or for a bound running pod start a graceful deletion (Terminating); an object
+        with finalizers is only marked (deletionTimestamp) and goes when its last finalizer is removed."""
         if rt is not self._pods:
+            if old.obj["metadata"].get("finalizers"):
+                if old.obj["metadata"].get("deletionTimestamp"):
+                    return old
+                return self.store.mark_deleting(rt, old, 0)
             return self.store.delete(rt, old)
         pod = old.obj
         spec = pod.get("spec") or {}

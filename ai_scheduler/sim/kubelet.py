@@ -17,6 +17,7 @@ import time
 import zlib
 from typing import Any
 
+from ai_scheduler.sim.resourceclaims import pod_claim_names
 from ai_scheduler.sim.store import ADDED, DELETED, Entry, ResourceType, Store, now_rfc3339
 
 KUBELET_LABEL = "sim.ai-scheduler.io/kubelet"
@@ -24,6 +25,7 @@ DURATION_ANNOTATION = "sim.ai-scheduler.io/duration"
 TAINT_NOT_READY = "node.kubernetes.io/not-ready"
 TAINT_UNREACHABLE = "node.kubernetes.io/unreachable"
 
+CLAIM_RETRY_SECONDS = 0.1  # how soon a pod waiting on its ResourceClaims is looked at again
 _GO_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -80,7 +82,8 @@ def _ip_for(name: str, first: int) -> str:
 class SimKubelets:
     """Kubelets for every node not labelled `sim.ai-scheduler.io/kubelet: "false"`.
 
-    A bound pod starts Running after `start_delay`, finishes (Succeeded) after
+    A bound pod starts Running after `start_delay` (once its ResourceClaims are allocated on
+    its node and reserved for it, as the real kubelet requires), finishes (Succeeded) after
     its duration annotation, and a Terminating pod is removed after its grace
     period, capped at `finish_delay`.
     """
@@ -94,6 +97,10 @@ class SimKubelets:
         # One pending timer per pod and step; the step names what the timer will do.
         self._timers: dict[tuple[str, str], tuple[str, asyncio.TimerHandle]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._claims = store.registry.resolve("resourceclaims")
+        self._slices = store.registry.resolve("resourceslices")
+        # Pods not started because of their ResourceClaims: (namespace, name) -> why (see claims_problem).
+        self.waiting_on_claims: dict[tuple[str, str], str] = {}
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -113,11 +120,51 @@ class SimKubelets:
             return False
         return (node.obj["metadata"].get("labels") or {}).get(KUBELET_LABEL) != "false"
 
+    def claims_problem(self, pod: dict[str, Any]) -> str:
+        """Why the kubelet of the pod's node cannot prepare its ResourceClaims ("" when it can): a claim
+        not made yet, missing, not allocated, not reserved for the pod, or allocated a device that a
+        ResourceSlice publishes for another node."""
+        names = pod_claim_names(pod)
+        if names is None:
+            return "a claim from a template is not made yet"
+        meta = pod["metadata"]
+        node = pod["spec"]["nodeName"]
+        for name in names:
+            claim = self._store.entry(self._claims, meta["namespace"], name)
+            if claim is None:
+                return f'resourceclaim "{name}" not found'
+            status = claim.obj.get("status") or {}
+            allocation = status.get("allocation")
+            if not allocation:
+                return f'resourceclaim "{name}" is not allocated'
+            if not any(ref.get("uid") == meta.get("uid") for ref in status.get("reservedFor") or ()):
+                return f'pod {meta["name"]} is not allowed to use resource claim {name}: not reserved for it'
+            for result in (allocation.get("devices") or {}).get("results") or ():
+                elsewhere = self._device_node(result.get("driver"), result.get("pool"), node)
+                if elsewhere:
+                    return (f'resourceclaim "{name}": device {result.get("driver")}/{result.get("pool")}/'
+                            f'{result.get("device")} is on node {elsewhere}, not {node}')
+        return ""
+
+    def _device_node(self, driver: Any, pool: Any, node: str) -> str:
+        """The node a pool's slices publish it for, when that is another node than `node` ("" if not)."""
+        other = ""
+        for entry in self._store.entries(self._slices):
+            spec = entry.obj.get("spec") or {}
+            if spec.get("driver") != driver or (spec.get("pool") or {}).get("name") != pool:
+                continue
+            owner = spec.get("nodeName")
+            if not owner or owner == node:
+                return ""
+            other = str(owner)
+        return other
+
     def _on_event(self, kind: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
         if rt is not self._pods:
             return
         if kind == DELETED:
             meta = obj["metadata"]
+            self.waiting_on_claims.pop((meta["namespace"], meta["name"]), None)
             timer = self._timers.pop((meta["namespace"], meta["name"]), None)
             if timer is not None:
                 timer[1].cancel()
@@ -183,6 +230,15 @@ class SimKubelets:
     def _run(self, entry: Entry) -> None:
         if (entry.obj.get("status") or {}).get("phase", "Pending") != "Pending":
             return
+        key = (entry.obj["metadata"]["namespace"], entry.obj["metadata"]["name"])
+        problem = self.claims_problem(entry.obj)
+        if problem:
+            # As the real kubelet: the pod's containers do not start until its claims are prepared, which
+            # needs them allocated on this node and reserved for the pod. Checked again shortly.
+            self.waiting_on_claims[key] = problem
+            self._schedule(key, "run", CLAIM_RETRY_SECONDS, entry.obj["metadata"]["uid"])
+            return
+        self.waiting_on_claims.pop(key, None)
         pod = entry.copy()
         now = now_rfc3339()
         spec = pod["spec"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,12 +109,15 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
              overhead: dict[str, str] | None = None,
              ports: list[dict[str, Any]] | None = None,
              topology_spread: list[dict[str, Any]] | None = None,
-             volumes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+             volumes: list[dict[str, Any]] | None = None,
+             resource_claims: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A one-container Pod ("main", busybox); `duration` makes the simulated kubelet finish it.
 
     `ports` are the container's ContainerPorts, e.g. `[{"containerPort": 8080, "hostPort": 8080}]`;
     `topology_spread` its `topologySpreadConstraints`; `volumes` its `volumes`, e.g.
-    `[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]`.
+    `[{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]`; `resource_claims` its
+    `spec.resourceClaims` (DRA), e.g. `[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]`
+    (see `pod_claim`), each used by the container.
     """
     requests: dict[str, str] = {}
     if cpu is not None:
@@ -128,6 +132,9 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
     container: dict[str, Any] = {"name": "main", "image": "busybox", "resources": resources}
     if ports:
         container["ports"] = [dict(p) for p in ports]
+    if resource_claims:
+        resources["claims"] = [{"name": c["name"]} for c in resource_claims]
+        container["resources"] = resources
     spec: dict[str, Any] = {"schedulerName": scheduler_name, "containers": [container]}
     if priority is not None:
         # As on a real API server, a priority comes with its PriorityClass (see `priority_class_name`).
@@ -153,6 +160,8 @@ def make_pod(name: str, *, namespace: str = "default", cpu: str | None = "100m",
         spec["topologySpreadConstraints"] = [dict(c) for c in topology_spread]
     if volumes:
         spec["volumes"] = [dict(v) for v in volumes]
+    if resource_claims:
+        spec["resourceClaims"] = [dict(c) for c in resource_claims]
     metadata: dict[str, Any] = {"name": name, "namespace": namespace}
     if labels:
         metadata["labels"] = dict(labels)
@@ -238,6 +247,126 @@ def make_pv(name: str, *, storage: str = "1Gi", storage_class: str = "",
     if labels:
         metadata["labels"] = dict(labels)
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": metadata, "spec": spec}
+
+
+# ----------------------------------------------------------- Dynamic Resource Allocation (resource.k8s.io/v1)
+
+NVIDIA_DRIVER = "gpu.nvidia.com"  # the driver name of NVIDIA's DRA driver for GPUs
+
+
+def pod_claim(name: str, *, claim: str | None = None, template: str | None = None) -> dict[str, str]:
+    """One entry of a pod's `spec.resourceClaims`: a claim by name, or one made from a template."""
+    if (claim is None) == (template is None):
+        raise ValueError("a pod claim names either a claim or a template")
+    return {"name": name, "resourceClaimName": claim} if claim is not None else \
+        {"name": name, "resourceClaimTemplateName": str(template)}
+
+
+def nvidia_gpu_device(index: int, *, node: str, product: str = "NVIDIA H100 80GB HBM3", memory: str = "80Gi",
+                      driver_version: str = "580.65.6", cuda_driver_version: str = "13.0.0",
+                      architecture: str = "Hopper", compute_capability: str = "9.0.0",
+                      attributes: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One full GPU as NVIDIA's DRA kubelet plugin publishes it (`gpu-<index>`): its attributes (type,
+    uuid, minor, index, productName, brand, architecture, cudaComputeCapability, driverVersion,
+    cudaDriverVersion, resource.kubernetes.io/pcieRoot) and its memory capacity."""
+    digest = zlib.crc32(f"{node}/{index}".encode())
+    uuid = f"GPU-{digest:08x}-{index:04x}-4{digest & 0xFFF:03x}-8000-{digest:08x}{index:04x}"
+    attrs: dict[str, dict[str, Any]] = {
+        "type": {"string": "gpu"},
+        "uuid": {"string": uuid},
+        "minor": {"int": index},
+        "index": {"int": index},
+        "productName": {"string": product},
+        "brand": {"string": "Nvidia"},
+        "architecture": {"string": architecture},
+        "cudaComputeCapability": {"version": compute_capability},
+        "driverVersion": {"version": driver_version},
+        "cudaDriverVersion": {"version": cuda_driver_version},
+        "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{index // 4:02x}"},
+    }
+    attrs.update(attributes or {})
+    return {"name": f"gpu-{index}", "attributes": attrs, "capacity": {"memory": {"value": memory}}}
+
+
+def make_gpu_slice(node: str, *, gpus: int = 8, driver: str = NVIDIA_DRIVER, name: str | None = None,
+                   product: str = "NVIDIA H100 80GB HBM3", memory: str = "80Gi",
+                   devices: list[dict[str, Any]] | None = None, generation: int = 1) -> dict[str, Any]:
+    """A ResourceSlice local to `node`, shaped like the one NVIDIA's DRA driver publishes: pool named after
+    the node, one slice in it, devices `gpu-0..gpus-1` (or `devices` as given, e.g. from
+    `nvidia_gpu_device`)."""
+    listed = devices if devices is not None else [
+        nvidia_gpu_device(i, node=node, product=product, memory=memory) for i in range(gpus)]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{node}-{driver.replace('.', '-')}"},
+        "spec": {"driver": driver, "nodeName": node,
+                 "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+                 "devices": listed},
+    }
+
+
+def make_device_class(name: str, *, driver: str | None = NVIDIA_DRIVER, selectors: Sequence[str] = (),
+                      extended_resource: str | None = None) -> dict[str, Any]:
+    """A DeviceClass selecting the devices of `driver` (and every CEL expression in `selectors`);
+    `extended_resource` maps a plain resource request such as `nvidia.com/gpu` onto it (KEP-5004)."""
+    expressions = ([f'device.driver == "{driver}"'] if driver else []) + list(selectors)
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": e}} for e in expressions]}
+    if extended_resource:
+        spec["extendedResourceName"] = extended_resource
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": spec}
+
+
+def device_request(name: str = "gpu", *, device_class: str = NVIDIA_DRIVER, count: int | None = None,
+                   all_devices: bool = False, selectors: Sequence[str] = (),
+                   first_available: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One DeviceRequest of a claim: `exactly` so many devices of a class (or All of them) that meet
+    every CEL expression in `selectors`; or `first_available` sub-requests (the same fields)."""
+    if first_available is not None:
+        return {"name": name, "firstAvailable": list(first_available)}
+    exactly: dict[str, Any] = {"deviceClassName": device_class,
+                               "allocationMode": "All" if all_devices else "ExactCount"}
+    if not all_devices:
+        exactly["count"] = 1 if count is None else count
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {"name": name, "exactly": exactly}
+
+
+def claim_spec(requests: list[dict[str, Any]] | None = None, *, count: int = 1,
+               device_class: str = NVIDIA_DRIVER, selectors: Sequence[str] = (),
+               constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A ResourceClaimSpec: the given requests, or one request `gpu` of `count` devices of the class."""
+    listed = requests if requests is not None else [
+        device_request("gpu", device_class=device_class, count=count, selectors=selectors)]
+    devices: dict[str, Any] = {"requests": listed}
+    if constraints:
+        devices["constraints"] = list(constraints)
+    return {"devices": devices}
+
+
+def make_resource_claim(name: str, *, namespace: str = "default", spec: dict[str, Any] | None = None,
+                        count: int = 1, device_class: str = NVIDIA_DRIVER,
+                        selectors: Sequence[str] = ()) -> dict[str, Any]:
+    """A ResourceClaim (by default: `count` GPUs of the class `gpu.nvidia.com`)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec if spec is not None else claim_spec(count=count, device_class=device_class,
+                                                             selectors=selectors)}
+
+
+def make_claim_template(name: str, *, namespace: str = "default", spec: dict[str, Any] | None = None,
+                        count: int = 1, device_class: str = NVIDIA_DRIVER,
+                        selectors: Sequence[str] = (),
+                        labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A ResourceClaimTemplate whose claims ask what `make_resource_claim` asks."""
+    body: dict[str, Any] = {"spec": spec if spec is not None else claim_spec(
+        count=count, device_class=device_class, selectors=selectors)}
+    if labels:
+        body["metadata"] = {"labels": dict(labels)}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": namespace}, "spec": body}
 
 
 def kubeconfig(url: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ MERGE_KEYS: dict[str, str] = {
     "volumeMounts": "mountPath",
     "imagePullSecrets": "name",
     "addresses": "type",
+    "reservedFor": "uid",  # a ResourceClaim's status (resource.k8s.io/v1)
 }
 # Lists of scalars whose patchStrategy is merge: the patch adds to the set.
 MERGE_SCALAR_LISTS = frozenset({"finalizers"})

@@ -134,6 +134,12 @@ DEFAULT_TYPES: tuple[ResourceType, ...] = (
     ResourceType("persistentvolumeclaims", "PersistentVolumeClaim", has_status=True),
     ResourceType("storageclasses", "StorageClass", "storage.k8s.io", "v1", namespaced=False),
     ResourceType("csinodes", "CSINode", "storage.k8s.io", "v1", namespaced=False),
+    # Dynamic Resource Allocation (resource.k8s.io/v1). The resource-claim controller's stand-in
+    # (sim/resourceclaims.py) makes claims from templates; drivers' slices are written by tests.
+    ResourceType("resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", has_status=True),
+    ResourceType("resourceclaimtemplates", "ResourceClaimTemplate", "resource.k8s.io", "v1"),
+    ResourceType("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", namespaced=False),
+    ResourceType("deviceclasses", "DeviceClass", "resource.k8s.io", "v1", namespaced=False),
 )
 
 

@@ -18,7 +18,10 @@ It then runs the simulator (timed mode, the same seed) and compares: with the lo
 pod, the node (and managed GPUs) the daemon chose against the replay's; with another config, the
 simulator's figures side by side. What the log cannot replay is counted in `notes`, never dropped
 silently: pods placed before the log began or by another scheduler, pods deleted while pending,
-nodes changed or removed during the log (the replay's cluster is each node's first state).
+nodes changed or removed during the log (the replay's cluster is each node's first state), and
+Dynamic Resource Allocation: the log has the DRA objects (`dra.object`) and each decision's allocated
+devices (`claims`), but the simulator models no ResourceSlices, so pods with ResourceClaims are
+replayed without them (counted).
 
 Sources: a file, several, or a directory of rotated logs (`*.gz` read as gzip); lines are taken in
 their own time order (`ts`), whatever the files' order. Logs collected by a cluster's logging wrap
@@ -53,7 +56,8 @@ from ai_scheduler.tracesim.command import missing_extras
 from ai_scheduler.tracesim.records import Mode
 
 VERSION = 1
-HISTORY_EVENTS = frozenset({"node.spec", "node.removed", "pod.spec", "pod.finished", "config.active"})
+HISTORY_EVENTS = frozenset({"node.spec", "node.removed", "pod.spec", "pod.finished", "config.active",
+                            "dra.object", "dra.removed"})
 
 Placement = tuple[str, str, tuple[int, ...]]  # pod (namespace/name), node, managed GPU ids
 # How a pod's `pod.finished` phase reads as a trace job's status (one still running at the end: RUNNING).
@@ -186,6 +190,8 @@ def read_log(
                 placements.append(placement)
         elif event == "pod.finished" and line.get("v") == VERSION:
             finished.setdefault(str(line.get("uid", "")), (line["_t"], str(line.get("phase", ""))))
+        elif event == "dra.object" and line.get("v") == VERSION:
+            note("DRA objects logged (ResourceSlices, DeviceClasses, claims: not modelled by the simulator)")
     jobs: list[TraceJob] = []
     for uid, (seen, manifest) in specs.items():
         spec = manifest.get("spec") or {}
@@ -200,6 +206,9 @@ def read_log(
         if placed is None and end is not None:
             note("pods deleted while pending (not replayed)")
             continue
+        if spec.get("resourceClaims"):
+            note("pods with DRA ResourceClaims (replayed without their claims: the simulator has no slices)")
+            manifest = {**manifest, "spec": {k: v for k, v in spec.items() if k != "resourceClaims"}}
         duration = end[0] - placed[0] if placed is not None and end is not None else None
         status = PHASES.get(end[1], JobStatus.KILLED) if end is not None else JobStatus.RUNNING
         jobs.append(_job(manifest, max(seen - ready, 0.0), duration, status))

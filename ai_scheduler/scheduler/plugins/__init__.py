@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config, Profile
 from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
+from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
 from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
 from ai_scheduler.scheduler.plugins.gpu_fragmentation import GpuFragmentation, GpuFragmentationCoupled
 from ai_scheduler.scheduler.plugins.inter_pod_affinity import InterPodAffinityFilter, InterPodAffinityScore
@@ -47,6 +48,7 @@ FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
     "VolumeZone": lambda _config, _profile: VolumeZone(),
     "InterPodAffinity": lambda _config, _profile: InterPodAffinityFilter(),
     "PodTopologySpread": lambda _config, _profile: PodTopologySpreadFilter(),
+    "DynamicResources": lambda _config, _profile: DynamicResources(),
 }
 
 SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
@@ -63,6 +65,7 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "GPUFragmentationCoupled": lambda weight, _resources: GpuFragmentationCoupled(weight),
     "InterPodAffinity": lambda weight, _resources: InterPodAffinityScore(weight),
     "PodTopologySpread": lambda weight, _resources: PodTopologySpreadScore(weight),
+    "DynamicResources": lambda weight, _resources: DynamicResourcesScore(weight),
 }
 
 
@@ -88,6 +91,12 @@ def reads_volumes(profile: Profile) -> bool:
     """Whether the profile filters with a volume plugin, which read PersistentVolumes, their claims,
     StorageClasses and CSINodes (the daemon watches them)."""
     return any(name in profile.filters for name in VOLUME_FILTERS)
+
+
+def reads_dra(profile: Profile) -> bool:
+    """Whether the profile filters with DynamicResources, which reads ResourceClaims, their templates,
+    ResourceSlices and DeviceClasses (the daemon watches them only then)."""
+    return "DynamicResources" in profile.filters
 
 
 def waits_for_other_pods(pod: PodRecord) -> bool:

@@ -3,6 +3,10 @@
 Pod requests already follow kube-scheduler's arithmetic (init containers,
 sidecars, overhead; see cache.records.pod_requests). As in kube-scheduler,
 only resources the pod asks for are checked, plus one pod slot.
+
+An extended resource that a DeviceClass maps (DRA-backed, KEP-5004) is left to DynamicResources on
+the nodes that do not list it in allocatable (kube's shouldDelegateResourceToDRA): there it is met
+by devices from the node's ResourceSlices, not by allocatable.
 """
 
 from __future__ import annotations
@@ -52,12 +56,18 @@ class NodeResourcesFit(FilterPlugin):
                     for name, value in amounts.items():
                         free[local, cache.resource_index[name]] += value
         reasons: Reasons = [(TOO_MANY_PODS, free[:, cache.resource_index[PODS]] < 1)]
+        extended = cache.dra.extended
         for resource, amount in pod.requests.items():
             if resource == PODS:
                 continue
             col = cache.column(resource)
+            delegated = bool(extended) and resource in extended
             if col < 0:
-                reasons.append((insufficient(resource), np.ones(free.shape[0], dtype=bool)))
+                if not delegated:
+                    reasons.append((insufficient(resource), np.ones(free.shape[0], dtype=bool)))
                 continue
-            reasons.append((insufficient(resource), free[:, col] < amount))
+            short = free[:, col] < amount
+            if delegated:  # nodes without it in allocatable serve it through DRA
+                short &= cache.allocatable[window, col] > 0
+            reasons.append((insufficient(resource), short))
         return reasons
