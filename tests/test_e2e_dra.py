@@ -339,7 +339,7 @@ async def test_dra_kinds_are_watched_only_while_a_profile_filters_with_dynamic_r
     await wait_for(lambda: dra_requests() == set(kinds), what="the four DRA kinds listed")
 
 
-@pytest.mark.backend("sim", reason="a cluster older than v1.34 (no resource.k8s.io/v1) is made by unregistering it")
+@pytest.mark.backend("sim", reason="a cluster without resource.k8s.io/v1 is made by unregistering it")
 async def test_a_cluster_that_does_not_serve_dra_still_schedules_with_the_default_profile(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
