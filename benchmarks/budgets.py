@@ -75,9 +75,20 @@ class Counted:
     placed: int
 
 
-def counted_run(
-    nodes: list[dict[str, Any]], pods: list[tuple[dict[str, Any], str, int]], seed: int
-) -> Counted:
+Pods = list[tuple[dict[str, Any], str, int]]  # (Pod, gang name or '', gang size)
+
+
+def placement(nodes: list[dict[str, Any]], pods: Pods, seed: int) -> Simulation:
+    """The trace simulator in placement mode over these objects (see `counted_run`), not yet run."""
+    specs = [NodeSpec.from_node(node) for node in nodes]
+    jobs = []
+    for index, (obj, gang, size) in enumerate(pods):
+        obj["metadata"].setdefault("resourceVersion", "1")
+        jobs.append(TraceJob(obj["metadata"]["name"], float(index), gang=gang, gang_size=size, manifest=obj))
+    return Simulation(default_config(), specs, jobs, Mode.PLACEMENT, seed=seed)
+
+
+def counted_run(nodes: list[dict[str, Any]], pods: Pods, seed: int) -> Counted:
     """Run the scheduling core over `nodes` and `pods` ((Pod, gang name or '', gang size)), with
     counting wrappers on every plugin of the default profile and on the attempt's entry points.
 
@@ -85,12 +96,7 @@ def counted_run(
     in order, each (a gang: its members together) is tried exactly once, through the daemon's
     scheduling cycle, and a binding takes effect at once. The objects are the ones given, as the
     informers would hand them over (each pod with a resourceVersion)."""
-    specs = [NodeSpec.from_node(node) for node in nodes]
-    jobs = []
-    for index, (obj, gang, size) in enumerate(pods):
-        obj["metadata"].setdefault("resourceVersion", "1")
-        jobs.append(TraceJob(obj["metadata"]["name"], float(index), gang=gang, gang_size=size, manifest=obj))
-    simulation = Simulation(default_config(), specs, jobs, Mode.PLACEMENT, seed=seed)
+    simulation = placement(nodes, pods, seed)
     counts: Counter[str] = Counter()
     evaluated: list[int] = []
     framework = simulation.core.frameworks[simulation.core.config.scheduler_name]
@@ -124,7 +130,7 @@ def _per(counts: Counter[str], attempts: int) -> dict[str, float]:
     return {key: round(value / attempts, 3) for key, value in sorted(counts.items())}
 
 
-def _nodes(count: int, zones: int = 0) -> list[dict[str, Any]]:
+def kwok_nodes(count: int, zones: int = 0) -> list[dict[str, Any]]:
     """The benchmarks' kwok-style nodes (32 cpu, 256Gi, 8 nvidia.com/gpu), `zones` zone labels round-robin."""
     nodes = []
     for i in range(count):
@@ -141,7 +147,7 @@ def decision_counts(nodes: int = 1000, pods: int = 200, *, seed: int = 0) -> dic
     Every pod fits, so each pod is one attempt; the counts include its arrival (the queue's look-up of
     its tenant) and its binding."""
     objects = [(bench_pod(f"pod-{i}", "ai-scheduler"), "", 0) for i in range(pods)]
-    run = counted_run(_nodes(nodes), objects, seed)
+    run = counted_run(kwok_nodes(nodes), objects, seed)
     counts = Counter(run.counts)
     attempts = counts.pop("cycles")
     counts.pop("gang_attempts", None)
@@ -163,13 +169,16 @@ def gang_member(gang: str, i: int, size: int) -> dict[str, Any]:
     return pod
 
 
+def gang_pods(gangs: int, size: int) -> Pods:
+    return [(gang_member(f"gang-{g}", i, size), f"gang-{g}", size) for g in range(gangs) for i in range(size)]
+
+
 def gang_counts(
     nodes: int = 1000, gangs: int = 20, size: int = 8, *, zones: int = 10, seed: int = 0
 ) -> dict[str, Any]:
     """Gangs of `size` identical members (gang.py's, on nodes with zone labels as there): calls per
     gang attempt (one per gang: every gang fits in its first zone)."""
-    pods = [(gang_member(f"gang-{g}", i, size), f"gang-{g}", size) for g in range(gangs) for i in range(size)]
-    run = counted_run(_nodes(nodes, zones), pods, seed)
+    run = counted_run(kwok_nodes(nodes, zones), gang_pods(gangs, size), seed)
     counts = Counter(run.counts)
     attempts = counts.pop("gang_attempts")
     counts.pop("cycles")
