@@ -340,7 +340,7 @@ def simulate() -> dict[str, float]:
     return {
         "simulate.placement_cpu_mref": 1000 * result["cpu"] * 1000 / ref,
         "simulate.placement_placed": result["placed"],
-        "simulate.placement_gpu_alloc": round(result["gpu_alloc_final"], 6),
+        "simulate.placement_gpu_alloc": round(result["gpu_alloc_final"], 4),
         "_simulate.placement_s": result["engine"],
         "_simulate.wall_s": result["wall"],
         "_simulate.cpu_s": result["cpu"],
@@ -376,7 +376,9 @@ def _git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+        # Changes to what the figures measure (the package, the benchmarks), not to docs or tests.
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "../ai_scheduler", ".", "../pyproject.toml"], cwd=HERE,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -470,8 +472,7 @@ def main() -> None:
     shown = {k: v for k, v in now.items() if not k.startswith("_")}
     if args.record:
         record = {"environment": environment(),
-                  "figures": {f.name: shown[f.name] for f in FIGURES},
-                  "tolerances": {f.name: f.tolerance for f in FIGURES}}
+                  "figures": {f.name: round(shown[f.name], 4) for f in FIGURES}}
         args.baseline.write_text(json.dumps(record, indent=2) + "\n")
         print(f"recorded {len(shown)} figures in {args.baseline} ({time.monotonic() - started:.0f} s)")
         return

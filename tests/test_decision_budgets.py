@@ -19,7 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from budgets import decision_counts, gang_counts
 
+from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import default_config
+from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.plugins import build_filters, build_scores
 
 
@@ -87,3 +89,23 @@ def test_a_gang_attempt_of_identical_members_stays_within_its_budget(gang: dict[
     assert per["tenant_resolve"] <= size  # one per member
     assert per["tenant_of"] <= 26
     assert gang["nodes_evaluated_per_attempt"] <= size * 100
+
+
+def test_the_counters_see_work_that_is_added(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budgets can fail: without the tenant memo every look-up resolves, and an extra whole-cluster
+    filter pass in a gang attempt shows as one more `feasible_rows` and one more run of each filter."""
+    monkeypatch.setattr(Tenancy, "tenant_of", lambda self, pod: self._resolve(pod))
+    assert decision_counts(nodes=200, pods=20, seed=0)["per_attempt"]["tenant_resolve"] == 4
+    monkeypatch.undo()
+    real_try = GangScheduler._try
+
+    def with_extra_pass(self: GangScheduler, gang: Any, members: Any, needed: int, framework: Any,
+                        mask: Any) -> Any:
+        framework.feasible_rows(members[0].pod)
+        return real_try(self, gang, members, needed, framework, mask)
+
+    monkeypatch.setattr(GangScheduler, "_try", with_extra_pass)
+    filters, _ = _profile_sizes()
+    per = gang_counts(nodes=200, gangs=4, size=8, zones=10, seed=0)["per_attempt"]
+    assert per["feasible_rows"] == 1
+    assert per["filter_runs"] == 8 * filters + filters
