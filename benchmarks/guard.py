@@ -90,7 +90,7 @@ class Figure:
 FIGURES = [
     Figure("decision.p50_mref", "mref", 0.25),
     Figure("decision.mean_mref", "mref", 0.30),
-    Figure("gang.attempt_mref", "mref", 0.30),
+    Figure("gang.attempt_mref", "mref", 0.25),
     Figure("gang.daemon_cpu_per_gang_mref", "mref", 0.30),
     Figure("gang.scheduler_peak_rss_mib", "MiB", 0.10),
     Figure("memory.rss_at_scale_mib", "MiB", 0.10),
@@ -212,7 +212,9 @@ def _uvloop_run(coroutine: Any) -> Any:
 def gangs_in_process(nodes: int = 5000, count: int = 150, size: int = 8, zones: int = 10) -> dict[str, float]:
     """gang.py's gangs on gang.py's nodes (5,000 in 10 zones), placed by the scheduling core in-process
     (budgets.py's placement run): the CPU time per gang attempt (GangScheduler.schedule, timed by a
-    wrapper round it), median over the attempts of three runs."""
+    wrapper round it), mean over the attempts of three runs, as gang.py reports its mean (the mean
+    moves with the occasional costly attempt, which the median does not see: from df9bcad to the
+    baseline's commit the mean went up 43%, the median 22%)."""
     durations: list[float] = []
 
     def runs() -> dict[str, Any]:
@@ -229,9 +231,9 @@ def gangs_in_process(nodes: int = 5000, count: int = 150, size: int = 8, zones: 
 
     result, ref = around(runs)
     return {
-        "gang.attempt_mref": 1000 * result["ms"] / ref,
-        "_gang.attempt_cpu_ms": result["ms"],
+        "gang.attempt_mref": 1000 * result["mean_ms"] / ref,
         "_gang.attempt_cpu_mean_ms": result["mean_ms"],
+        "_gang.attempt_cpu_p50_ms": result["ms"],
         "_gang.reference_cpu_ms": ref,
     }
 
