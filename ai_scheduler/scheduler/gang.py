@@ -506,12 +506,11 @@ class GangScheduler:
         if any(col < 0 for col in cols):
             return []  # a resource no node has: no domain can hold the quorum
         cpu = cache.resource_index["cpu"]
-        # Free room of the columns read over the domains' valid rows, summed per domain in one pass.
+        # Free room over the domains' rows, summed per domain in one pass (a removed node's row holds zeros,
+        # and changes the static version, which rebuilds the domains).
         order, starts = self._domain_rows[label]
-        limit = cache.row_limit
-        free = np.maximum(cache.allocatable[:limit] - cache.requested[:limit], 0)
-        free *= cache.valid[:limit, None]
-        sums = np.add.reduceat(free.take(order, axis=0), starts, axis=0)[:, [cpu, *cols]]
+        free = np.maximum(cache.allocatable.take(order, axis=0) - cache.requested.take(order, axis=0), 0)
+        sums = np.add.reduceat(free, starts, axis=0)[:, [cpu, *cols]]
         fits = (sums[:, 1:] >= np.array(list(demand.values()), dtype=np.int64)).all(axis=1)
         ranked = sorted(
             (int(sums[i, 0]), domains[i][0], i) for i in np.flatnonzero(fits).tolist()

@@ -101,31 +101,42 @@ class MemberShape:
         if pod.uid in cache.nominations:
             return None
         localities: list[str] = []
-        signatures: list[Hashable] = []
         for plugin in framework.filters:
             locality = plugin.locality(pod, cache)
             if locality not in (NO_OPINION, PER_NODE):
                 return None
             localities.append(locality)
-            if locality == PER_NODE and isinstance(plugin, StaticFilterPlugin):
-                signatures.append(plugin.signature(pod))
         for scorer in framework.scores:
-            if isinstance(scorer, StaticScorePlugin):
-                signatures.append(scorer.signature(pod))
-                continue
-            locality = scorer.locality(pod, cache)
-            if locality not in (NO_OPINION, PER_NODE):
-                return None
-            localities.append(locality)
-        return (
-            tuple(localities),
-            tuple(signatures),
+            if not isinstance(scorer, StaticScorePlugin):
+                locality = scorer.locality(pod, cache)
+                if locality not in (NO_OPINION, PER_NODE):
+                    return None
+                localities.append(locality)
+        return tuple(localities), MemberShape._pod_key(framework, pod)
+
+    @staticmethod
+    def _pod_key(framework: Framework, pod: PodRecord) -> Hashable:
+        """The part of the key read from the pod alone, kept in its derived data for this framework (a
+        reload builds new frameworks, whose plugins may read other parts of the pod)."""
+        cached = pod.derived.get("gang_shape")
+        if cached is not None and cached[0] is framework:
+            key: Hashable = cached[1]
+            return key
+        signatures = tuple(
+            plugin.signature(pod)
+            for plugin in [*framework.filters, *framework.scores]
+            if isinstance(plugin, StaticFilterPlugin | StaticScorePlugin)
+        )
+        key = (
+            signatures,
             tuple(sorted(pod.requests.items())),
             tuple(sorted(pod.score_requests().items())),
             gpu_request(pod),
             pod.host_ports,
             pod.scheduler_name,
         )
+        pod.derived["gang_shape"] = (framework, key)
+        return key
 
     @classmethod
     def of(cls, framework: Framework, pods: Sequence[PodRecord]) -> MemberShape | None:
