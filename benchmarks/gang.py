@@ -9,6 +9,11 @@ under its own ServiceAccount); the default is the embedded simulated API server.
 Reports gangs/s (from the scheduler being ready to the last member bound) and
 the mean time per gang attempt, read from the scheduler's own
 `ai_scheduler_gang_attempt_duration_seconds` histogram.
+
+`--in-process` times the attempts alone (GangScheduler.schedule, no API server, bindings taken at
+once): their thread CPU time (robust to other processes on the machine) and wall time, and the
+filter and score plugin calls per attempt; `--per-member` there turns the gang fast path off
+(a full cycle per member, scheduler/gang_shapes.py).
 """
 
 from __future__ import annotations
@@ -149,6 +154,116 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 scheduler_proc.wait(10)
 
 
+def in_process(args: argparse.Namespace) -> dict[str, Any]:
+    """The same gangs and nodes against the scheduling core alone (see the module)."""
+    import statistics
+    from collections import Counter
+
+    from ai_scheduler.cache.records import PodRecord
+    from ai_scheduler.config import default_config
+    from ai_scheduler.log import JsonLogger, NullStream
+    from ai_scheduler.queue import QueuedPod
+    from ai_scheduler.scheduler.core import SchedulerCore
+    from ai_scheduler.scheduler.cycle import Decision
+    from ai_scheduler.scheduler.gang import GangScheduler
+    from ai_scheduler.scheduler.metrics import Metrics
+    from ai_scheduler.scheduler.outbox import Outbox
+
+    class Immediate:
+        """Bindings reserved in the cache and counted; reasons and evictions dropped."""
+
+        def __init__(self, core: SchedulerCore) -> None:
+            self.core, self.handed, self.bound = core, set[str](), 0
+            self.on_success: Any = None
+            self.on_failure: Any = None
+
+        in_flight = 0
+
+        async def wait_for_room(self) -> None:
+            return None
+
+        def reserve(self, pod: PodRecord, decision: Decision) -> None:
+            self.core.cache.assume(pod, decision.node or "", decision.gpu_ids)
+
+        def unreserve(self, pod: PodRecord) -> None:
+            self.core.cache.forget(pod.uid)
+
+        def submit(self, qp: QueuedPod, pod: PodRecord, decision: Decision) -> None:
+            self.bound += 1
+
+        def __getattr__(self, name: str) -> Any:  # Reports and Evictions: nothing to do
+            return lambda *args, **kwargs: None
+
+    bindings: list[Immediate] = []
+
+    def outbox(core: SchedulerCore) -> Outbox:
+        bindings.append(Immediate(core))
+        return Outbox(bindings[0], bindings[0], bindings[0])
+
+    core = SchedulerCore(default_config(), JsonLogger(stream=NullStream()), Metrics(), outbox, seed=0)
+    core.gang_scheduler.shapes = not args.per_member
+    for i in range(args.nodes):
+        node = kwok_node(f"bench-node-{i}")
+        if args.zones:
+            node["metadata"]["labels"][ZONE] = f"zone-{i % args.zones}"
+        core.handlers.on_node_event("ADDED", node)
+    for g in range(args.gangs):
+        group = _podgroup(f"gang-{g}", args.size)
+        group["metadata"]["uid"] = f"podgroup-{g}"
+        core.handlers.on_podgroup_event("ADDED", group)
+        for i in range(args.size):
+            pod = _member(f"gang-{g}", i, args.scheduler_name)
+            pod["metadata"].update(uid=f"pod-{g}-{i}", resourceVersion="1",
+                                   creationTimestamp="2026-11-26T00:00:00Z")
+            pod["status"] = {"phase": "Pending"}
+            core.handlers.on_pod_event("ADDED", pod)
+    calls: Counter[str] = Counter()
+    framework = core.frameworks[args.scheduler_name]
+    def counting(call: Any, kind: str) -> Any:
+        def counted(*a: Any, **k: Any) -> Any:
+            calls[kind] += 1
+            return call(*a, **k)
+
+        return counted
+
+    for plugin in framework.filters:
+        plugin.run = counting(plugin.run, "filter")  # type: ignore[method-assign]
+    for scorer in framework.scores:
+        scorer.score = counting(scorer.score, "score")  # type: ignore[method-assign]
+    cpu: list[float] = []
+    wall: list[float] = []
+    attempt = GangScheduler.schedule
+
+    def timed(self: GangScheduler, *a: Any) -> int:
+        c, w = time.thread_time(), time.perf_counter()
+        placed = attempt(self, *a)
+        cpu.append(time.thread_time() - c)
+        wall.append(time.perf_counter() - w)
+        return placed
+
+    GangScheduler.schedule = timed  # type: ignore[method-assign,assignment]
+    core.ready.set()
+    guard = core.cycle.guard
+    assert guard is not None
+    while (qp := core.queue.pop_nowait()) is not None:
+        guard.run(qp, core.cycle.schedule_one)
+    GangScheduler.schedule = attempt  # type: ignore[method-assign]
+    return {
+        "mode": "gang in-process" + (" (a cycle per member)" if args.per_member else ""),
+        "nodes": args.nodes,
+        "zones": args.zones,
+        "gangs": args.gangs,
+        "size": args.size,
+        "pods_bound": bindings[0].bound,
+        "gang_attempts": len(cpu),
+        "cpu_ms_per_gang_attempt": round(statistics.fmean(cpu) * 1000, 3),
+        "cpu_ms_median": round(statistics.median(cpu) * 1000, 3),
+        "wall_ms_per_gang_attempt": round(statistics.fmean(wall) * 1000, 3),
+        "filter_calls_per_attempt": round(calls["filter"] / len(cpu), 1),
+        "score_calls_per_attempt": round(calls["score"] / len(cpu), 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -162,7 +277,12 @@ def main() -> None:
     parser.add_argument(
         "--backend", choices=["sim", "kube"], default="sim", help="kube: a real control plane on loopback"
     )
+    parser.add_argument("--in-process", action="store_true", help="time the attempts alone (see above)")
+    parser.add_argument("--per-member", action="store_true", help="with --in-process: no gang fast path")
     args = parser.parse_args()
+    if args.in_process:
+        print(json.dumps(in_process(args)))
+        return
     import uvloop
 
     print(json.dumps(uvloop.run(run(args))))

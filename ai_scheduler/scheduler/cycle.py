@@ -6,7 +6,7 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -94,6 +94,22 @@ def fit_error_message(total: int, reasons: dict[str, int], error: str = "") -> s
     return f"{text} " + ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items())) + "."
 
 
+class Evaluation(Protocol):
+    """Where a cycle's filter verdicts and scores come from: the Framework's own plugins, or results kept
+    per member shape for a gang's identical members (gang_shapes.py)."""
+
+    def filter_window(
+        self,
+        pod: PodRecord,
+        window: Window,
+        node_mask: np.ndarray | None,
+        blocked: Sequence[tuple[np.ndarray, str]],
+        reasons: dict[str, int],
+    ) -> tuple[np.ndarray, int]: ...
+
+    def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray: ...
+
+
 class Framework:
     """A profile's plugins, bound to the cache: runs cycles."""
 
@@ -138,10 +154,13 @@ class Framework:
         pod: PodRecord,
         node_mask: np.ndarray | None = None,
         blocked: Sequence[tuple[np.ndarray, str]] = (),
+        via: Evaluation | None = None,
     ) -> Decision:
-        """Place one pod; `node_mask` (bool per row) limits it to some nodes, e.g. one topology domain."""
+        """Place one pod; `node_mask` (bool per row) limits it to some nodes, e.g. one topology domain.
+
+        `via`: where the filters' verdicts and the scores come from (the plugins by default)."""
         started = time.perf_counter()
-        decision = self._schedule(pod, node_mask, blocked)
+        decision = self._schedule(pod, node_mask, blocked, via)
         decision.duration = time.perf_counter() - started
         return decision
 
@@ -214,6 +233,7 @@ class Framework:
         node_mask: np.ndarray | None,
         blocked: Sequence[tuple[np.ndarray, str]],
         total: int,
+        via: Evaluation | None = None,
     ) -> tuple[np.ndarray, dict[str, int], int]:
         """Feasible rows until enough are found (kube-scheduler's findNodesThatPassFilters).
 
@@ -227,10 +247,11 @@ class Framework:
         fits nowhere is always checked against every node, so its reasons are complete.
         """
         reasons: dict[str, int] = {}
+        filter_window = via.filter_window if via is not None else self._filter_window
         limit = self.cache.row_limit
         wanted = num_feasible_nodes_to_find(self.percentage, total)
         if wanted >= total:
-            rows, looked_at = self._filter_window(pod, slice(0, limit), node_mask, blocked, reasons)
+            rows, looked_at = filter_window(pod, slice(0, limit), node_mask, blocked, reasons)
             return rows, reasons, looked_at
         start = self.next_start % limit
         parts: list[np.ndarray] = []
@@ -260,7 +281,7 @@ class Framework:
                 else:  # up to the end only; the next window goes on from row 0
                     window = slice(position, limit)
                     end, size = limit, limit - position
-            part, seen = self._filter_window(pod, window, node_mask, blocked, reasons)
+            part, seen = filter_window(pod, window, node_mask, blocked, reasons)
             looked_at += seen
             if part.size:
                 parts.append(part)
@@ -296,7 +317,11 @@ class Framework:
         return rows
 
     def _schedule(
-        self, pod: PodRecord, node_mask: np.ndarray | None, blocked: Sequence[tuple[np.ndarray, str]] = ()
+        self,
+        pod: PodRecord,
+        node_mask: np.ndarray | None,
+        blocked: Sequence[tuple[np.ndarray, str]] = (),
+        via: Evaluation | None = None,
     ) -> Decision:
         cache = self.cache
         total = cache.node_count if node_mask is None else int(np.count_nonzero(cache.valid & node_mask))
@@ -317,16 +342,12 @@ class Framework:
             reasons: dict[str, int] = {}
             looked_at = 1
         else:
-            rows, reasons, looked_at = self._find_feasible(pod, node_mask, blocked, total)
+            rows, reasons, looked_at = self._find_feasible(pod, node_mask, blocked, total, via)
         if self.dra is not None and self.dra.failure:
             return Decision(None, total, reasons=reasons, evaluated=looked_at, failure=self.dra.failure)
         if rows.size == 0:
             return Decision(None, total, reasons=reasons, evaluated=looked_at)
-        scores = np.zeros(rows.shape[0], dtype=np.int64)
-        for scorer in self.scores:
-            values = scorer.score(pod, cache, rows, self.static)
-            if values is not None:
-                scores += values * scorer.weight
+        scores = via.score(pod, rows) if via is not None else self.score(pod, rows)
         best = int(scores.max())
         ties = np.flatnonzero(scores == best)
         pick = self._pick(rows, ties)
@@ -353,6 +374,15 @@ class Framework:
             gpu_uuids=gpu_uuids,
             claims=claims,
         )
+
+    def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
+        """The weighted sum of the score plugins' scores for `rows`."""
+        scores = np.zeros(rows.shape[0], dtype=np.int64)
+        for scorer in self.scores:
+            values = scorer.score(pod, self.cache, rows, self.static)
+            if values is not None:
+                scores += values * scorer.weight
+        return scores
 
     def _pick(self, rows: np.ndarray, ties: np.ndarray) -> int:
         """The index (into `rows`) of the chosen node among `ties`, the indices of the best score.

@@ -43,6 +43,7 @@ from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, LeaderElectionSettings
 from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
 from ai_scheduler.log import JsonLogger
+from ai_scheduler.queue.scheduling_queue import ACTIVE
 from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.config_reload import ConfigReload
 from ai_scheduler.scheduler.core import SchedulerCore
@@ -327,6 +328,11 @@ class Scheduler:
             # A forecast's simulation shares the interpreter with scheduling: at most a fifth of the time.
             interval = max(interval, FORECAST_SHARE_FACTOR * self.expected.seconds) if interval else 0.0
             if self.forecaster is None or not interval or loop.time() - last < interval:
+                continue
+            if self.queue.counts()[ACTIVE]:
+                # Pods ready to be tried: the loop is draining them. A forecast's thread would take about
+                # half of the interpreter from their cycles (the GIL: a gang attempt took twice as long
+                # while one ran) and be stale once they are placed; it starts once the active queue is empty.
                 continue
             last = loop.time()
             if not len(self.queue):

@@ -20,7 +20,14 @@ same plugin semantics but shape the calls for arrays:
 - a DevicePicker (a filter: the one that knows managed GPUs) chooses the devices
   on the chosen node, at Reserve; a DevicePreference (a score) may name the
   device a GPU share should take there, so that the device follows the same
-  measure that chose the node (FGD's device choice).
+  measure that chose the node (FGD's device choice);
+- every plugin says, per pod, how its verdict on a node depends on the rest of
+  the cluster (`locality`): NO_OPINION (it fails no node and scores none for
+  this pod, whatever else is placed), PER_NODE (a node's verdict reads only the
+  pod and that node, so placing a pod elsewhere leaves it as it was), or ''
+  (anything else, the default). The gang fast path (gang_shapes.py) filters and
+  scores a gang's identical members once when every plugin is one of the first
+  two, and falls back to a cycle per member otherwise.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ Reasons = list[tuple[str, np.ndarray]]
 # Rows of the node table a filter looks at: a slice, or row numbers (a window wrapping round the end).
 Window = slice | np.ndarray
 
+# How a plugin's verdict on a node depends on the rest of the cluster, for one pod (see the module).
+NO_OPINION = "none"
+PER_NODE = "node"
+
 
 def position_in_window(window: Window, row: int) -> int:
     """Where `row` sits among the window's rows, or -1 when it is not one of them."""
@@ -55,6 +66,10 @@ class FilterPlugin:
     """Filter extension point: which nodes cannot host the pod, and why."""
 
     name: ClassVar[str] = ""
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        """NO_OPINION, PER_NODE or '' (see the module): '' unless the plugin knows better."""
+        return ""
 
     def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
         """PreFilter: a reason no node could ever take the pod as written (checked once per cycle), or ''."""
@@ -99,6 +114,9 @@ class StaticFilterPlugin(FilterPlugin):
         """What of the pod `check` reads; None when the pod passes on every node."""
         raise NotImplementedError
 
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if self.signature(pod) is None else PER_NODE
+
     def check(self, pod: PodRecord, node: NodeRecord) -> str | None:
         """The reason this node cannot host the pod (several joined by REASON_JOIN), or None."""
         raise NotImplementedError
@@ -134,6 +152,9 @@ class StaticClaimFilterPlugin(StaticFilterPlugin):
     refuse a pod outright (VolumeBinding, VolumeZone): a caller that skips PreFilter gets every node
     failing with PreFilter's reason."""
 
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if not pod.claims else ""  # claims are bound and provisioned as pods are placed
+
     def run(
         self,
         pod: PodRecord,
@@ -157,6 +178,11 @@ class ScorePlugin:
 
     def __init__(self, weight: int) -> None:
         self.weight = weight
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        """NO_OPINION (`score` gives None for this pod whatever the nodes), PER_NODE (a node's score reads
+        only the pod and that node, not the other nodes scored with it) or '' (see the module)."""
+        return ""
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
@@ -183,6 +209,10 @@ class StaticScorePlugin(ScorePlugin):
 
     def signature(self, pod: PodRecord) -> Hashable | None:
         raise NotImplementedError
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        # Not PER_NODE (normalised over the nodes scored): the gang fast path normalises `raw_scores` itself.
+        return NO_OPINION if self.signature(pod) is None else ""
 
     def raw_score(self, pod: PodRecord, node: NodeRecord) -> int:
         raise NotImplementedError

@@ -21,6 +21,12 @@ Placement domains: with topology labels configured, the gang is first tried
 inside one domain (narrowest label first, smallest domain that can hold it
 first); only if no single domain can hold it is it spread, unless its
 PodGroup requires one domain.
+
+Identical members (the usual case) are filtered and scored once per attempt,
+not once per member (gang_shapes.py): each member's cycle reads the shape's
+verdicts, and a placement refreshes only the row it took. Members that differ,
+or whose plugins look beyond one node (pod affinity, topology spread, volumes),
+take a full cycle each; the decisions are the same either way.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang_preemption import GangPreemptor
+from ai_scheduler.scheduler.gang_shapes import MemberShape
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.reservation import Reserver, waiting_since
@@ -90,6 +97,9 @@ class GangScheduler:
         self._blocked: tuple[tuple[np.ndarray, str], ...] = ()
         self._clock = clock
         self._domains: tuple[int, dict[str, list[tuple[str, np.ndarray]]]] = (-1, {})
+        # Per topology label: the rows of its domains, domain after domain, and where each domain starts
+        # (one np.add.reduceat sums a column per domain); kept with `_domains`.
+        self._domain_rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         # The members the attempt in progress took out of the queue (empty between attempts): if the attempt
         # raises, the scheduling loop's recovery puts them back (scheduler.recovery).
         self.holding: list[QueuedPod] = []
@@ -99,6 +109,8 @@ class GangScheduler:
         # Gang preemption (set by the core when preemption is wired); None: a gang only waits.
         self.preemptor: GangPreemptor | None = None
         self._preempted = False  # the attempt in progress preempted: no starvation reservation for it
+        # Identical members filtered and scored once (gang_shapes.py); False: a full cycle per member.
+        self.shapes = True
 
     def reconfigure(self, settings: SchedulingSettings) -> None:
         """A config reload: the timeout, the timeout backoff and the topology labels apply from the next
@@ -258,9 +270,17 @@ class GangScheduler:
         return count
 
     def _try(
-        self, gang: Gang, members: list[QueuedPod], needed: int, framework: Framework, mask: np.ndarray | None
+        self,
+        gang: Gang,
+        members: list[QueuedPod],
+        needed: int,
+        framework: Framework,
+        mask: np.ndarray | None,
+        shape: MemberShape | None = None,
     ) -> tuple[list[tuple[QueuedPod, Decision]], Decision | None]:
-        """Place as many members as fit, assuming each; undo everything if fewer than `needed` fit."""
+        """Place as many members as fit, assuming each; undo everything if fewer than `needed` fit.
+
+        `shape`: the members' common shape, when they have one (their cycles read its verdicts)."""
         placements: list[tuple[QueuedPod, Decision]] = []
         first_failure: Decision | None = None
         remaining = 0
@@ -268,17 +288,21 @@ class GangScheduler:
             if len(placements) + (len(members) - i) < needed:
                 remaining = len(members) - i
                 break  # the rest could not reach the quorum
-            decision = framework.schedule(member.pod, mask, self._blocked)
+            decision = framework.schedule(member.pod, mask, self._blocked, shape)
             if decision.node is None:
                 first_failure = first_failure or decision
                 continue
             self.binder.reserve(member.pod, decision)
+            if shape is not None:
+                shape.placed(member.pod, self.cache.row_of(decision.node))
             placements.append((member, decision))
         self.last_try = (len(placements), remaining)
         if len(placements) >= needed:
             return placements, None
         for member, _ in placements:
             self.binder.unreserve(member.pod)
+        if shape is not None:
+            shape.restore()
         if placements:
             self.log.info(
                 "gang.released",
@@ -295,10 +319,11 @@ class GangScheduler:
         required = gang.podgroup is not None and gang.podgroup.same_domain_required
         first_failure: Decision | None = None
         tried_domains = False
+        shape = MemberShape.of(framework, [m.pod for m in members]) if self.shapes else None
         for label, domains in self._domain_masks().items():
-            for value, mask in self._candidate_domains(domains, members, needed):
+            for value, mask in self._candidate_domains(label, domains, members, needed):
                 tried_domains = True
-                placements, failure = self._try(gang, members, needed, framework, mask)
+                placements, failure = self._try(gang, members, needed, framework, mask, shape)
                 if placements:
                     return placements, f"{label}={value}"
                 first_failure = first_failure or failure
@@ -315,7 +340,7 @@ class GangScheduler:
             reason += self._preempt(gang, members, needed, framework, masks)
             self._wait(gang, members, reason, gang.min_member - needed, needed)
             return None
-        placements, failure = self._try(gang, members, needed, framework, None)
+        placements, failure = self._try(gang, members, needed, framework, None, shape)
         if placements:
             return placements, ""
         failure = failure or first_failure
@@ -455,16 +480,21 @@ class GangScheduler:
             if len(rows_by_value) < 1:
                 continue
             masks = []
+            order: list[int] = []
+            starts: list[int] = []
             for value, rows in sorted(rows_by_value.items()):
                 mask = np.zeros(cache.rows, dtype=bool)
                 mask[rows] = True
                 masks.append((value, mask))
+                starts.append(len(order))
+                order.extend(rows)
             domains[label] = masks
+            self._domain_rows[label] = (np.array(order, dtype=np.intp), np.array(starts, dtype=np.intp))
         self._domains = (cache.static_version, domains)
         return domains
 
     def _candidate_domains(
-        self, domains: list[tuple[str, np.ndarray]], members: list[QueuedPod], needed: int
+        self, label: str, domains: list[tuple[str, np.ndarray]], members: list[QueuedPod], needed: int
     ) -> list[tuple[str, np.ndarray]]:
         """Domains whose free capacity could hold the quorum, smallest first (keep big domains whole)."""
         cache = self.cache
@@ -472,20 +502,20 @@ class GangScheduler:
         for member in members[:needed]:
             for resource, amount in member.pod.requests.items():
                 demand[resource] = demand.get(resource, 0) + amount
-        free = np.clip(cache.allocatable - cache.requested, 0, None)
-        ranked = []
-        for value, mask in domains:
-            rows = mask & cache.valid
-            fits = True
-            for resource, amount in demand.items():
-                col = cache.column(resource)
-                if col < 0 or int(free[rows, col].sum()) < amount:
-                    fits = False
-                    break
-            if fits:
-                ranked.append((int(free[rows, cache.resource_index["cpu"]].sum()), value, mask))
-        ranked.sort(key=lambda item: (item[0], item[1]))
-        return [(value, mask) for _, value, mask in ranked[:MAX_DOMAIN_TRIALS]]
+        cols = [cache.column(resource) for resource in demand]
+        if any(col < 0 for col in cols):
+            return []  # a resource no node has: no domain can hold the quorum
+        cpu = cache.resource_index["cpu"]
+        # Free room over the domains' rows, summed per domain in one pass (a removed node's row holds zeros,
+        # and changes the static version, which rebuilds the domains).
+        order, starts = self._domain_rows[label]
+        free = np.maximum(cache.allocatable.take(order, axis=0) - cache.requested.take(order, axis=0), 0)
+        sums = np.add.reduceat(free, starts, axis=0)[:, [cpu, *cols]]
+        fits = (sums[:, 1:] >= np.array(list(demand.values()), dtype=np.int64)).all(axis=1)
+        ranked = sorted(
+            (int(sums[i, 0]), domains[i][0], i) for i in np.flatnonzero(fits).tolist()
+        )
+        return [(value, domains[i][1]) for _, value, i in ranked[:MAX_DOMAIN_TRIALS]]
 
     # ------------------------------------------------------------------ timeouts and failures
     def check_timeouts(self) -> None:

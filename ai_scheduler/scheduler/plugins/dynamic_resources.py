@@ -72,6 +72,7 @@ from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.scheduler.framework import (
     ALL_ROWS,
     MAX_NODE_SCORE,
+    NO_OPINION,
     FilterPlugin,
     Reasons,
     ScorePlugin,
@@ -297,6 +298,12 @@ class DynamicResources(FilterPlugin):
             # pod's status (which may still name a claim deleted after a failed binding).
             out.extended_found = dra.extended_claim_of(ns, pod.name, pod.uid)
         return out
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        """NO_OPINION for a pod with nothing for DRA (its gang's identical members share one evaluation);
+        a pod with claims or mapped extended resources takes a cycle of its own: devices a member takes
+        change what the next can have, beyond the row it took."""
+        return NO_OPINION if not needs_dra(pod, cache.dra) else ""
 
     def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
         self.failure = ""
@@ -576,6 +583,9 @@ class DynamicResourcesScore(ScorePlugin):
     def __init__(self, weight: int) -> None:
         super().__init__(weight)
         self.filter: DynamicResources | None = None  # linked by the Framework to the profile's filter
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if not pod.resource_claims else ""  # `score` gives None without claims
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults

@@ -36,6 +36,8 @@ from ai_scheduler.quantity import format_units
 from ai_scheduler.scheduler.framework import (
     ALL_ROWS,
     MAX_NODE_SCORE,
+    NO_OPINION,
+    PER_NODE,
     DevicePicker,
     Reasons,
     ScorePlugin,
@@ -54,6 +56,9 @@ NO_MEMORY = "Insufficient GPU memory"
 
 class GpuFilter(DevicePicker):
     name = "GPU"
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if gpu_request(pod)[0] is None else PER_NODE
 
     def __init__(
         self, staleness: float, *, spread: bool = False, clock: Callable[[], float] = time.time
@@ -187,6 +192,9 @@ class GpuBinpack(ScorePlugin):
 
     name = "GPUBinpack"
 
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return PER_NODE
+
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
     ) -> np.ndarray | None:
@@ -241,6 +249,9 @@ class GpuAvoidance(ScorePlugin):
     """A pod that needs no GPU prefers nodes without GPUs, leaving GPU nodes to GPU work."""
 
     name = "GPUAvoidance"
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if pod.requests.get(DEVICE_PLUGIN_GPU) or gpu_request(pod)[0] is not None else ""
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults

@@ -50,6 +50,7 @@ from ai_scheduler.cache.selectors import NO_AFFINITY, AffinityTerm
 from ai_scheduler.scheduler.framework import (
     ALL_ROWS,
     MAX_NODE_SCORE,
+    NO_OPINION,
     FilterPlugin,
     Reasons,
     ScorePlugin,
@@ -95,6 +96,13 @@ class InterPodAffinityFilter(FilterPlugin):
 
     def __init__(self) -> None:
         self._state: _FilterState | None = None
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return (
+            NO_OPINION
+            if not pod.pod_affinity.has_required and not cache.assigned.required_anti_affinity_groups
+            else ""
+        )
 
     def run(
         self,
@@ -179,6 +187,11 @@ class InterPodAffinityFilter(FilterPlugin):
 
 class InterPodAffinityScore(ScorePlugin):
     name = "InterPodAffinity"
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return (
+            NO_OPINION if not pod.pod_affinity.has_preferred and not cache.assigned.has_affinity_pods else ""
+        )
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults

@@ -14,13 +14,24 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import ALL_ROWS, FilterPlugin, Reasons, StaticResults, Window
+from ai_scheduler.scheduler.framework import (
+    ALL_ROWS,
+    NO_OPINION,
+    PER_NODE,
+    FilterPlugin,
+    Reasons,
+    StaticResults,
+    Window,
+)
 
 NO_FREE_PORTS = "node(s) didn't have free ports for the requested pod ports"
 
 
 class NodePorts(FilterPlugin):
     name = "NodePorts"
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if not pod.host_ports else PER_NODE  # a node's ports change only by its own pods
 
     def run(
         self,

@@ -23,7 +23,14 @@ import numpy as np
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.volumes import Claim, VolumeIndex
-from ai_scheduler.scheduler.framework import ALL_ROWS, FilterPlugin, Reasons, StaticResults, Window
+from ai_scheduler.scheduler.framework import (
+    ALL_ROWS,
+    NO_OPINION,
+    FilterPlugin,
+    Reasons,
+    StaticResults,
+    Window,
+)
 
 MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 
@@ -47,6 +54,9 @@ def unique_volume(claim: Claim, index: VolumeIndex) -> tuple[str, str] | None:
 
 class NodeVolumeLimits(FilterPlugin):
     name = "NodeVolumeLimits"
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if not pod.claims else ""
 
     def _new_volumes(self, pod: PodRecord, index: VolumeIndex) -> dict[str, str]:
         volumes: dict[str, str] = {}

@@ -66,6 +66,7 @@ from ai_scheduler.cache.spread import HOSTNAME_KEY, NO_SPREAD, SYSTEM_DEFAULT_CO
 from ai_scheduler.scheduler.framework import (
     ALL_ROWS,
     MAX_NODE_SCORE,
+    NO_OPINION,
     FilterPlugin,
     Reasons,
     ScorePlugin,
@@ -172,6 +173,9 @@ class PodTopologySpreadFilter(FilterPlugin):
         self._state: _FilterState | None = None
         self._inclusion = _NodeInclusion()
 
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if not pod.spread.hard else ""
+
     def run(
         self,
         pod: PodRecord,
@@ -261,6 +265,14 @@ class PodTopologySpreadScore(ScorePlugin):
         self.system_defaults = system_defaults
         self._state: _ScoreState | None = None
         self._inclusion = _NodeInclusion()
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        spread = pod.spread
+        if spread is NO_SPREAD:
+            none = not self.system_defaults or cache.workloads.default_selector(pod) is None
+        else:
+            none = not spread.soft
+        return NO_OPINION if none else ""
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults

@@ -25,7 +25,7 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, PER_NODE, ScorePlugin, StaticResults
 from ai_scheduler.scheduler.plugins.gpu import gpu_nodes
 
 ALWAYS_SCORED = frozenset({"cpu", "memory", "ephemeral-storage"})
@@ -35,6 +35,9 @@ class _ResourceAllocation(ScorePlugin):
     def __init__(self, weight: int, resources: Mapping[str, int]) -> None:
         super().__init__(weight)
         self.resources = dict(resources)
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return PER_NODE
 
     @staticmethod
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
@@ -162,6 +165,9 @@ class BalancedAllocation(ScorePlugin):
     def __init__(self, weight: int, resources: Mapping[str, int]) -> None:
         super().__init__(weight)
         self.resources = dict(resources)
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return PER_NODE
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults

@@ -17,6 +17,7 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.scheduler.framework import (
     ALL_ROWS,
+    PER_NODE,
     FilterPlugin,
     Reasons,
     StaticResults,
@@ -33,6 +34,9 @@ def insufficient(resource: str) -> str:
 
 class NodeResourcesFit(FilterPlugin):
     name = "NodeResourcesFit"
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return PER_NODE  # the node's free room (and room held there for nominated pods)
 
     def run(
         self,

@@ -34,6 +34,7 @@ from ai_scheduler.cache.records import DiskKind, InlineDisk, PodRecord
 from ai_scheduler.cache.volumes import READ_WRITE_ONCE_POD, VolumeIndex
 from ai_scheduler.scheduler.framework import (
     ALL_ROWS,
+    NO_OPINION,
     FilterPlugin,
     Reasons,
     StaticResults,
@@ -75,6 +76,9 @@ def read_write_once_pod_conflict(pod: PodRecord, index: VolumeIndex) -> tuple[st
 
 class VolumeRestrictions(FilterPlugin):
     name = "VolumeRestrictions"
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return NO_OPINION if not pod.claims and not pod.disks else ""
 
     def prefilter(self, pod: PodRecord, cache: SchedulerCache) -> str:
         if not pod.claims:

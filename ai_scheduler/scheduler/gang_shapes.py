@@ -1,0 +1,290 @@
+"""The gang fast path: a gang's identical members are filtered and scored once, then placed one by one.
+
+A gang's members are usually identical: the same requests, selectors and tolerations. The
+per-member path (GangScheduler._try without a shape) runs a whole cycle for each of them: every
+filter over each window of nodes the search looks at, every score over the feasible nodes it
+found. Here, for one member *shape*:
+
+- the filters run once over the whole node table, and give each row a code: 0 when it passes
+  every filter, else the reasons of the first filter it fails (a node is charged to the first
+  filter it fails, with all of that filter's reasons, as in a cycle);
+- the scores whose locality is PER_NODE are summed once per feasible row; a StaticScorePlugin
+  keeps its cached raw values and is normalised per member over the nodes that member scores.
+
+Each member's cycle then runs the Framework's own search and selection (`Framework.schedule` with
+this shape as its `Evaluation`): the same windows from the same start row, the same counts of
+reasons, the same scores, the same tie-break draw; only the verdicts and scores are read from the
+arrays here instead of asking the plugins. After a member's Reserve, only the row it took is
+filtered (by the filters that read pods placed on it) and scored again: for a plugin whose
+locality is PER_NODE a placement changes nothing on the other rows, and a NO_OPINION plugin says
+nothing about the pod whatever is placed. When a try gives up, its rows go back to what they were
+(`restore`), as the cache does once the try's members are unreserved.
+
+`MemberShape.key` says when it applies: no member is nominated (a nominee's own node is searched
+first, and room held for it counts as free for it only), every plugin's locality is NO_OPINION or
+PER_NODE for the pod, and every member has the same key (everything the PER_NODE plugins read from
+the pod: requests, scoring requests, the managed-GPU request, host ports, and each static plugin's
+signature). Pod (anti-)affinity, topology spread, volumes, existing pods' anti-affinity, or a
+plugin that does not say how it reads the cluster: the gang takes the per-member path. Both paths
+give the same decisions (tests/test_gang_shapes.py compares them on random gangs).
+
+One difference in time only: the GPU filter's staleness of a node's GPU report is judged when the
+shape is made, not again for each member of the same attempt (milliseconds apart).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+from ai_scheduler.cache.gpus import gpu_request
+from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.framework import (
+    MAX_NODE_SCORE,
+    NO_OPINION,
+    PER_NODE,
+    FilterPlugin,
+    ScorePlugin,
+    StaticFilterPlugin,
+    StaticScorePlugin,
+    Window,
+    default_normalize,
+)
+
+_NO_ROWS = np.zeros(0, dtype=np.intp)
+_ONE = np.ones(1, dtype=bool)
+
+
+class MemberShape:
+    """Filter verdicts and scores over the node table for one member shape (see the module).
+
+    Implements the cycle's `Evaluation`: `filter_window` and `score`, read from the arrays."""
+
+    def __init__(self, framework: Framework, pod: PodRecord) -> None:
+        cache = self.cache = framework.cache
+        self.framework = framework
+        static = framework.static
+        filters = [f for f in framework.filters if f.locality(pod, cache) == PER_NODE]
+        # The filters that read what placed pods use: a placement can change their verdict on its row.
+        self._dynamic: list[FilterPlugin] = [f for f in filters if not isinstance(f, StaticFilterPlugin)]
+        self._row_scorers: list[ScorePlugin] = [
+            s
+            for s in framework.scores
+            if not isinstance(s, StaticScorePlugin) and s.locality(pod, cache) == PER_NODE
+        ]
+        self._static_scores: list[tuple[StaticScorePlugin, np.ndarray | None]] = []
+        for scorer in framework.scores:
+            if isinstance(scorer, StaticScorePlugin):
+                signature = scorer.signature(pod)
+                if signature is not None:
+                    self._static_scores.append((scorer, static.raw_scores(scorer, pod, signature)))
+        self.reason_sets: list[tuple[str, ...]] = [()]
+        self._codes_of: dict[tuple[str, ...], int] = {(): 0}
+        self._filters = filters
+        self._pod = pod
+        limit = cache.row_limit
+        # Rows are filtered and scored when a search first reads them, never twice: the members' searches
+        # overlap (inside a domain, or once the search wraps round the table), a full pass would not pay.
+        self.codes = np.zeros(limit, dtype=np.int32)
+        self.filtered = np.zeros(limit, dtype=bool)
+        self.row_scores = np.zeros(limit, dtype=np.int64)
+        self.scored = np.zeros(limit, dtype=bool)
+        self._changed: set[int] = set()  # rows this try's placements changed
+        self._masked: tuple[np.ndarray | None, np.ndarray] = (None, cache.valid)  # node mask -> valid & it
+
+    @staticmethod
+    def key(framework: Framework, pod: PodRecord) -> Hashable | None:
+        """What of the pod the shape's verdicts depend on; None when the fast path does not apply."""
+        cache = framework.cache
+        if pod.uid in cache.nominations:
+            return None
+        localities: list[str] = []
+        for plugin in framework.filters:
+            locality = plugin.locality(pod, cache)
+            if locality not in (NO_OPINION, PER_NODE):
+                return None
+            localities.append(locality)
+        for scorer in framework.scores:
+            if not isinstance(scorer, StaticScorePlugin):
+                locality = scorer.locality(pod, cache)
+                if locality not in (NO_OPINION, PER_NODE):
+                    return None
+                localities.append(locality)
+        return tuple(localities), MemberShape._pod_key(framework, pod)
+
+    @staticmethod
+    def _pod_key(framework: Framework, pod: PodRecord) -> Hashable:
+        """The part of the key read from the pod alone, kept in its derived data for this framework (a
+        reload builds new frameworks, whose plugins may read other parts of the pod)."""
+        cached = pod.derived.get("gang_shape")
+        if cached is not None and cached[0] is framework:
+            key: Hashable = cached[1]
+            return key
+        signatures = tuple(
+            plugin.signature(pod)
+            for plugin in [*framework.filters, *framework.scores]
+            if isinstance(plugin, StaticFilterPlugin | StaticScorePlugin)
+        )
+        key = (
+            signatures,
+            tuple(sorted(pod.requests.items())),
+            tuple(sorted(pod.score_requests().items())),
+            gpu_request(pod),
+            pod.host_ports,
+            pod.scheduler_name,
+        )
+        pod.derived["gang_shape"] = (framework, key)
+        return key
+
+    @classmethod
+    def of(cls, framework: Framework, pods: Sequence[PodRecord]) -> MemberShape | None:
+        """The shape of `pods` when they share one and the fast path applies to it, else None."""
+        if len(pods) < 2:
+            return None
+        first = cls.key(framework, pods[0])
+        if first is None:
+            return None
+        for pod in pods[1:]:
+            if cls.key(framework, pod) != first:
+                return None
+        return cls(framework, pods[0])
+
+    # ------------------------------------------------------------------ the cycle's Evaluation
+    def filter_window(
+        self,
+        pod: PodRecord,
+        window: Window,
+        node_mask: np.ndarray | None,
+        blocked: Sequence[tuple[np.ndarray, str]],
+        reasons: dict[str, int],
+    ) -> tuple[np.ndarray, int]:
+        """Framework._filter_window, read from the codes (rows not filtered yet are filtered first)."""
+        mask, usable = self._masked
+        if mask is not node_mask:
+            usable = self.cache.valid if node_mask is None else self.cache.valid & node_mask
+            self._masked = (node_mask, usable)
+        alive = usable[window]
+        if isinstance(window, slice):
+            alive = alive.copy()
+        looked_at = int(np.count_nonzero(alive))
+        if not looked_at:
+            return _NO_ROWS, 0
+        todo = alive & ~self.filtered[window]
+        if todo.any():
+            local = np.flatnonzero(todo)
+            if isinstance(window, slice):
+                self._filter(local + (window.start or 0))
+            else:
+                self._filter(window[local])
+        codes = self.codes[window]
+        failed = codes[alive]
+        failed = failed[failed > 0]
+        if failed.size:
+            counts = np.bincount(failed)
+            reason_sets = self.reason_sets
+            for code in np.flatnonzero(counts).tolist():
+                count = int(counts[code])
+                for reason in reason_sets[code]:
+                    reasons[reason] = reasons.get(reason, 0) + count
+            alive &= codes == 0
+        for mask_off, reason in blocked:
+            kept_off = alive & mask_off[window]
+            count = int(np.count_nonzero(kept_off))
+            if count:
+                reasons[reason] = reasons.get(reason, 0) + count
+                alive &= ~kept_off
+        rows = np.flatnonzero(alive)
+        if not isinstance(window, slice):
+            return window[rows], looked_at
+        if window.start:
+            rows += window.start
+        return rows, looked_at
+
+    def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
+        """Framework.score, from the per-row sums (rows not scored yet are scored first) and the static
+        scores' raw values, normalised over `rows` as StaticScorePlugin.score does."""
+        todo = rows[~self.scored[rows]]
+        if todo.size:
+            self.row_scores[todo] = self._scores(pod, todo)
+            self.scored[todo] = True
+        scores: np.ndarray = self.row_scores[rows]
+        for scorer, raw in self._static_scores:
+            if raw is None:  # what StaticScorePlugin.score gives for all zeros
+                if scorer.reverse:
+                    scores += MAX_NODE_SCORE * scorer.weight
+                continue
+            scores += default_normalize(raw[rows], scorer.reverse) * scorer.weight
+        return scores
+
+    # ------------------------------------------------------------------ placements
+    def placed(self, pod: PodRecord, row: int) -> None:
+        """A member was reserved on `row`: that row is filtered (by the filters that read pods placed on
+        it; it passed the others) and scored again."""
+        self._changed.add(row)
+        cache, static = self.cache, self.framework.static
+        window = slice(row, row + 1)
+        code = 0
+        for plugin in self._dynamic:
+            failing = tuple(
+                reason for reason, mask in plugin.run(pod, cache, _ONE, static, window) if mask[0]
+            )
+            if failing:
+                code = self._code(failing)
+                break
+        self.codes[row] = code
+        self.scored[row] = False
+
+    def restore(self) -> None:
+        """The try's members were unreserved: their rows are read again from the cache as it is back."""
+        changed = list(self._changed)
+        self.filtered[changed] = False
+        self.scored[changed] = False
+        self._changed.clear()
+
+    def _filter(self, rows: np.ndarray) -> None:
+        """Codes of `rows` (row numbers): 0 when they pass every filter, else the reasons of the first
+        filter they fail, as Framework._filter_window charges them."""
+        cache, static, pod = self.cache, self.framework.static, self._pod
+        alive = np.ones(rows.shape[0], dtype=bool)
+        codes = np.zeros(rows.shape[0], dtype=np.int32)
+        for plugin in self._filters:
+            failing = []
+            for reason, mask in plugin.run(pod, cache, alive, static, rows):
+                hit = mask & alive
+                if hit.any():
+                    failing.append((reason, hit))
+            if not failing:
+                continue
+            if len(failing) == 1:
+                codes[failing[0][1]] = self._code((failing[0][0],))
+                alive &= ~failing[0][1]
+            else:
+                bits = np.zeros(rows.shape[0], dtype=np.int64)
+                for i, (_, hit) in enumerate(failing):
+                    bits[hit] |= 1 << i
+                failed = bits != 0
+                for value in np.unique(bits[failed]).tolist():
+                    chosen = tuple(reason for i, (reason, _) in enumerate(failing) if value >> i & 1)
+                    codes[bits == value] = self._code(chosen)
+                alive &= ~failed
+            if not alive.any():
+                break
+        self.codes[rows] = codes
+        self.filtered[rows] = True
+
+    def _scores(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
+        scores = np.zeros(rows.shape[0], dtype=np.int64)
+        for scorer in self._row_scorers:
+            values = scorer.score(pod, self.cache, rows, self.framework.static)
+            if values is not None:
+                scores += values * scorer.weight
+        return scores
+
+    def _code(self, reasons: tuple[str, ...]) -> int:
+        code = self._codes_of.get(reasons)
+        if code is None:
+            code = self._codes_of[reasons] = len(self.reason_sets)
+            self.reason_sets.append(reasons)
+        return code
