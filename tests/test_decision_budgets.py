@@ -82,6 +82,7 @@ def test_a_gang_attempt_of_identical_members_stays_within_its_budget(gang: dict[
     filters, scores = _profile_sizes()
     size = 8
     per = gang["per_attempt"]
+    assert scores < 16 <= 3 * scores  # the score budget below: about two runs per scorer
     assert per["framework_schedule"] <= size  # the search itself, per member, over cached verdicts
     assert per["filter_runs"] <= filters  # 12 today
     assert per["prefilter_runs"] <= size * filters
