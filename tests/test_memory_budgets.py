@@ -13,6 +13,8 @@ Deterministic: no timing, the same objects every run.
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -165,3 +167,44 @@ def test_a_forecast_whose_child_fails_raises_with_the_childs_error() -> None:
     work = forecasting.forecaster(None, 60.0)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="forecast process: AttributeError"):
         work()
+
+
+# In a fresh interpreter, as the daemon starts: its client, then a node created and listed back.
+CLIENT_PROGRAM = """
+import asyncio, sys
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.cache.records import NodeRecord
+from ai_scheduler.sim.objects import make_node
+
+async def main():
+    client = await KubeClient.connect(sys.argv[1])
+    try:
+        await client.create_node(make_node("lazy-0"))
+        nodes, _ = await client.list_as("nodes", NodeRecord.from_api)
+    finally:
+        await client.close()
+    models = sum(name.startswith("kubernetes_asyncio.client.models.") for name in sys.modules)
+    print(",".join(node.name for node in nodes), models)
+
+asyncio.run(main())
+"""
+
+
+def test_the_daemons_client_loads_no_kubernetes_model_and_talks_to_the_api_server(tmp_path: Any) -> None:
+    """kubernetes_asyncio's thousand model modules (api/lazy_client.py) stay unloaded; the API works."""
+    kubeconfig = tmp_path / "kubeconfig"
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "ai_scheduler.sim", "--no-kubelets", "--kubeconfig-out", str(kubeconfig)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert sim.stdout is not None and sim.stdout.readline(), "the simulated API server did not start"
+        run = subprocess.run([sys.executable, "-c", CLIENT_PROGRAM, str(kubeconfig)],
+                             capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    assert run.returncode == 0, run.stderr
+    names, models = run.stdout.split()
+    assert names == "lazy-0"
+    assert int(models) < 10, f"{models} model modules imported"
