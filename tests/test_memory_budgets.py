@@ -23,6 +23,7 @@ import pytest
 
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.core import SchedulerCore
+from ai_scheduler.scheduler.heap import trimmer
 from ai_scheduler.sim.objects import make_node, make_pod
 from ai_scheduler.tracesim import forecast as forecasting
 from ai_scheduler.tracesim.engine import Simulation
@@ -208,3 +209,10 @@ def test_the_daemons_client_loads_no_kubernetes_model_and_talks_to_the_api_serve
     names, models = run.stdout.split()
     assert names == "lazy-0"
     assert int(models) < 10, f"{models} model modules imported"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim is Linux's")
+def test_the_daemon_can_hand_free_heap_pages_back() -> None:
+    trim = trimmer()
+    assert trim is not None
+    assert trim() in (0, 1)
