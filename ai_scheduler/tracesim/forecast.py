@@ -53,6 +53,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 
 import orjson
@@ -217,7 +218,11 @@ def _forked(core: SchedulerCore, horizon_s: float) -> Callable[[], Mapping[str, 
     """Fork now (on the daemon's loop: the child sees the state between two callbacks); the returned
     work reads the child's report and reaps it."""
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that a child of a threaded process may find a lock held by another thread:
+        # this child takes none (it runs the simulation alone, logs nothing, and leaves with os._exit).
+        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # pragma: no cover - the child's coverage is not collected
         os.close(read_end)
         _child(core, horizon_s, write_end)
