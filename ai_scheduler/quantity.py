@@ -89,7 +89,18 @@ def _parse_text(text: str) -> Decimal:
 
 def to_units(resource: str, text: str | int | float) -> int:
     """Integer amount used in fit checks: millicores for cpu, rounded-up units otherwise; saturates at
-    +-MAX_UNITS."""
+    +-MAX_UNITS. A string's amount is remembered, so that the records of many pods share one int."""
+    if type(text) is str:
+        return _text_units(resource, text)
+    return _to_units(resource, text)
+
+
+@lru_cache(maxsize=4096)
+def _text_units(resource: str, text: str) -> int:
+    return _to_units(resource, text)
+
+
+def _to_units(resource: str, text: str | int | float) -> int:
     value = parse_quantity(text)
     if resource in MILLI_RESOURCES:
         value = _ARITHMETIC.multiply(value, 1000)

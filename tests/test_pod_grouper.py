@@ -262,7 +262,7 @@ def test_an_indexed_job_is_a_gang_of_its_parallelism() -> None:
 # --------------------------------------------------------------------------- precedence, aliases, off
 def test_precedence_schedulinggroup_then_explicit_keys_then_inference() -> None:
     member = lws_pod("llm", 0, 1, 4)
-    member.labels["scheduling.x-k8s.io/pod-group"] = "explicit"
+    member.labels = {**member.labels, "scheduling.x-k8s.io/pod-group": "explicit"}  # records share labels
     ref = gang_ref(member, none)
     assert ref is not None and ref.key == f"{NS}/explicit"
     native = pod("n", labels={"scheduling.x-k8s.io/pod-group": "explicit"}, group="ranks")

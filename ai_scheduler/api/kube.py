@@ -41,7 +41,12 @@ from typing import Any, TypeVar
 
 import aiohttp
 import orjson
-from kubernetes_asyncio import client, config
+
+from ai_scheduler.api import lazy_client
+
+lazy_client.install()  # before kubernetes_asyncio is imported: its client's names load on first use
+
+from kubernetes_asyncio import client, config  # noqa: E402
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -8,6 +8,11 @@ no reference into the parsed JSON. Strings that repeat across pods (namespaces,
 node and scheduler names, phases, label keys and values) are interned, equal
 toleration lists are one shared tuple, and the one annotation known to be large
 and never read (`kubectl.kubernetes.io/last-applied-configuration`) is dropped.
+Pods of one template also share their requests: equal `requests` and
+`nonzero_requests` are one `Frozen` dict (read-only: a write raises), as are the
+empty label, annotation, node selector and affinity maps, and an amount parsed
+from a quantity string is one int object. tests/test_memory_budgets.py holds the
+bytes per pod and per node to a budget.
 """
 
 from __future__ import annotations
@@ -105,6 +110,49 @@ HOLD_GATE = "ai-scheduler.io/hold"
 REQUEUE_ANNOTATION = "ai-scheduler.io/requeue-at"
 
 
+class Frozen(dict[str, Any]):
+    """A dict shared by many records, so read-only: every write raises TypeError (a record that needs
+    another map gets a new one: records are replaced, never edited, see `mark_bound`)."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a shared record map is read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __copy__(self) -> Frozen:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Frozen:
+        return self
+
+    def __reduce__(self) -> Any:
+        return (Frozen, (dict(self),))
+
+
+EMPTY = Frozen()  # the one empty map of every record that has none
+SHARED_MAPS = 4096  # distinct request maps kept for sharing (templates of pods)
+
+
+@functools.lru_cache(maxsize=SHARED_MAPS)
+def _frozen(items: tuple[tuple[str, Any], ...]) -> Frozen:
+    return Frozen(items)
+
+
+def shared_map(mapping: Mapping[str, Any]) -> Frozen:
+    """The shared, read-only copy of a small map of hashable values (pods of one template share it)."""
+    if not mapping:
+        return EMPTY
+    if type(mapping) is Frozen:
+        return mapping
+    try:
+        return _frozen(tuple(mapping.items()))
+    except TypeError:  # an unhashable value (malformed input): its own copy
+        return Frozen(mapping)
+
+
 def _shared(value: Any) -> Any:
     """The interned copy of a string (one object for every pod that carries it); anything else as is."""
     return sys.intern(value) if type(value) is str else value
@@ -112,9 +160,9 @@ def _shared(value: Any) -> Any:
 
 def _shared_map(mapping: Any) -> dict[str, str]:
     """Labels or annotations with shared keys and values; not a dict (malformed input) reads as empty."""
-    if not isinstance(mapping, dict):
-        return {}
-    return {_shared(k): _shared(v) for k, v in mapping.items() if k != LAST_APPLIED}
+    if not isinstance(mapping, dict) or not mapping:
+        return EMPTY
+    return {_shared(k): _shared(v) for k, v in mapping.items() if k != LAST_APPLIED} or EMPTY
 
 
 @functools.lru_cache(maxsize=4096)
@@ -435,6 +483,7 @@ class PodRecord:
     """A pod as the scheduler sees it."""
 
     __slots__ = (
+        "_derived",
         "affinity",
         "annotations",
         "claim_statuses",
@@ -442,7 +491,6 @@ class PodRecord:
         "controller",
         "creation",
         "deleting",
-        "derived",
         "disks",
         "extended_claim",
         "gated",
@@ -484,9 +532,9 @@ class PodRecord:
         self.creation = ""
         self.deleting = False
         self.gated = False  # spec.schedulingGates, or a user's hold (HOLD_ANNOTATION): never tried
-        self.labels: dict[str, str] = {}
-        self.annotations: dict[str, str] = {}
-        self.node_selector: dict[str, str] = {}
+        self.labels: dict[str, str] = EMPTY
+        self.annotations: dict[str, str] = EMPTY
+        self.node_selector: dict[str, str] = EMPTY
         self.owners: tuple[str, ...] = ()
         # The controlling owner when it is a workload that kube-scheduler's default spreading reads
         # (ReplicaSet, StatefulSet, ReplicationController): (kind, name); None otherwise.
@@ -498,11 +546,11 @@ class PodRecord:
         self.scheduling_group = ""
         self.started = ""  # status.startTime: when the kubelet started it
         self.preempts = True  # spec.preemptionPolicy is not Never
-        self.affinity: dict[str, Any] = {}
+        self.affinity: dict[str, Any] = EMPTY
         self.pod_affinity: PodAffinityTerms = NO_AFFINITY  # parsed podAffinity / podAntiAffinity
         self.spread: SpreadConstraints = NO_SPREAD  # parsed topologySpreadConstraints
         self.tolerations: tuple[Toleration, ...] = ()
-        self.requests: dict[str, int] = {}
+        self.requests: dict[str, int] = EMPTY
         self.host_ports: tuple[HostPort, ...] = ()
         self.claims: tuple[ClaimRef, ...] = ()  # the PersistentVolumeClaims its volumes use (VolumeBinding)
         self.disks: tuple[InlineDisk, ...] = ()  # in-tree disks named inline (VolumeRestrictions)
@@ -512,9 +560,21 @@ class PodRecord:
         self.nonzero_requests: dict[str, int] | None = None  # None: derived from `requests`
         self.scheduled_condition: tuple[str, str, str] | None = None
         self.spec_error = ""
-        # What the scheduler derives from the record once (e.g. its managed-GPU request, cache/gpus.py),
-        # by name; a changed pod is a new record, so nothing here goes stale.
-        self.derived: dict[str, Any] = {}
+        self._derived: dict[str, Any] | None = None  # `derived`, made on first use
+
+    @property
+    def derived(self) -> dict[str, Any]:
+        """What the scheduler derives from the record once (e.g. its managed-GPU request, cache/gpus.py),
+        by name; a changed pod is a new record, so nothing here goes stale. Made on first use: most
+        pods of a large cluster (bound, placed by others) never need one."""
+        derived = self._derived
+        if derived is None:
+            derived = self._derived = {}
+        return derived
+
+    @derived.setter
+    def derived(self, value: dict[str, Any]) -> None:
+        self._derived = value
 
     @property
     def key(self) -> str:
@@ -553,7 +613,7 @@ class PodRecord:
         rec.resource_version = meta.get("resourceVersion") or ""
         rec.creation = _shared(meta.get("creationTimestamp") or "")
         rec.deleting = bool(meta.get("deletionTimestamp"))
-        rec.labels = _shared_map(meta.get("labels"))
+        rec.labels = shared_map(_shared_map(meta.get("labels")))  # a template's pods: one map
         rec.annotations = _shared_map(meta.get("annotations"))
         rec.owners = tuple(_shared(ref.get("name", "")) for ref in meta.get("ownerReferences") or ())
         rec.controller = _spread_controller(meta.get("ownerReferences"))
@@ -570,7 +630,7 @@ class PodRecord:
         rec.gated = bool(spec.get("schedulingGates")) or rec.annotations.get(HOLD_ANNOTATION) == "true"
         rec.preempts = spec.get("preemptionPolicy") != "Never"
         rec.node_selector = _shared_map(spec.get("nodeSelector"))
-        rec.affinity = spec.get("affinity") or {}
+        rec.affinity = spec.get("affinity") or EMPTY
         rec.tolerations = _tolerations(tuple(
             (
                 _shared(t.get("key") or ""),
@@ -590,8 +650,8 @@ class PodRecord:
                     cond.get("message") or "",
                 )
         try:
-            rec.requests = pod_requests(spec)
-            rec.nonzero_requests = pod_score_requests(spec)
+            rec.requests = shared_map(pod_requests(spec))
+            rec.nonzero_requests = shared_map(pod_score_requests(spec))
         except QuantityError as exc:
             rec.requests = {}
             rec.nonzero_requests = None
@@ -670,8 +730,8 @@ class NodeRecord:
         status = obj.get("status") or {}
         rec.name = meta.get("name") or ""
         rec.resource_version = meta.get("resourceVersion") or ""
-        rec.labels = meta.get("labels") or {}
-        rec.annotations = meta.get("annotations") or {}
+        rec.labels = _shared_map(meta.get("labels"))
+        rec.annotations = _shared_map(meta.get("annotations"))
         rec.unschedulable = bool(spec.get("unschedulable"))
         rec.taints = tuple(
             Taint(t.get("key") or "", t.get("value") or "", t.get("effect") or "")

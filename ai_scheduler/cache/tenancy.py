@@ -32,7 +32,7 @@ from ai_scheduler.cache.gpus import (
     GPU_MEMORY_ANNOTATION,
     gpu_request,
 )
-from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.cache.records import PodRecord, shared_map
 from ai_scheduler.config import Config
 from ai_scheduler.config.schema import GroupSpec, QueueSpec, UserSpec
 from ai_scheduler.messages import echo
@@ -99,10 +99,11 @@ class Tenancy:
         # The cache's DRA state (set by the core): GPUs held through ResourceClaims count as nvidia.com/gpu.
         self.dra: DraState | None = None
         self.usage: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)  # (kind, name) -> amounts
-        self._charged: dict[str, tuple[Tenant, dict[str, int]]] = {}
+        self._charged: dict[str, tuple[Tenant, Mapping[str, int]]] = {}  # amounts: shared, read-only
         # tenant_of runs several times per pod per cycle (queue, priority, quota, log): remember it per
         # resourceVersion, since only a change of the pod (its labels) or of the config can change it.
         self._tenants: dict[str, tuple[str, Tenant]] = {}
+        self._shared_tenants: dict[Tenant, Tenant] = {}  # one object per distinct tenant
 
     def reconfigure(self, config: Config, placed: Iterable[PodRecord]) -> None:
         """A new config may move namespaces between users: count everything again."""
@@ -110,6 +111,7 @@ class Tenancy:
         self.usage.clear()
         self._charged.clear()
         self._tenants.clear()
+        self._shared_tenants.clear()
         for pod in placed:
             self.charge(pod)
 
@@ -119,8 +121,10 @@ class Tenancy:
         if known is not None and known[0] == pod.resource_version and pod.resource_version:
             return known[1]
         tenant = self._resolve(pod)
+        tenant = self._shared_tenants.setdefault(tenant, tenant)  # the pods of one tenant share it
         if len(self._tenants) > 200_000:  # pods come and go; do not let the memo grow without bound
             self._tenants.clear()
+            self._shared_tenants.clear()
         self._tenants[pod.uid] = (pod.resource_version, tenant)
         return tenant
 
@@ -145,7 +149,7 @@ class Tenancy:
         if pod.uid in self._charged:
             return
         tenant = self.tenant_of(pod)
-        amounts = self.amounts(pod)
+        amounts = shared_map(self.amounts(pod))  # pods of one template charge one map
         self._charged[pod.uid] = (tenant, amounts)
         self._add(tenant, amounts, 1)
 

@@ -52,6 +52,7 @@ from ai_scheduler.scheduler.evictions import KubeEvictions
 from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.gang_status import GangStatusWriter
 from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
+from ai_scheduler.scheduler.heap import trim_forever
 from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.leader import LeaderElector, Role, label_own_pod
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
@@ -164,6 +165,7 @@ class Scheduler:
             restart_after=lambda: self.config.scheduling.api_unreachable_restart_seconds,
         )
         self._spawn(monitor.run(), "api-monitor")
+        self._spawn(trim_forever(), "heap-trim")  # freed memory back to the system (heap.py)
         for informer in self.informers.values():
             self._start_informer(informer)
         self.watches.start_added(self._start_informer)

@@ -27,14 +27,36 @@ the workloads behind kube-scheduler's default spreading.
 
 `forecast` takes the snapshot (read the core's cache and queue: on the daemon's event loop) and
 `Snapshot.run` simulates (on any thread: it shares nothing mutable with the daemon).
+
+Memory: a simulation is a second scheduling core with a record of every pod of the cluster, so run in
+the daemon's process it would hold a second copy of the cluster while it runs (about as much as the
+cache itself), and the heap it leaves behind once freed is fragmented, not handed back to the system:
+the daemon's resident memory would keep the peak of its largest forecast. The daemon's `forecaster`
+therefore forks (where the platform can): the child process is a copy-on-write snapshot of the daemon
+at the instant of the fork, taken on the event loop between two callbacks, so that it is consistent;
+the child takes the snapshot, simulates, writes the expected starts to a pipe and exits, and everything
+it allocated goes back to the system with it. The daemon holds no copy at any time and keeps
+scheduling meanwhile, on its own core (the simulation no longer competes with it for the interpreter);
+the work the daemon runs on a worker thread only reads the pipe and reaps the child. In the child the
+garbage collector's generations are frozen first, so that a collection does not write to (and copy) the
+pages of the daemon's objects. A child that fails, or exits without a result, fails the forecast (the
+daemon logs it and goes on); the child dies with the daemon (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import gc
+import os
+import signal
+import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
+
+import orjson
 
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
@@ -147,6 +169,85 @@ def forecast(core: SchedulerCore, *, horizon_s: float = DEFAULT_HORIZON_S, seed:
 
 
 def forecaster(core: SchedulerCore, horizon_s: float) -> Callable[[], Mapping[str, float]]:
-    """The daemon's `visibility.Forecaster`: the snapshot now, the simulation when called."""
-    taken = snapshot(core, horizon_s=horizon_s)
-    return lambda: taken.run().starts
+    """The daemon's `visibility.Forecaster`: a copy-on-write snapshot now (a forked child, see the
+    module), its expected starts when called; in this process where the platform cannot fork."""
+    if not FORK:
+        taken = snapshot(core, horizon_s=horizon_s)
+        return lambda: taken.run().starts
+    return _forked(core, horizon_s)
+
+
+FORK = hasattr(os, "fork") and sys.platform == "linux"
+PR_SET_PDEATHSIG = 1  # prctl(2)
+READ_CHUNK = 64 * 1024  # bytes per read of the child's report
+_FAILED = b"!"  # the first byte of a child's report that is an error message, not the result
+
+
+def _die_with_parent() -> None:
+    """The child gets SIGKILL when the daemon goes, so that no forecast outlives it (Linux prctl)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _child(core: SchedulerCore, horizon_s: float, out: int) -> None:
+    """In the forked child: simulate, report on `out`, and exit without running any of the daemon's
+    exit handlers or flushing its buffers (`os._exit`)."""
+    status = 0
+    try:
+        gc.freeze()  # the daemon's objects are never traversed: their pages stay shared
+        _die_with_parent()
+        with contextlib.suppress(ValueError):  # not on the main thread: no wakeup fd was set there
+            signal.set_wakeup_fd(-1)  # the daemon's event loop's: a signal here must not wake it
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_DFL)
+        report = orjson.dumps(dict(forecast(core, horizon_s=horizon_s).starts))
+    except BaseException as error:
+        report = _FAILED + f"{type(error).__name__}: {error}".encode()
+        status = 1
+    try:
+        view = memoryview(report)
+        while view:
+            view = view[os.write(out, view):]
+    finally:
+        os._exit(status)
+
+
+def _forked(core: SchedulerCore, horizon_s: float) -> Callable[[], Mapping[str, float]]:
+    """Fork now (on the daemon's loop: the child sees the state between two callbacks); the returned
+    work reads the child's report and reaps it."""
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        # Python 3.12+ warns that a child of a threaded process may find a lock held by another thread:
+        # this child takes none (it runs the simulation alone, logs nothing, and leaves with os._exit).
+        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's coverage is not collected
+        os.close(read_end)
+        _child(core, horizon_s, write_end)
+    os.close(write_end)
+
+    def work() -> Mapping[str, float]:
+        chunks = []
+        try:
+            while chunk := os.read(read_end, READ_CHUNK):
+                chunks.append(chunk)
+        finally:
+            os.close(read_end)
+            _, status = os.waitpid(pid, 0)
+        report = b"".join(chunks)
+        if report.startswith(_FAILED):
+            raise RuntimeError(f"forecast process: {report[1:].decode(errors='replace')}")
+        if not report:
+            raise RuntimeError(f"forecast process ended without a result ({_exit_reason(status)})")
+        starts: dict[str, float] = orjson.loads(report)
+        return starts
+
+    return work
+
+
+def _exit_reason(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
