@@ -10,6 +10,7 @@ import pytest
 from ai_scheduler.cache.dra import ClaimSpec, DraState
 from ai_scheduler.cache.dra_allocator import AllocationError, Allocator, node_selector_matches
 from ai_scheduler.cache.dra_cel import SelectorCache
+from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
 DRIVER = "gpu.nvidia.com"
 
@@ -29,28 +30,10 @@ def gpu(i: int, memory: str = "80Gi", root: str = "a", **extra: Any) -> dict[str
 
 def state(devices: list[dict[str, Any]], node: str = "n1", **spec: Any) -> DraState:
     dra = DraState()
-    dra.apply(
-        "DeviceClass",
-        "ADDED",
-        {
-            "metadata": {"name": "gpu"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
-    dra.apply(
-        "ResourceSlice",
-        "ADDED",
-        {
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": devices,
-                **spec,
-            },
-        },
-    )
+    dra.apply("DeviceClass", "ADDED", make_device_class("gpu", driver=DRIVER))
+    published = make_gpu_slice(node, driver=DRIVER, devices=devices, name=f"{node}-slice")
+    published["spec"].update(spec)
+    dra.apply("ResourceSlice", "ADDED", published)
     return dra
 
 

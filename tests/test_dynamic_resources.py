@@ -12,40 +12,22 @@ from ai_scheduler.scheduler.cycle import Decision, Framework
 from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
 DRIVER = "gpu.nvidia.com"
-
-
-def slice_for(node: str, count: int) -> dict[str, Any]:
-    devices = [
-        {
-            "name": f"gpu-{i}",
-            "attributes": {"index": {"int": i}, "productName": {"string": "H100"}},
-            "capacity": {"memory": {"value": "80Gi"}},
-        }
-        for i in range(count)
-    ]
-    return {
-        "metadata": {"name": f"{node}-gpus"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
 
 
 def cluster(gpus: dict[str, int], extended: bool = False) -> SchedulerCache:
     cache = SchedulerCache()
     for name in ("n1", "n2", "n3"):
         cache.set_node(NodeRecord.from_api(make_node(name)))
-    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
-    if extended:
-        spec["extendedResourceName"] = "nvidia.com/gpu"
-    cache.dra.apply("DeviceClass", "ADDED", {"metadata": {"name": "gpu"}, "spec": spec})
+    cache.dra.apply(
+        "DeviceClass",
+        "ADDED",
+        make_device_class("gpu", driver=DRIVER, extended_resource="nvidia.com/gpu" if extended else None),
+    )
     for node, count in gpus.items():
-        cache.dra.apply("ResourceSlice", "ADDED", slice_for(node, count))
+        cache.dra.apply("ResourceSlice", "ADDED", make_gpu_slice(node, gpus=count, driver=DRIVER))
     return cache
 
 
