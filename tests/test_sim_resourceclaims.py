@@ -5,11 +5,10 @@ claims are not allocated on its node and reserved for it (as the real one does).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import pytest
 
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 from ai_scheduler.sim.objects import make_claim_template, make_gpu_slice, make_resource_claim, pod_claim
@@ -18,14 +17,6 @@ from ai_scheduler.sim.resourceclaims import (
     POD_CLAIM_ANNOTATION,
     generate_name,
 )
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimApiServer]:
-    server = SimApiServer(bookmark_interval=0.1)
-    await server.start()
-    yield server
-    await server.stop()
 
 
 async def until(check: Callable[[], Any], timeout: float = 5.0) -> Any:
