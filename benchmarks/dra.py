@@ -20,11 +20,13 @@ from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
 DRIVER = "gpu.nvidia.com"
 
 
 def slice_for(node: str, count: int) -> dict[str, Any]:
+    """The benchmark's devices (productName, index, uuid, memory: what RESULTS.md measured) in a slice."""
     devices = [
         {
             "name": f"gpu-{i}",
@@ -37,15 +39,7 @@ def slice_for(node: str, count: int) -> dict[str, Any]:
         }
         for i in range(count)
     ]
-    return {
-        "metadata": {"name": f"{node}-gpus"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+    return make_gpu_slice(node, driver=DRIVER, devices=devices)
 
 
 def main() -> None:
@@ -58,14 +52,7 @@ def main() -> None:
     for i in range(args.nodes):
         cache.set_node(NodeRecord.from_api(make_node(f"node-{i}")))
         cache.dra.apply("ResourceSlice", "ADDED", slice_for(f"node-{i}", args.devices))
-    cache.dra.apply(
-        "DeviceClass",
-        "ADDED",
-        {
-            "metadata": {"name": "gpu.nvidia.com"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
+    cache.dra.apply("DeviceClass", "ADDED", make_device_class("gpu.nvidia.com", driver=DRIVER))
     framework = Framework(
         "ai-scheduler", [NodeResourcesFit(), DynamicResources()], [], cache, rng=random.Random(1)
     )

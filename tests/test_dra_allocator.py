@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from ai_scheduler.cache.dra import ClaimSpec, DraState
-from ai_scheduler.cache.dra_allocator import AllocationError, Allocator
+from ai_scheduler.cache.dra_allocator import AllocationError, Allocator, node_selector_matches
 from ai_scheduler.cache.dra_cel import SelectorCache
+from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
 DRIVER = "gpu.nvidia.com"
 
@@ -29,28 +30,10 @@ def gpu(i: int, memory: str = "80Gi", root: str = "a", **extra: Any) -> dict[str
 
 def state(devices: list[dict[str, Any]], node: str = "n1", **spec: Any) -> DraState:
     dra = DraState()
-    dra.apply(
-        "DeviceClass",
-        "ADDED",
-        {
-            "metadata": {"name": "gpu"},
-            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
-        },
-    )
-    dra.apply(
-        "ResourceSlice",
-        "ADDED",
-        {
-            "metadata": {"name": f"{node}-slice"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": devices,
-                **spec,
-            },
-        },
-    )
+    dra.apply("DeviceClass", "ADDED", make_device_class("gpu", driver=DRIVER))
+    published = make_gpu_slice(node, driver=DRIVER, devices=devices, name=f"{node}-slice")
+    published["spec"].update(spec)
+    dra.apply("ResourceSlice", "ADDED", published)
     return dra
 
 
@@ -251,6 +234,18 @@ def test_packing_prefers_best_fit_on_memory_then_partly_used_islands() -> None:
     big = f'device.capacity["{DRIVER}"].memory.compareTo(quantity("80Gi")) >= 0'
     # gpu-0's island has one other free device (a 40Gi one), b has two: taking gpu-0 keeps b whole.
     assert allocate(dra, claim(exactly(selector=big)), pack=True) == [["gpu-0"]]
+
+
+@pytest.mark.parametrize(
+    ("operator", "value", "matches"),
+    [("Gt", "8", True), ("Gt", "4", False), ("Lt", "4", True), ("Gt", "1_000", False), ("Gt", " 8", False)],
+)
+def test_node_selector_gt_lt_read_integers_as_kube_does(operator: str, value: str, matches: bool) -> None:
+    """A slice's or an allocation's node selector uses node affinity's rules: Gt/Lt compare labels parsed
+    as Go's ParseInt does, so "1_000" or " 8" (which Python's int() would take) match nothing."""
+    selector = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpus", "operator": operator,
+                                                              "values": ["5"]}]}]}
+    assert node_selector_matches(selector, "n1", {"gpus": value}) is matches
 
 
 def test_malformed_objects_are_kept_with_a_reason() -> None:

@@ -12,40 +12,22 @@ from ai_scheduler.scheduler.cycle import Decision, Framework
 from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
 from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
 DRIVER = "gpu.nvidia.com"
-
-
-def slice_for(node: str, count: int) -> dict[str, Any]:
-    devices = [
-        {
-            "name": f"gpu-{i}",
-            "attributes": {"index": {"int": i}, "productName": {"string": "H100"}},
-            "capacity": {"memory": {"value": "80Gi"}},
-        }
-        for i in range(count)
-    ]
-    return {
-        "metadata": {"name": f"{node}-gpus"},
-        "spec": {
-            "driver": DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
 
 
 def cluster(gpus: dict[str, int], extended: bool = False) -> SchedulerCache:
     cache = SchedulerCache()
     for name in ("n1", "n2", "n3"):
         cache.set_node(NodeRecord.from_api(make_node(name)))
-    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}
-    if extended:
-        spec["extendedResourceName"] = "nvidia.com/gpu"
-    cache.dra.apply("DeviceClass", "ADDED", {"metadata": {"name": "gpu"}, "spec": spec})
+    cache.dra.apply(
+        "DeviceClass",
+        "ADDED",
+        make_device_class("gpu", driver=DRIVER, extended_resource="nvidia.com/gpu" if extended else None),
+    )
     for node, count in gpus.items():
-        cache.dra.apply("ResourceSlice", "ADDED", slice_for(node, count))
+        cache.dra.apply("ResourceSlice", "ADDED", make_gpu_slice(node, gpus=count, driver=DRIVER))
     return cache
 
 
@@ -77,6 +59,24 @@ def add_claim(
             "status": status or {},
         },
     )
+
+
+def allocated(
+    pool: str,
+    node_selector: dict[str, Any] | None = None,
+    reserved_for: list[tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A claim's status: request `gpu` allocated the device gpu-0 of `pool`, reserved for the pods
+    (name, uid) given."""
+    allocation: dict[str, Any] = {
+        "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": pool, "device": "gpu-0"}]}
+    }
+    if node_selector is not None:
+        allocation["nodeSelector"] = node_selector
+    status: dict[str, Any] = {"allocation": allocation}
+    if reserved_for:
+        status["reservedFor"] = [{"resource": "pods", "name": name, "uid": uid} for name, uid in reserved_for]
+    return status
 
 
 def pod(
@@ -174,15 +174,7 @@ def test_allocated_claim_keeps_the_pod_on_its_node_and_is_shared() -> None:
     add_claim(
         cache,
         "shared",
-        status={
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n3", "device": "gpu-0"}]
-                },
-                "nodeSelector": selector,
-            },
-            "reservedFor": [{"resource": "pods", "name": "other", "uid": "uid-other"}],
-        },
+        status=allocated("n3", node_selector=selector, reserved_for=[("other", "uid-other")]),
     )
     decision = framework(cache).schedule(pod(claim="shared"))
     assert decision.node == "n3"
@@ -198,14 +190,7 @@ def test_reserved_for_limit() -> None:
     add_claim(
         cache,
         "full",
-        status={
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]
-                }
-            },
-            "reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"u{i}"} for i in range(256)],
-        },
+        status=allocated("n1", reserved_for=[(f"p{i}", f"u{i}") for i in range(256)]),
     )
     assert (
         framework(cache).schedule(pod(claim="full")).message
@@ -279,13 +264,7 @@ def test_claims_changed_elsewhere_are_recomputed_only_there() -> None:
     add_claim(
         cache,
         "held",
-        status={
-            "allocation": {
-                "devices": {
-                    "results": [{"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]
-                }
-            }
-        },
+        status=allocated("n1"),
     )
     rows, reasons = fw.feasible_rows(pod())
     assert [cache.row_names[int(r)] for r in rows] == ["n2"] and reasons == {"cannot allocate all claims": 2}
@@ -366,10 +345,7 @@ def test_first_available_prefers_nodes_meeting_an_earlier_alternative() -> None:
 
 def test_preemption_what_if_frees_the_devices_of_claims_reserved_for_the_victims_alone() -> None:
     cache = cluster({"n1": 1})
-    held = {"allocation": {"devices": {"results": [
-        {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}},
-        "reservedFor": [{"resource": "pods", "name": "low", "uid": "uid-low"}]}
-    add_claim(cache, "low-gpu", status=held)
+    add_claim(cache, "low-gpu", status=allocated("n1", reserved_for=[("low", "uid-low")]))
     add_claim(cache, "c")
     plugin = DynamicResources()
     fw = Framework("ai-scheduler", [plugin], [], cache, rng=random.Random(1))
@@ -387,8 +363,7 @@ def test_a_deallocated_claim_wakes_every_pod_waiting_for_devices() -> None:
     obj: dict[str, Any] = {
         "metadata": {"namespace": "default", "name": "other", "uid": "u-o", "resourceVersion": "1"},
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
-        "status": {"allocation": {"devices": {"results": [
-            {"request": "gpu", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}},
+        "status": allocated("n1"),
     }
     cache.dra.apply("ResourceClaim", "ADDED", obj)
     waiting = pod("w", "c")

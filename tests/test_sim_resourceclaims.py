@@ -5,11 +5,10 @@ claims are not allocated on its node and reserved for it (as the real one does).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
-import pytest
+from conftest import wait_for
 
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 from ai_scheduler.sim.objects import make_claim_template, make_gpu_slice, make_resource_claim, pod_claim
@@ -18,25 +17,6 @@ from ai_scheduler.sim.resourceclaims import (
     POD_CLAIM_ANNOTATION,
     generate_name,
 )
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimApiServer]:
-    server = SimApiServer(bookmark_interval=0.1)
-    await server.start()
-    yield server
-    await server.stop()
-
-
-async def until(check: Callable[[], Any], timeout: float = 5.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached")
-        await asyncio.sleep(0.02)
 
 
 def claims(sim: SimApiServer) -> list[dict[str, Any]]:
@@ -92,7 +72,7 @@ async def test_kinds_are_served_with_status_and_scopes(sim: SimApiServer) -> Non
 async def test_claim_from_template_is_made_owned_and_named_in_the_pod_status(sim: SimApiServer) -> None:
     sim.create("resourceclaimtemplates", make_claim_template("one-gpu", labels={"team": "a"}))
     pod = sim.create("pods", make_pod("train-0", resource_claims=[pod_claim("gpu", template="one-gpu")]))
-    made = await until(lambda: claims(sim))
+    made = await wait_for(lambda: claims(sim))
     assert len(made) == 1
     claim = made[0]
     assert claim["metadata"]["name"].startswith("train-0-gpu-") and len(claim["metadata"]["name"]) == 17
@@ -102,7 +82,7 @@ async def test_claim_from_template_is_made_owned_and_named_in_the_pod_status(sim
         {"apiVersion": "v1", "kind": "Pod", "name": "train-0", "uid": pod["metadata"]["uid"],
          "controller": True}]
     assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "gpu.nvidia.com"
-    status = await until(lambda: (sim.store.get("pods", "default", "train-0") or {})["status"].get(
+    status = await wait_for(lambda: (sim.store.get("pods", "default", "train-0") or {})["status"].get(
         "resourceClaimStatuses"))
     assert status == [{"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
     await asyncio.sleep(0.1)
@@ -114,7 +94,7 @@ async def test_pod_waits_for_its_template(sim: SimApiServer) -> None:
     await asyncio.sleep(0.1)
     assert claims(sim) == []
     sim.create("resourceclaimtemplates", make_claim_template("later"))
-    await until(lambda: claims(sim))
+    await wait_for(lambda: claims(sim))
 
 
 async def test_kubelet_starts_a_pod_only_with_its_claims_allocated_and_reserved(sim: SimApiServer) -> None:
@@ -125,15 +105,15 @@ async def test_kubelet_starts_a_pod_only_with_its_claims_allocated_and_reserved(
     pod = sim.create("pods", make_pod("p", resource_claims=[pod_claim("gpu", claim="c")]))
     sim.bind("default", "p", "n1")
     assert sim.kubelets is not None
-    why = await until(lambda: sim.kubelets.waiting_on_claims.get(("default", "p")))  # type: ignore[union-attr]
+    why = await wait_for(lambda: sim.kubelets.waiting_on_claims.get(("default", "p")))  # type: ignore[union-attr]
     assert why == 'resourceclaim "c" is not allocated'
     allocate(sim, "c", "n2", "gpu-0", pod)  # a device of another node: a wrong placement
-    await until(lambda: "is on node n2" in sim.kubelets.waiting_on_claims.get(("default", "p"), ""))  # type: ignore[union-attr]
+    await wait_for(lambda: "is on node n2" in sim.kubelets.waiting_on_claims.get(("default", "p"), ""))  # type: ignore[union-attr]
     assert sim.store.get("pods", "default", "p")["status"]["phase"] == "Pending"  # type: ignore[index]
     # Allocated on the right node but not reserved: the controller reserves an allocated claim for the
     # bound pod that uses it, then the pod starts.
     allocate(sim, "c", "n1", "gpu-1", None)
-    await until(lambda: (sim.store.get("pods", "default", "p") or {})["status"]["phase"] == "Running")
+    await wait_for(lambda: (sim.store.get("pods", "default", "p") or {})["status"]["phase"] == "Running")
     claim = sim.store.get("resourceclaims", "default", "c") or {}
     assert claim["status"]["reservedFor"] == [
         {"resource": "pods", "name": "p", "uid": pod["metadata"]["uid"]}]
@@ -146,17 +126,22 @@ async def test_deleting_the_pod_frees_and_removes_its_generated_claim(sim: SimAp
     sim.create("resourceclaims", make_resource_claim("shared"))
     pod = sim.create("pods", make_pod("p", resource_claims=[pod_claim("gpu", template="one-gpu"),
                                                              pod_claim("extra", claim="shared")]))
-    generated = (await until(lambda: claims(sim) if len(claims(sim)) == 2 else None))
+    generated = (await wait_for(lambda: claims(sim) if len(claims(sim)) == 2 else None))
     name = next(c["metadata"]["name"] for c in generated if c["metadata"]["name"] != "shared")
-    await until(lambda: (sim.store.get("pods", "default", "p") or {})["status"].get("resourceClaimStatuses"))
+    await wait_for(
+        lambda: (sim.store.get("pods", "default", "p") or {})["status"].get("resourceClaimStatuses")
+    )
     allocate(sim, name, "n1", "gpu-0", pod)
     allocate(sim, "shared", "n1", "gpu-0", pod)
     url = f"{sim.url}/api/v1/namespaces/default/pods/p?gracePeriodSeconds=0"
     async with aiohttp.ClientSession() as http, http.delete(url) as resp:
         assert resp.status == 200
-    await until(lambda: sim.store.get("resourceclaims", "default", name) is None)
-    shared = await until(lambda: (c := sim.store.get("resourceclaims", "default", "shared")) and
-                         not c.get("status") and c)
+    await wait_for(lambda: sim.store.get("resourceclaims", "default", name) is None)
+    def deallocated() -> dict[str, Any] | None:
+        shared = sim.store.get("resourceclaims", "default", "shared")
+        return shared if shared and not shared.get("status") else None
+
+    shared = await wait_for(deallocated)
     assert "finalizers" not in shared["metadata"]  # deallocated: the scheduler's finalizer is gone too
 
 

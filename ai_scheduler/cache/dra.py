@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from ai_scheduler.cache.records import newer_version
 from ai_scheduler.quantity import QuantityError, parse_quantity
 
 RESOURCE_CLAIM = "ResourceClaim"
@@ -638,16 +639,6 @@ class _Desc(str):
         return str.__gt__(self, other)
 
 
-def _newer(held: str, incoming: str) -> bool:
-    """Whether an object at `incoming` may replace the one held at `held` (an older event may not)."""
-    if not held or not incoming:
-        return True
-    try:
-        return int(incoming) >= int(held)
-    except ValueError:
-        return True
-
-
 class DraState:
     """The four DRA kinds by name, plus our assumed allocations."""
 
@@ -792,7 +783,7 @@ class DraState:
     # ------------------------------------------------------------------ claims
     def set_claim(self, claim: Claim) -> None:
         held = self.claims.get(claim.key)
-        stale = held is not None and not _newer(held.resource_version, claim.resource_version)
+        stale = held is not None and not newer_version(held.resource_version, claim.resource_version)
         if held is not None and held.uid == claim.uid and stale:
             return
         self._drop_claim(claim.key)

@@ -46,6 +46,7 @@ from ai_scheduler.cache.dra import (
     qualified,
 )
 from ai_scheduler.cache.dra_cel import SelectorCache
+from ai_scheduler.cache.selectors import requirement_matches
 
 ALLOCATION_RESULTS_MAX = 32  # resourceapi.AllocationResultsMaxSize
 
@@ -57,29 +58,6 @@ class AllocationError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------- node match
-def _requirement(req: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:
-    key = req.get("key", "")
-    op = req.get("operator", "")
-    values = req.get("values") or []
-    present = key in values_of
-    value = values_of.get(key)
-    if op == "In":
-        return present and value in values
-    if op == "NotIn":
-        return not present or value not in values
-    if op == "Exists":
-        return present
-    if op == "DoesNotExist":
-        return not present
-    if op in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, bound = int(value or ""), int(values[0])
-        except ValueError:
-            return False
-        return have > bound if op == "Gt" else have < bound
-    return False
-
-
 def node_selector_matches(selector: Mapping[str, Any] | None, name: str, labels: Mapping[str, str]) -> bool:
     """A core/v1 NodeSelector: any term, all of its requirements (an empty term matches nothing)."""
     if not selector:
@@ -91,8 +69,8 @@ def node_selector_matches(selector: Mapping[str, Any] | None, name: str, labels:
         fields = term.get("matchFields") or []
         if not expressions and not fields:
             continue
-        if all(_requirement(r, labels) for r in expressions) and all(
-            _requirement(r, {"metadata.name": name}) for r in fields
+        if all(requirement_matches(r, labels) for r in expressions) and all(
+            requirement_matches(r, {"metadata.name": name}) for r in fields
         ):
             return True
     return False

@@ -153,6 +153,17 @@ def shared_map(mapping: Mapping[str, Any]) -> Frozen:
         return Frozen(mapping)
 
 
+def newer_version(held: str, incoming: str) -> bool:
+    """Whether an object at resourceVersion `incoming` may replace the one held at `held` (an older event
+    may not; versions are compared as integers, and one that is missing or not a number never blocks)."""
+    if not held or not incoming:
+        return True
+    try:
+        return int(incoming) >= int(held)
+    except ValueError:
+        return True
+
+
 def _shared(value: Any) -> Any:
     """The interned copy of a string (one object for every pod that carries it); anything else as is."""
     return sys.intern(value) if type(value) is str else value

@@ -23,10 +23,16 @@ Semantics follow Kubernetes:
 - an invalid spec (unknown operator, `In` without values, a term without a
   topology key) raises `SelectorError`, which the pod record keeps as its
   reason.
+
+`requirement_matches` is the node side: one NodeSelectorRequirement (In,
+NotIn, Exists, DoesNotExist, and Gt/Lt on 64-bit integers as Go parses them)
+against a node's labels or fields, for node affinity, PersistentVolumes' node
+affinity and Dynamic Resource Allocation's node selectors alike.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +129,46 @@ def parse_selector(spec: Any, where: str) -> LabelSelector:
             raise SelectorError(f"{path}.values must be empty for operator {operator}")
         requirements.append(Requirement(key, operator, frozenset(values)))
     return LabelSelector(tuple(requirements))
+
+
+_INT64 = re.compile(r"[+-]?[0-9]+")
+
+
+def _as_int(text: str) -> int | None:
+    """Go's strconv.ParseInt(text, 10, 64), which labels.Requirement uses for Gt/Lt.
+
+    Python's int() is laxer: it takes "1_000", surrounding blanks and non-ASCII
+    digits, and has no 64-bit range; such label values do not match in Kubernetes.
+    """
+    if not isinstance(text, str) or not _INT64.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def requirement_matches(requirement: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:
+    """One NodeSelectorRequirement against a label (or field) map, with Kubernetes' operator rules."""
+    key = requirement.get("key", "")
+    operator = requirement.get("operator", "")
+    values = requirement.get("values") or []
+    present = key in values_of
+    value = values_of.get(key)
+    if operator == "In":
+        return present and value in values
+    if operator == "NotIn":
+        return not present or value not in values
+    if operator == "Exists":
+        return present
+    if operator == "DoesNotExist":
+        return not present
+    if operator in ("Gt", "Lt"):
+        if not present or len(values) != 1:
+            return False
+        have, bound = _as_int(value or ""), _as_int(values[0])
+        if have is None or bound is None:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False
 
 
 @dataclass(frozen=True, slots=True)

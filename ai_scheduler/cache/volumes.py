@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ai_scheduler.cache.records import InlineDisk, PodRecord
+from ai_scheduler.cache.records import InlineDisk, PodRecord, newer_version
 from ai_scheduler.cache.selectors import LabelSelector, SelectorError, parse_selector
 from ai_scheduler.quantity import QuantityError, to_units
 
@@ -287,16 +287,6 @@ def csi_limits(obj: Mapping[str, Any]) -> dict[str, int]:
     return limits
 
 
-def _newer(held: str, incoming: str) -> bool:
-    """Whether an object at `incoming` may replace the one held at `held` (an older event may not)."""
-    if not held or not incoming:
-        return True
-    try:
-        return int(incoming) >= int(held)
-    except ValueError:
-        return True
-
-
 class VolumeIndex:
     """The three kinds by name, with the PVs grouped by storage class (kube's pvCache.ListPVs)."""
 
@@ -433,13 +423,13 @@ class VolumeIndex:
 
     def set_claim(self, claim: Claim) -> None:
         held = self.claims.get(claim.key)
-        if held is None or _newer(held.resource_version, claim.resource_version):
+        if held is None or newer_version(held.resource_version, claim.resource_version):
             self.claims[claim.key] = claim
             self._changed()
 
     def set_volume(self, volume: Volume) -> None:
         held = self.volumes.get(volume.name)
-        if held is not None and not _newer(held.resource_version, volume.resource_version):
+        if held is not None and not newer_version(held.resource_version, volume.resource_version):
             return
         self._put_volume(volume)
 

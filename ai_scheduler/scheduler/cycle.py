@@ -94,6 +94,26 @@ def fit_error_message(total: int, reasons: dict[str, int], error: str = "") -> s
     return f"{text} " + ", ".join(sorted(f"{count} {reason}" for reason, count in reasons.items())) + "."
 
 
+def past_blocked(
+    alive: np.ndarray, window: Window, blocked: Sequence[tuple[np.ndarray, str]], reasons: dict[str, int]
+) -> np.ndarray:
+    """The last step of a filter pass over `window`: the `blocked` masks (nodes kept for others by a
+    reservation, or to avoid after a recent preemption) charged on the rows still `alive` (which it
+    narrows), then those rows as rows of the whole cache."""
+    for mask, reason in blocked:
+        kept_off = alive & mask[window]
+        count = int(np.count_nonzero(kept_off))
+        if count:
+            reasons[reason] = reasons.get(reason, 0) + count
+            alive &= ~kept_off
+    rows = np.flatnonzero(alive)
+    if not isinstance(window, slice):
+        return window[rows]
+    if window.start:
+        rows += window.start
+    return rows
+
+
 class Evaluation(Protocol):
     """Where a cycle's filter verdicts and scores come from: the Framework's own plugins, or results kept
     per member shape for a gang's identical members (gang_shapes.py)."""
@@ -214,18 +234,7 @@ class Framework:
                 alive &= ~failed_any
                 if not alive.any():
                     break
-        for mask, reason in blocked:  # nodes kept for others (reservations) or to avoid (recent preemption)
-            kept_off = alive & mask[window]
-            count = int(np.count_nonzero(kept_off))
-            if count:
-                reasons[reason] = reasons.get(reason, 0) + count
-                alive &= ~kept_off
-        rows = np.flatnonzero(alive)
-        if not isinstance(window, slice):
-            return window[rows], looked_at
-        if window.start:
-            rows += window.start
-        return rows, looked_at
+        return past_blocked(alive, window, blocked, reasons), looked_at
 
     def _find_feasible(
         self,

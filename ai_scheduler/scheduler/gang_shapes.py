@@ -40,7 +40,7 @@ import numpy as np
 
 from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.cycle import Framework, past_blocked
 from ai_scheduler.scheduler.framework import (
     MAX_NODE_SCORE,
     NO_OPINION,
@@ -189,18 +189,7 @@ class MemberShape:
                 for reason in reason_sets[code]:
                     reasons[reason] = reasons.get(reason, 0) + count
             alive &= codes == 0
-        for mask_off, reason in blocked:
-            kept_off = alive & mask_off[window]
-            count = int(np.count_nonzero(kept_off))
-            if count:
-                reasons[reason] = reasons.get(reason, 0) + count
-                alive &= ~kept_off
-        rows = np.flatnonzero(alive)
-        if not isinstance(window, slice):
-            return window[rows], looked_at
-        if window.start:
-            rows += window.start
-        return rows, looked_at
+        return past_blocked(alive, window, blocked, reasons), looked_at
 
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
         """Framework.score, from the per-row sums (rows not scored yet are scored first) and the static

@@ -2,56 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Mapping
 from typing import Any
 
 import orjson
 
 from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.cache.selectors import requirement_matches
 from ai_scheduler.scheduler.framework import StaticFilterPlugin, StaticScorePlugin
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
-
-
-_INT64 = re.compile(r"[+-]?[0-9]+")
-
-
-def _as_int(text: str) -> int | None:
-    """Go's strconv.ParseInt(text, 10, 64), which labels.Requirement uses for Gt/Lt.
-
-    Python's int() is laxer: it takes "1_000", surrounding blanks and non-ASCII
-    digits, and has no 64-bit range; such label values do not match in Kubernetes.
-    """
-    if not isinstance(text, str) or not _INT64.fullmatch(text):
-        return None
-    value = int(text)
-    return value if -(2**63) <= value < 2**63 else None
-
-
-def requirement_matches(requirement: Mapping[str, Any], values_of: Mapping[str, str]) -> bool:
-    """One NodeSelectorRequirement against a label (or field) map, with Kubernetes' operator rules."""
-    key = requirement.get("key", "")
-    operator = requirement.get("operator", "")
-    values = requirement.get("values") or []
-    present = key in values_of
-    value = values_of.get(key)
-    if operator == "In":
-        return present and value in values
-    if operator == "NotIn":
-        return not present or value not in values
-    if operator == "Exists":
-        return present
-    if operator == "DoesNotExist":
-        return not present
-    if operator in ("Gt", "Lt"):
-        if not present or len(values) != 1:
-            return False
-        have, bound = _as_int(value or ""), _as_int(values[0])
-        if have is None or bound is None:
-            return False
-        return have > bound if operator == "Gt" else have < bound
-    return False
 
 
 def term_matches(term: Mapping[str, Any], node: NodeRecord) -> bool:

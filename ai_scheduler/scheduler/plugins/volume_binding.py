@@ -49,6 +49,7 @@ from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.cache.selectors import requirement_matches
 from ai_scheduler.cache.volumes import (
     BindingMode,
     Claim,
@@ -59,7 +60,6 @@ from ai_scheduler.cache.volumes import (
     VolumePhase,
 )
 from ai_scheduler.scheduler.framework import REASON_JOIN, StaticClaimFilterPlugin
-from ai_scheduler.scheduler.plugins.node_affinity import requirement_matches
 
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"
