@@ -334,13 +334,12 @@ class Scheduler:
             interval, loop = self.forecast_interval, asyncio.get_running_loop()
             # A forecast's simulation shares the interpreter with scheduling: at most a fifth of the time.
             interval = max(interval, FORECAST_SHARE_FACTOR * self.expected.seconds) if interval else 0.0
-            if self.forecaster is None or not interval or loop.time() - last < interval:
+            if self.forecaster is None or not interval:
                 continue
             now = loop.time()
-            due_since = now if due_since is None else due_since
-            if self.queue.counts()[ACTIVE] and now - due_since < interval:
+            run, due_since = forecast_now(now, last, due_since, interval, self.queue.counts()[ACTIVE])
+            if not run:
                 continue
-            due_since = None
             last = now
             if not len(self.queue):
                 self.expected = ExpectedStarts({}, self.core.wall())
@@ -389,6 +388,20 @@ class Scheduler:
         self.core.reconfigure(with_elastic_quotas(self.config, quotas.quotas.values()))
         self.reload.reconfigured.set()
         self.log.info("elasticquotas.applied", quotas=quotas.described(), refused=dict(quotas.errors))
+
+
+def forecast_now(
+    now: float, last: float, due_since: float | None, interval: float, active: int
+) -> tuple[bool, float | None]:
+    """Whether a forecast starts now, and since when one has been due (None: not due, or starting): due
+    `interval` after the last; while `active` pods wait to be tried, put off for at most one interval
+    more (Scheduler._forecasts)."""
+    if now - last < interval:
+        return False, None
+    due_since = now if due_since is None else due_since
+    if active and now - due_since < interval:
+        return False, due_since
+    return True, None
 
 
 async def run_scheduler(
