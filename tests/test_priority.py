@@ -420,6 +420,13 @@ def test_a_refresh_rekeys_the_queue_only_when_some_key_may_have_moved() -> None:
     assert prio.keys_may_move(), "a reload re-keys"
     assert drain(queue) == ["b", "c", "d", "a"]
 
+    fresh = PriorityEngine(cfg, Tenancy(cfg), SchedulerCache(), lambda p: 1, Clock())
+    queue = SchedulingQueue(clock=Clock(), sort_key=fresh.sort_key)
+    for index in range(3):
+        queue.add(pod(f"same-{index}", "anywhere", priority=0))
+    fresh.refresh(queue.pending())
+    assert not fresh.keys_may_move(), "equal priorities from the start: every key was current when made"
+
     clock = Clock()
     waiting, _, _ = engine({"waitingTime": 1}, clock)
     queue = SchedulingQueue(clock=clock, sort_key=waiting.sort_key)

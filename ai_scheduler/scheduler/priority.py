@@ -132,10 +132,10 @@ class PriorityEngine:
         self._stats = _Stats()
         self._usage = _Usage(updated=clock())
         self._last: dict[str, Priority] = {}
-        # Whether every key in the queue may differ from what it would be now (see `keys_may_move`): set
-        # by a reload, by normalisers that moved, and by a policy whose keys move by themselves.
-        self._keys_stale = True
-        self._keyed: tuple[float, ...] = ()  # the normalisers the queue's keys were computed with
+        # Whether some key in the queue may differ from what it would be now (see `keys_may_move`): set by
+        # a reload and by normalisers that moved. The queue starts empty: no key to be stale.
+        self._keys_stale = False
+        self._keyed: tuple[float, ...] = self._normalisers()  # what the queue's keys were computed with
 
     # ------------------------------------------------------------------ the queue's sort key
     def sort_key(self, qp: QueuedPod) -> tuple[Any, ...]:
