@@ -20,6 +20,11 @@ per second once the scheduler has bound a probe pod instead. Prints both and the
 
     python benchmarks/throughput.py --backend kube --nodes 1000 --pods 10000
 
+Where ai-scheduler's time goes there: `--py-spy DIR` samples it from outside (py-spy's raw
+stacks, no cost to the process), `--profile DIR` runs it under cProfile (which slows Python code
+several times more than C code: shares, not times). The package is byte-compiled before any run,
+as installing its wheel does in the image.
+
 In-process (`--in-process`): the scheduling core alone (queue, filters,
 scores, assume) with no API server, to measure the decision cost per pod;
 `--percentage-of-nodes-to-score 100` scores every feasible node instead of the
