@@ -17,11 +17,20 @@ LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
+_last_second: tuple[int, str] = (-1, "")  # the last whole second formatted: every log line asks for one
+
+
 def rfc3339(epoch: float | None = None, *, millis: bool = True) -> str:
     """UTC time, e.g. 2026-11-21T10:29:38.123Z (or whole seconds, as Kubernetes timestamps are)."""
+    global _last_second
     epoch = time.time() if epoch is None else epoch
     whole = int(epoch)
-    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+    cached = _last_second
+    if cached[0] == whole:
+        text = cached[1]
+    else:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+        _last_second = (whole, text)
     return f"{text}.{int((epoch - whole) * 1000):03d}Z" if millis else f"{text}Z"
 
 

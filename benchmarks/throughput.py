@@ -20,6 +20,11 @@ per second once the scheduler has bound a probe pod instead. Prints both and the
 
     python benchmarks/throughput.py --backend kube --nodes 1000 --pods 10000
 
+Where ai-scheduler's time goes there: `--py-spy DIR` samples it from outside (py-spy's raw
+stacks, no cost to the process), `--profile DIR` runs it under cProfile (which slows Python code
+several times more than C code: shares, not times). The package is byte-compiled before any run,
+as installing its wheel does in the image.
+
 In-process (`--in-process`): the scheduling core alone (queue, filters,
 scores, assume) with no API server, to measure the decision cost per pod;
 `--percentage-of-nodes-to-score 100` scores every feasible node instead of the
@@ -189,7 +194,19 @@ class BindWatcher:
                 continue
 
 
+def _byte_compile() -> None:
+    """Byte-compile the ai_scheduler package once, as installing its wheel does in the image
+    (deploy/Dockerfile: pip compiles at install): from an editable install with PYTHONDONTWRITEBYTECODE
+    set, every start would compile all its sources again, which no deployed scheduler does."""
+    import compileall
+
+    import ai_scheduler
+
+    compileall.compile_dir(str(Path(ai_scheduler.__file__).resolve().parent), quiet=1)
+
+
 async def full_path(args: argparse.Namespace) -> dict[str, Any]:
+    _byte_compile()
     workdir = Path(tempfile.mkdtemp(prefix="ai-scheduler-bench-"))
     sim_proc = None
     kubeconfig = args.kubeconfig
@@ -325,8 +342,9 @@ def _kube_scheduler_command(binaries: Path, workdir: Path, kubeconfig: Path, tun
     return [binary, "--config", str(config), "--secure-port=0"]
 
 
-def _ai_scheduler_command(workdir: Path, kubeconfig: Path) -> list[str]:
-    """`ai-scheduler run` with the shipped default config, its server on a free loopback port."""
+def _ai_scheduler_command(workdir: Path, kubeconfig: Path, profile: str | None = None) -> list[str]:
+    """`ai-scheduler run` with the shipped default config, its server on a free loopback port; with
+    `profile` (a folder), under cProfile, one file per run written there when it stops."""
     import yaml
 
     import ai_scheduler.config
@@ -336,9 +354,11 @@ def _ai_scheduler_command(workdir: Path, kubeconfig: Path) -> list[str]:
     config["server"] = {"port": _free_port(), "bindAddress": "127.0.0.1"}
     path = workdir / "ai-scheduler.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return [
-        sys.executable, "-m", "ai_scheduler", "run", "--config", str(path), "--kubeconfig", str(kubeconfig)
-    ]
+    python = [sys.executable]
+    if profile:
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        python += ["-m", "cProfile", "-o", str(Path(profile).resolve() / "ai-scheduler-{repeat}.prof")]
+    return [*python, "-m", "ai_scheduler", "run", "--config", str(path), "--kubeconfig", str(kubeconfig)]
 
 
 def _install_ai_scheduler(plane: ControlPlane) -> str:
@@ -451,8 +471,17 @@ async def _kube_run(
     watch_task = asyncio.create_task(watcher.run())
     log = (workdir / f"{run}-r{repeat}.log").open("wb")  # the child process owns it
     t0 = time.monotonic()
+    command = [part.replace("{repeat}", str(repeat)) for part in command]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     log.close()
+    sampler = None
+    if args.py_spy and scheduler_name == AI_SCHEDULER:  # sampled from outside: no cost to the process
+        Path(args.py_spy).mkdir(parents=True, exist_ok=True)
+        sampler = subprocess.Popen(
+            ["py-spy", "record", "--pid", str(proc.pid), "--rate", "250", "--nonblocking", "--format", "raw",
+             "-o", str(Path(args.py_spy).resolve() / f"ai-scheduler-{repeat}.txt")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
     sent_at: dict[str, float] = {}
     try:
         if args.rate:
@@ -471,6 +500,8 @@ async def _kube_run(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+        if sampler is not None:
+            sampler.wait(30)
     bound = {name: at for name, at in watcher.bound_at.items() if name != probe_name}
     last = max(bound.values())
     result: dict[str, Any] = {
@@ -590,6 +621,7 @@ def _median_of(runs: list[dict[str, Any]], paced: bool) -> dict[str, float]:
 
 
 async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
+    _byte_compile()
     nodes = [kwok_node(f"bench-node-{i}") for i in range(args.nodes)]
     async with real_cluster(nodes, args.keep_workdir) as real:
         def kube(tuned: bool) -> tuple[str, list[str]]:
@@ -599,7 +631,9 @@ async def kube_backend(args: argparse.Namespace) -> dict[str, Any]:
         candidates = {
             KUBE_TUNED: kube(True),
             KUBE_DEFAULTS: kube(False),
-            AI_SCHEDULER: ("ai-scheduler", _ai_scheduler_command(real.workdir, real.ai_kubeconfig)),
+            AI_SCHEDULER: (
+                "ai-scheduler", _ai_scheduler_command(real.workdir, real.ai_kubeconfig, args.profile)
+            ),
         }
         chosen = args.only or [KUBE_TUNED, *([KUBE_DEFAULTS] if args.kube_defaults else []), AI_SCHEDULER]
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
@@ -748,6 +782,14 @@ def main() -> None:
     )
     parser.add_argument(
         "--repeat", type=int, default=1, help="with --backend kube: runs per scheduler, interleaved; medians"
+    )
+    parser.add_argument(
+        "--profile", metavar="DIR",
+        help="with --backend kube: run ai-scheduler under cProfile, a .prof file per run in DIR",
+    )
+    parser.add_argument(
+        "--py-spy", metavar="DIR",
+        help="with --backend kube: sample ai-scheduler with py-spy (raw stacks, a file per run in DIR)",
     )
     parser.add_argument(
         "--keep-workdir", action="store_true", help="with --backend kube: keep the logs and etcd data"

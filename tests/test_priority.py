@@ -388,3 +388,52 @@ def test_queues_at_the_top_level_and_queues_without_the_key_are_never_promoted()
         result = prio.evaluate(queued(pod(name, namespace, labels=labels), ancient))
         assert not result.promoted
         assert result.queue_level == (0 if name == "p" else 2)
+
+
+def test_a_refresh_rekeys_the_queue_only_when_some_key_may_have_moved() -> None:
+    """The default policy (taskPriority) reads only the lowest and highest waiting priority: its keys move
+    when those do, or on a reload; a policy that reads the clock moves them at every refresh."""
+    cfg = parse_config({})
+    prio = PriorityEngine(cfg, Tenancy(cfg), SchedulerCache(), lambda p: 1, Clock())
+    queue = SchedulingQueue(clock=Clock(), sort_key=prio.sort_key)
+    for name, priority in (("a", 0), ("b", 10), ("c", 5)):
+        queue.add(pod(name, "anywhere", priority=priority))
+    prio.refresh(queue.pending())
+    assert prio.keys_may_move(), "never re-keyed yet"
+    queue.reprioritize()
+    prio.rekeyed()
+    prio.refresh(queue.pending())
+    assert not prio.keys_may_move(), "same pods, same normalisers: every key is what a re-key would give"
+    queue.add(pod("d", "anywhere", priority=5))
+    prio.refresh(queue.pending())
+    assert not prio.keys_may_move(), "a pod inside the range moves nobody else"
+    queue.add(pod("e", "anywhere", priority=100))
+    assert prio.keys_may_move(), "a pod above the highest widened the normalisers of every key"
+    queue.reprioritize()
+    prio.rekeyed()
+    queue.delete("uid-e")
+    prio.refresh(queue.pending())
+    assert prio.keys_may_move(), "the highest left: the normalisers narrowed"
+    queue.reprioritize()
+    prio.rekeyed()
+    prio.reconfigure(cfg)
+    assert prio.keys_may_move(), "a reload re-keys"
+    assert drain(queue) == ["b", "c", "d", "a"]
+
+    fresh = PriorityEngine(cfg, Tenancy(cfg), SchedulerCache(), lambda p: 1, Clock())
+    queue = SchedulingQueue(clock=Clock(), sort_key=fresh.sort_key)
+    for index in range(3):
+        queue.add(pod(f"same-{index}", "anywhere", priority=0))
+    fresh.refresh(queue.pending())
+    assert not fresh.keys_may_move(), "equal priorities from the start: every key was current when made"
+
+    clock = Clock()
+    waiting, _, _ = engine({"waitingTime": 1}, clock)
+    queue = SchedulingQueue(clock=clock, sort_key=waiting.sort_key)
+    queue.add(pod("x", "team-a"))
+    waiting.refresh(queue.pending())
+    queue.reprioritize()
+    waiting.rekeyed()
+    clock.now += 10
+    waiting.refresh(queue.pending())
+    assert waiting.keys_may_move(), "waitingTime moves with the clock"

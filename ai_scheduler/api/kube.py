@@ -35,6 +35,7 @@ import functools
 import gc
 import os
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -475,6 +476,33 @@ class KubeClient:
             response.close()
 
     # ------------------------------------------------------------------ writes
+    async def _send(
+        self, method: str, path: str, body: Any, content_type: str = "application/json"
+    ) -> aiohttp.ClientResponse:
+        """The per-pod writes (binding, event, condition) without kubernetes_asyncio's generated layer,
+        which walks the body (`sanitize_for_serialization`), encodes it with the standard library's json
+        and builds the URL and headers anew each time: the body is encoded once with orjson, and the
+        headers and credentials are those the generated methods send (`update_params_for_auth`, so that a
+        token its refresh hook renews is picked up), over the same session, proxy and TLS settings, with
+        `request_timeout` for connecting and each read. `path` is quoted by the caller."""
+        api: Any = self.api_client
+        headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
+        await api.update_params_for_auth(headers, [], ["BearerToken"])
+        rest: Any = api.rest_client
+        extra: dict[str, Any] = {}
+        if rest.proxy:
+            extra["proxy"] = rest.proxy
+        if rest.proxy_headers:
+            extra["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            extra["server_hostname"] = rest.server_hostname
+        timeout = aiohttp.ClientTimeout(sock_connect=self.request_timeout, sock_read=self.request_timeout)
+        response: aiohttp.ClientResponse = await rest.pool_manager.request(
+            method, api.configuration.host + path, data=orjson.dumps(body), headers=headers, timeout=timeout,
+            **extra,
+        )
+        return response
+
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> ApiResult:
         """POST pods/binding; the server answers 201 with a Status, or 409 if the pod is already bound."""
         body = {
@@ -483,16 +511,13 @@ class KubeClient:
             "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        return await self._call(
-            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
-        )
+        path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/binding"
+        return await self._call(self._send("POST", path, body))
 
     async def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
-        return await self._call(
-            self.core.patch_namespaced_pod_status(
-                name, namespace, patch, _preload_content=False, _content_type=STRATEGIC_MERGE
-            )
-        )
+        return await self._call(self._send(
+            "PATCH", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}/status", patch, STRATEGIC_MERGE
+        ))
 
     async def patch_pod(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
         return await self._call(
@@ -583,7 +608,7 @@ class KubeClient:
         return await self._call(self.resource.create_device_class(device_class, _preload_content=False))
 
     async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
-        return await self._call(self.core.create_namespaced_event(namespace, event, _preload_content=False))
+        return await self._call(self._send("POST", f"/api/v1/namespaces/{_q(namespace)}/events", event))
 
     # The leader election's Lease (scheduler/leader.py): read, create, and replace under the read one's
     # resourceVersion, so that of two replicas writing it at once one gets 409 Conflict.
@@ -690,9 +715,7 @@ class KubeClient:
 
     async def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
         return await self._call(
-            self.core.patch_namespaced_event(
-                name, namespace, patch, _preload_content=False, _content_type=MERGE_PATCH
-            )
+            self._send("PATCH", f"/api/v1/namespaces/{_q(namespace)}/events/{_q(name)}", patch, MERGE_PATCH)
         )
 
     # ------------------------------------------------------------------ delegated authn and authz
@@ -706,6 +729,11 @@ class KubeClient:
         return await self._call(
             self.authorization.create_subject_access_review(review, _preload_content=False)
         )
+
+
+def _q(segment: str) -> str:
+    """A path segment quoted as the generated methods quote path parameters."""
+    return urllib.parse.quote(segment, safe="")
 
 
 def _identity(obj: dict[str, Any]) -> dict[str, Any]:

@@ -92,6 +92,7 @@ class SchedulerCache:
         self.nominated = np.zeros((initial_rows, cols), dtype=np.int64)
         self.nominations: dict[str, tuple[int, dict[str, int]]] = {}
         self.valid = np.zeros(initial_rows, dtype=bool)
+        self._valid_rows = 0  # np.count_nonzero(self.valid), kept as rows come and go (asked every cycle)
         # Bumped whenever a row's static attributes change; cached static filter results compare against it.
         self.static_version = 0
         self.row_static_version = np.zeros(initial_rows, dtype=np.int64)
@@ -130,7 +131,7 @@ class SchedulerCache:
 
     @property
     def node_count(self) -> int:
-        return int(np.count_nonzero(self.valid))
+        return self._valid_rows
 
     def column(self, resource: str, create: bool = False) -> int:
         """Column of a resource; -1 if unknown and not created."""
@@ -184,6 +185,7 @@ class SchedulerCache:
             state.row = self._free_rows.pop()
             self.row_limit = max(self.row_limit, state.row + 1)
             self.valid[state.row] = True
+            self._valid_rows += 1
             self.row_names[state.row] = record.name
             change.added = True
             self._recount_row(state)
@@ -213,6 +215,7 @@ class SchedulerCache:
             return False
         row = state.row
         self.valid[row] = False
+        self._valid_rows -= 1
         self.allocatable[row] = 0
         self.requested[row] = 0
         self.score_requested[row] = 0
@@ -560,6 +563,9 @@ class SchedulerCache:
     def check_consistency(self) -> list[str]:
         """Recompute every row from the pod records; differences mean a bookkeeping bug (tests use this)."""
         problems = []
+        valid_rows = int(np.count_nonzero(self.valid))
+        if self._valid_rows != valid_rows:
+            problems.append(f"node count {self._valid_rows} but {valid_rows} valid rows")
         expected = np.zeros_like(self.requested)
         expected_ports: dict[int, Counter[tuple[str, str, int]]] = defaultdict(Counter)
         expected_groups: Counter[tuple[str, tuple[tuple[str, str], ...], int]] = Counter()

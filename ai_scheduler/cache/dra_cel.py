@@ -28,8 +28,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-import cel
-
 from ai_scheduler.cache.dra import Device, DraError, Version
 
 MAX_PROGRAMS = 4096
@@ -108,6 +106,21 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
+_CEL: Any = None
+
+
+def _cel() -> Any:
+    """The `cel` module, imported at the first selector: its package imports its own command line
+    (prompt_toolkit and more), about a second of a loaded 2-core machine's start, which a cluster
+    without DRA selectors need not pay."""
+    global _CEL
+    if _CEL is None:
+        import cel
+
+        _CEL = cel
+    return _CEL
+
+
 class Selector:
     """One compiled expression and the attribute domains it names (filled in as empty maps)."""
 
@@ -119,7 +132,7 @@ class Selector:
         self.error = ""
         self.program: Any = None
         try:
-            self.program = cel.compile(expression)
+            self.program = _cel().compile(expression)
         except Exception as exc:  # the library raises its own types (ValueError, RuntimeError)
             self.error = f"CEL compile error: {exc}"
 
@@ -176,7 +189,7 @@ class SelectorCache:
         else:
             self.evaluations += 1
             try:
-                context = cel.Context(
+                context = _cel().Context(
                     variables={"device": device_variables(device, selector.domains)}, functions=FUNCTIONS
                 )
                 value = selector.program.execute(context)

@@ -214,7 +214,11 @@ class SchedulerCore:
     def refresh_priorities(self) -> int:
         """Priorities move with waiting time and usage: recompute them; how many pods moved in the queue."""
         self.priorities.refresh(self.queue.pending())
-        return self.queue.reprioritize()
+        if not self.priorities.keys_may_move():
+            return 0
+        moved = self.queue.reprioritize()
+        self.priorities.rekeyed()
+        return moved
 
     def housekeeping(self) -> None:
         """Gangs past their timeout, unused nominations, and assumptions no watch ever confirmed."""

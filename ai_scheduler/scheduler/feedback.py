@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -89,6 +88,7 @@ class Feedback:
         self._conditions: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) we wrote
         self._calls: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue(MAX_PENDING_CALLS)
         self._worker_count = workers
+        self._stamp = 0  # the last event name's nanoseconds
         self._workers: list[asyncio.Task[None]] = []  # started with the first call (on the running loop)
 
     async def close(self, drain_seconds: float = 2.0) -> None:
@@ -146,7 +146,10 @@ class Feedback:
         by_reason = self._series.setdefault(involved.get("uid") or involved["name"], {})
         series = by_reason.get(reason)
         if series is None:
-            name = f"{involved['name']}.{uuid.uuid4().hex[:16]}"
+            # kube's event recorder names an event NAME.<UnixNano in hex>; strictly increasing here, so that
+            # two events of one object in the same nanosecond still get two names (no urandom per event).
+            self._stamp = max(time.time_ns(), self._stamp + 1)
+            name = f"{involved['name']}.{self._stamp:x}"
             by_reason[reason] = _Series(name, 1, now)
             self._submit("create", involved, kind, reason, message, name, component or self.component)
             return

@@ -153,6 +153,13 @@ def _fingerprint(obj: Mapping[str, Any]) -> int:
     return hash(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS))
 
 
+def _encoded(obj: Mapping[str, Any]) -> tuple[int, orjson.Fragment]:
+    """The object's fingerprint and its JSON for the log line, encoded once (every pod of the first list
+    goes through here before the first decision)."""
+    data = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    return hash(data), orjson.Fragment(data)
+
+
 def _ended(obj: Mapping[str, Any]) -> tuple[str | None, str]:
     """The first terminated container's finish time and reason (e.g. Completed, OOMKilled, Error)."""
     for status in (obj.get("status") or {}).get("containerStatuses") or ():
@@ -197,10 +204,14 @@ class History:
         if annotations and UPDATED_ANNOTATION in annotations:  # a heartbeat alone is no change
             compared = {**node, "metadata": {**node["metadata"], "annotations": {
                 k: v for k, v in annotations.items() if k != UPDATED_ANNOTATION}}}
-        fingerprint = _fingerprint(compared)
+        encoded: Any = node
+        if compared is node:
+            fingerprint, encoded = _encoded(node)
+        else:
+            fingerprint = _fingerprint(compared)
         if self._nodes.get(name) != fingerprint:
             self._nodes[name] = fingerprint
-            self.log.info("node.spec", v=VERSION, node=name, object=node)
+            self.log.info("node.spec", v=VERSION, node=name, object=encoded)
 
     def nodes_listed(self, names: set[str]) -> None:
         """After a relist: the nodes known before and missing now were removed."""
@@ -230,12 +241,11 @@ class History:
         # Once placed, what changes (its binding, PreBind's annotations, its status) is not replayed.
         placed_since = uid in self._pods and bool((obj.get("spec") or {}).get("nodeName"))
         if not placed_since:
-            pod = pod_spec(obj)
-            fingerprint = _fingerprint(pod)
+            fingerprint, encoded = _encoded(pod_spec(obj))
             if self._pods.get(uid) != fingerprint:
                 self._pods[uid] = fingerprint
                 key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-                self.log.info("pod.spec", v=VERSION, pod=key, uid=uid, object=pod)
+                self.log.info("pod.spec", v=VERSION, pod=key, uid=uid, object=encoded)
         if (obj.get("status") or {}).get("phase") in TERMINAL_PHASES:
             self._finish(obj)
 

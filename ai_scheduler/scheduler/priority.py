@@ -92,6 +92,18 @@ class _Stats:
     longest_estimate: float = 1.0
 
 
+# The normalisers each factor reads; a factor absent here reads none.
+_NORMALISERS = {
+    "taskPriority": ("priority_low", "priority_high"),
+    "jobSize": ("largest_gpu_job", "largest_cpu_job"),
+    "estimatedRuntime": ("longest_estimate",),
+}
+# Factors whose value for a waiting pod changes only with the normalisers (or a reload): not with the clock
+# (waitingTime, a queue's promotion), usage (fairShare, queues' fair share) or other pods (jobSize counts a
+# gang's members as they come). A pod's run time is asked once and kept (runtimes.py).
+_STEADY_FACTORS = frozenset({"userLevel", "groupLevel", "taskPriority", "estimatedRuntime"})
+
+
 @dataclass(slots=True)
 class _Usage:
     """Usage decayed with a half-life, per group and per queue."""
@@ -120,6 +132,10 @@ class PriorityEngine:
         self._stats = _Stats()
         self._usage = _Usage(updated=clock())
         self._last: dict[str, Priority] = {}
+        # Whether some key in the queue may differ from what it would be now (see `keys_may_move`): set by
+        # a reload and by normalisers that moved. The queue starts empty: no key to be stale.
+        self._keys_stale = False
+        self._keyed: tuple[float, ...] = self._normalisers()  # what the queue's keys were computed with
 
     # ------------------------------------------------------------------ the queue's sort key
     def sort_key(self, qp: QueuedPod) -> tuple[Any, ...]:
@@ -142,6 +158,8 @@ class PriorityEngine:
         pod = qp.pod
         run = self.run_time(pod)  # asked once per evaluation: the normalisers and the factor share it
         self._observe(pod, self._stats, run)
+        if not self._keys_stale and self._normalisers() != self._keyed:
+            self._keys_stale = True  # this pod widened them: the keys computed before are not current
         tenant = self.tenancy.tenant_of(pod)
         factors = {name: self._factor(name, qp, tenant, run) for name in policy.weights}
         score = sum(weight * factors[name] for name, weight in policy.weights.items())
@@ -257,13 +275,44 @@ class PriorityEngine:
                     bucket[name] = bucket.get(name, 0.0) + measure(amounts) * elapsed
         self._usage.updated = now
         stats = _Stats()
+        weights = self.config.policy.weights
         if pending:
-            stats.priority_low = stats.priority_high = pending[0].pod.priority
-        for qp in pending:
-            self._observe(qp.pod, stats, self.run_time(qp.pod))
+            stats.priority_low = min(qp.pod.priority for qp in pending)
+            stats.priority_high = max(qp.pod.priority for qp in pending)
+        if "jobSize" in weights or "estimatedRuntime" in weights:  # the others read none of what follows
+            for qp in pending:
+                self._observe(qp.pod, stats, self.run_time(qp.pod))
         self._stats = stats
+        if self._normalisers() != self._keyed:
+            self._keys_stale = True
         live = {qp.pod.uid for qp in pending}
         self._last = {uid: p for uid, p in self._last.items() if uid in live}
+
+    def _normalisers(self) -> tuple[float, ...]:
+        """The normalisers the active policy's factors read, as they are now."""
+        stats = self._stats
+        return tuple(
+            getattr(stats, field_name)
+            for name in self.config.policy.weights
+            for field_name in _NORMALISERS.get(name, ())
+        )
+
+    def keys_may_move(self) -> bool:
+        """Whether a refresh may give some waiting pod another sort key than the one it has: always for a
+        policy that reads the clock, usage or other pods, or with queues (their levels and fair shares
+        move); otherwise only when the normalisers moved since the keys were computed (a pod widened them,
+        or the refresh took them anew) or a reload came. When not, the refresh leaves the queue as it is:
+        re-keying 10,000 waiting pods every `priorityRefreshSeconds` would change nothing."""
+        config = self.config
+        steady = not config.queues and all(
+            name in _STEADY_FACTORS or not weight for name, weight in config.policy.weights.items()
+        )
+        return self._keys_stale or not steady
+
+    def rekeyed(self) -> None:
+        """The queue's keys were all computed again just now, with the normalisers as they are."""
+        self._keyed = self._normalisers()
+        self._keys_stale = False
 
     def _usage_measure(self) -> Callable[[dict[str, int]], float]:
         """GPUs where the cluster has any, else cpu cores: the scarce resource is what fair share counts."""
@@ -274,3 +323,4 @@ class PriorityEngine:
 
     def reconfigure(self, config: Config) -> None:
         self.config = config
+        self._keys_stale = True
