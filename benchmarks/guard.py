@@ -262,7 +262,7 @@ def gangs_full_path() -> dict[str, float]:
 
 def memory_full_path() -> dict[str, float]:
     args = argparse.Namespace(nodes=1000, pods=8000, bound=7000, keep=2000, rounds=2, timeout=600.0,
-                              json=True)
+                              json=True, forecast_seconds=60.0)  # memory.py's defaults: forecasts on
     result = _uvloop_run(memory.run(args))
     return {
         "memory.rss_at_scale_mib": result["scale"]["rss_mib"],
