@@ -1,4 +1,4 @@
-"""JSON-line logging on stdout, one object per line (CONTRACT.md: `ts`, `level`, `event`).
+"""JSON-line logging on stdout, one object per line (README, "The decision log": `ts`, `level`, `event`).
 
 Decision lines are written for every scheduling attempt, so the writer is a
 thin orjson call rather than the stdlib logging machinery.

@@ -1,7 +1,7 @@
 """Fuzz: random and adversarial values for every annotation and label the scheduler reads, garbled watch
 lines for the API layer's decoder, and random YAML for the config loader (issue 12, point 5).
 
-What is right comes from an oracle written here from the contract (CONTRACT.md, the README), not from the
+What is right comes from an oracle written here from the contract (the README), not from the
 code: no exception escapes; a value the scheduler cannot use leaves the pod (or gang, or node's GPUs)
 waiting with a reason that names the key; a pod with only valid values is placed.
 
@@ -170,12 +170,12 @@ READ_FROM_OTHER_OBJECTS = {
     "DRA-backed extended resources (test_dynamic_resources.py)",
     "resource.kubernetes.io/delete-protection": "the finalizer DynamicResources' PreBind puts on claims",
 }
-# Keys CONTRACT.md names that the code does not read yet, each with the issue that will make it read them.
+# Keys the contract names that the code does not read yet, each with the issue that will make it read them.
 CONTRACT_NOT_READ_YET = {
     "ai-scheduler.io/task-type": "task attributes for policies: no policy factor reads them yet",
     "ai-scheduler.io/workload-class": "task attributes for policies: no policy factor reads them yet",
 }
-# Keys of the contract (CONTRACT.md), as it lists them.
+# Keys of the contract, as the README lists them.
 CONTRACT_KEYS = frozenset({
     POD_GROUP_LABEL, LEGACY_POD_GROUP_LABEL, GROUP_NAME_LABEL, GROUP_MIN_LABEL, KOORDINATOR_NAME,
     KOORDINATOR_MIN, MANAGED_LABEL, GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, GPU_FRACTION_ANNOTATION,
