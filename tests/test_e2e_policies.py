@@ -82,11 +82,13 @@ async def test_b_user_and_group_max_are_never_exceeded(
     write_config(path, "by-priority")
     running = await start_scheduler(load_config(path))
     nodes = [make_node(f"gpu-{i}", cpu="32", memory="128Gi", gpus=8) for i in range(2)]
+    # Each pod runs long enough (1 s) that six are bound at once even on a loaded API server, so that the
+    # group's max is reached and the check below is tight.
     pods = [
-        make_pod(f"a-{i}", namespace="team-a", gpus=1, cpu="1", memory="1Gi", duration=0.2) for i in range(10)
+        make_pod(f"a-{i}", namespace="team-a", gpus=1, cpu="1", memory="1Gi", duration=1.0) for i in range(10)
     ]
     pods += [
-        make_pod(f"b-{i}", namespace="team-b", gpus=1, cpu="1", memory="1Gi", duration=0.2) for i in range(10)
+        make_pod(f"b-{i}", namespace="team-b", gpus=1, cpu="1", memory="1Gi", duration=1.0) for i in range(10)
     ]
     await create_all(api, nodes, pods)
 

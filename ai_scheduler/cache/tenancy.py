@@ -101,14 +101,13 @@ class Tenancy:
         # The cache's DRA state (set by the core): GPUs held through ResourceClaims count as nvidia.com/gpu.
         self.dra: DraState | None = None
         self.usage: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)  # (kind, name) -> amounts
-        self._charged: dict[str, tuple[Tenant, Mapping[str, int]]] = {}  # amounts: shared, read-only
+        self._charged: dict[str, tuple[Tenant, Mapping[str, int], int]] = {}  # amounts: shared, read-only; spec.priority
         # tenant_of runs several times per pod per cycle (queue, priority, quota, log): remember it per
         # resourceVersion, since only a change of the pod (its labels) or of the config can change it.
         self._tenants: dict[str, tuple[str, Tenant]] = {}
         self._shared_tenants: dict[Tenant, Tenant] = {}  # one object per distinct tenant
         # group -> spec.priority -> placed pods of the group with it (what preemption may take by priority).
         self._priorities: dict[str, dict[int, int]] = defaultdict(dict)
-        self._charged_priority: dict[str, int] = {}
 
     def reconfigure(self, config: Config, placed: Iterable[PodRecord]) -> None:
         """A new config may move namespaces between users: count everything again."""
@@ -116,7 +115,6 @@ class Tenancy:
         self.usage.clear()
         self._charged.clear()
         self._priorities.clear()
-        self._charged_priority.clear()
         self._tenants.clear()
         self._shared_tenants.clear()
         for pod in placed:
@@ -157,11 +155,10 @@ class Tenancy:
             return
         tenant = self.tenant_of(pod)
         amounts = shared_map(self.amounts(pod))  # pods of one template charge one map
-        self._charged[pod.uid] = (tenant, amounts)
+        self._charged[pod.uid] = (tenant, amounts, pod.priority)
         self._add(tenant, amounts, 1)
         counts = self._priorities[tenant.group]
         counts[pod.priority] = counts.get(pod.priority, 0) + 1
-        self._charged_priority[pod.uid] = pod.priority
 
     def amounts(self, pod: PodRecord) -> dict[str, int]:
         """What the pod counts against quotas (`quota_amounts`, its DRA GPUs included)."""
@@ -172,7 +169,7 @@ class Tenancy:
         charged = self._charged.pop(uid, None)
         if charged is not None:
             self._add(charged[0], charged[1], -1)
-            priority = self._charged_priority.pop(uid)
+            priority = charged[2]
             counts = self._priorities[charged[0].group]
             left = counts[priority] - 1
             if left:
