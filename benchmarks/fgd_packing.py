@@ -21,6 +21,8 @@ profiles that differ only in their scores (all but `default` score every feasibl
 - fgd: GPUFragmentation alone, as FGD's artifact runs it (`FGDScore`): the target workload's
   typical pods taken up front from the original pods (the simulator hands them to the plugin), the
   score sigmoid(fragmentation decrease in GPUs) x 100 truncated, ties at random;
+- fgd-gpu-filter: FGDScore with no cpu or memory fit among the filters (only the GPU filter, as FGD's
+  Open-Gpu-Share filter, which checks GPUs alone): pods may overcommit cpu and memory;
 - fgd-coupled: GPUFragmentationCoupled (FGD with cpu and memory kept beside free GPUs) with
   GPUBinpack as the device choice's companion, ties by node order.
 
@@ -69,6 +71,7 @@ POLICIES: dict[str, tuple[list[dict[str, Any]], str]] = {
     "best-fit": ([{"name": "GPUBinpack", "weight": 1}], "random"),
     "default": ([], "default"),
     "fgd": ([{"name": "FGDScore", "weight": 1}], "random"),
+    "fgd-gpu-filter": ([{"name": "FGDScore", "weight": 1}], "random"),
     "fgd-coupled": (
         [{"name": "GPUFragmentationCoupled", "weight": 10}, {"name": "GPUBinpack", "weight": 1}],
         "nodeOrder",
@@ -76,12 +79,17 @@ POLICIES: dict[str, tuple[list[dict[str, Any]], str]] = {
 }
 
 
+# Profiles whose filters leave out NodeResourcesFit: GPUs only, as FGD's Open-Gpu-Share filter checks.
+GPU_FILTER_ONLY = frozenset({"fgd-gpu-filter"})
+
+
 def policy_config(name: str) -> Config:
     scores, tie_break = POLICIES[name]
     if tie_break == "default":
         return default_config()
+    filters = [f for f in DEFAULT_FILTERS if name not in GPU_FILTER_ONLY or f != "NodeResourcesFit"]
     return parse_config({
-        "profiles": [{"filters": DEFAULT_FILTERS, "scores": scores}],
+        "profiles": [{"filters": filters, "scores": scores}],
         "scheduling": {"tieBreak": tie_break, "percentageOfNodesToScore": 100},
     })
 

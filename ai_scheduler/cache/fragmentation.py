@@ -326,23 +326,29 @@ def placement(
         after_e = after @ shapes.prob if len(shapes) else np.zeros(rows)
         return Placement(before_e, np.where(ok, after_e, np.inf), no_device)
     x = np.broadcast_to(np.asarray(pod.gpu if share is None else share, dtype=np.int64), (rows, width))
-    left = free - x  # (R, D): the device's free part once the share is on it
     ok = (free >= 0) & (free >= x)
-    mask_after = left[:, None, :] >= np.maximum(needs, 1)[None, :, None]  # (R, G, D)
-    before_mask = state.usable_mask
-    # (R, D, G): the sums with device j's term replaced.
-    usable = state.usable[:, None, :] + (mask_after.astype(np.int64) - before_mask).transpose(0, 2, 1)
-    clipped_left = np.maximum(left, 0)
+    # Only the (row, device) pairs where the share fits are evaluated: M pairs, M <= R x D (padding and
+    # full devices cost nothing). Device j's terms of the sums are replaced by its state after the share.
+    pair_row, pair_dev = np.nonzero(ok)
+    taken = x[pair_row, pair_dev]  # (M,)
+    left = free[pair_row, pair_dev] - taken  # (M,): the device's free part once the share is on it
+    floor = np.maximum(needs, 1)[None, :]
+    mask_after = left[:, None] >= floor  # (M, G)
+    mask_before = state.usable_mask[pair_row, :, pair_dev]  # (M, G)
+    usable = state.usable[pair_row] + mask_after.astype(np.int64) - mask_before
     fit_fragment = (
-        state.fit_fragment[:, None, :]
-        - x[:, :, None]
-        + (state.clipped[:, None, :] * before_mask).transpose(0, 2, 1)
-        - (clipped_left[:, None, :] * mask_after).transpose(0, 2, 1)
+        state.fit_fragment[pair_row]
+        - taken[:, None]
+        + state.clipped[pair_row, pair_dev][:, None] * mask_before
+        - np.maximum(left, 0)[:, None] * mask_after
     )
-    total = state.total[:, None] - x
-    after = _fragments(usable, fit_fragment, total, fit_after[:, None, :], shapes, index, count)
-    per_device = after @ shapes.prob if len(shapes) else np.zeros((rows, width))
-    per_device = np.where(ok, per_device, np.inf)
+    total = state.total[pair_row] - taken
+    after = _fragments(usable, fit_fragment, total, fit_after[pair_row], shapes, index, count)
+    per_device = np.full((rows, width), np.inf)
+    if len(shapes):
+        per_device[pair_row, pair_dev] = after @ shapes.prob
+    else:
+        per_device[pair_row, pair_dev] = 0.0
     device = np.argmin(per_device, axis=1)
     after_e = per_device[np.arange(rows), device]
     return Placement(before_e, after_e, np.where(np.isfinite(after_e), device, NO_DEVICE), per_device)
