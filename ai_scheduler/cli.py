@@ -223,19 +223,26 @@ def _run(args: argparse.Namespace) -> int:
     from ai_scheduler.scheduler.daemon import run_scheduler
     from ai_scheduler.tracesim.forecast import forecaster
 
-    logger = JsonLogger(level=args.log_level)
+    logger = JsonLogger(level=args.log_level, batch=True)
     try:
         config = load_config(args.config) if args.config else default_config()
     except ConfigError as exc:
         logger.error("config.invalid", path=args.config, error=str(exc))
         print(f"ai-scheduler: invalid config: {exc}", file=sys.stderr)
         return 2
-    return uvloop.run(  # 1 when the leader election's Lease was lost, as kube-scheduler exits
-        run_scheduler(
-            config, kubeconfig=args.kubeconfig, master=args.master, logger=logger, config_path=args.config,
-            forecaster=forecaster,
+    try:
+        return uvloop.run(  # 1 when the leader election's Lease was lost, as kube-scheduler exits
+            run_scheduler(
+                config,
+                kubeconfig=args.kubeconfig,
+                master=args.master,
+                logger=logger,
+                config_path=args.config,
+                forecaster=forecaster,
+            )
         )
-    )
+    finally:
+        logger.flush()  # lines of the loop's last step
 
 
 def _admission_policy(args: argparse.Namespace) -> int:

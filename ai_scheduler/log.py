@@ -6,6 +6,7 @@ thin orjson call rather than the stdlib logging machinery.
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import sys
 import time
@@ -56,12 +57,24 @@ class ByteSink(Protocol):
 
 
 class JsonLogger:
-    """Writes one JSON object per line; `event` names what happened."""
+    """Writes one JSON object per line; `event` names what happened.
 
-    def __init__(self, stream: ByteSink | None = None, level: str = "info", **context: Any) -> None:
+    With `batch` (the daemon), info and debug lines logged while an asyncio loop runs are written
+    together, in one write, when the loop next runs its ready callbacks: a gang attempt logs a line per
+    member, and a write per line cost about a tenth of the attempt. The flush is queued before any task
+    the same step starts (a binding's request among them), so no pod is bound before its decision line
+    is written; a warning or an error writes everything held at once, and `flush` writes what is left
+    when the loop ends.
+    """
+
+    def __init__(
+        self, stream: ByteSink | None = None, level: str = "info", *, batch: bool = False, **context: Any
+    ) -> None:
         self._stream = stream if stream is not None else sys.stdout.buffer
         self._threshold = LEVELS[level]
         self._context = context
+        self._batch = batch
+        self._pending: list[bytes] = []
 
     def enabled(self, level: str) -> bool:
         return LEVELS[level] >= self._threshold
@@ -74,8 +87,29 @@ class JsonLogger:
             line = orjson.dumps(record, option=_DUMP_OPTIONS, default=str)
         except TypeError:
             line = orjson.dumps({k: str(v) for k, v in record.items()}, option=_DUMP_OPTIONS)
+        if self._batch and LEVELS[level] < LEVELS["warning"]:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                if not self._pending:
+                    loop.call_soon(self.flush)
+                self._pending.append(line)
+                return
+        if self._pending:
+            self._pending.append(line)
+            self.flush()
+            return
         self._stream.write(line)
         self._stream.flush()
+
+    def flush(self) -> None:
+        """Write the lines held by `batch`, in one write."""
+        if self._pending:
+            lines, self._pending = self._pending, []
+            self._stream.write(b"".join(lines))
+            self._stream.flush()
 
     def debug(self, event: str, **fields: Any) -> None:
         self.log("debug", event, **fields)

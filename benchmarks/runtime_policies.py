@@ -33,6 +33,22 @@ estimate feature) scored on the simulated half.
     python benchmarks/runtime_policies.py --seeds 3
     python benchmarks/runtime_policies.py --seeds 1 --first-seed 2 --jobs 500 --nodes 8 --load 1.3
 
+A real history instead (`--trace`, a Philly or Helios job list, with `--cluster`, the cluster file):
+the model learns from the first `--train-share` (0.7) of its pods by submit time, and the rest, submit
+times shifted to start at 0, is simulated on the cluster (the traces' `*_loaded.csv`, sized so that a
+queue stands). These traces carry no users' estimates, so arm user-estimates is left out; `--limit N`
+simulates only the first N pods of the test part (said in the output: a timed run with a standing
+queue of thousands of pods is slow).
+
+    python benchmarks/runtime_policies.py --trace ../shared/traces/philly/philly_gpw.csv \
+        --cluster ../shared/traces/philly/philly_loaded.csv
+    python benchmarks/runtime_policies.py --trace ../shared/traces/helios/helios_gpw.csv \
+        --cluster ../shared/traces/helios/helios_loaded.csv --limit 1500
+
+Our FIFO (`fifo`) is not strict: a pod that fits may start while an older one waits (the queue is
+tried in order, and each pod that fits is placed), as kube-scheduler does; the papers' FIFO baselines
+(Helios' QSSF, Tiresias) are strict, so ratios against ours are smaller than theirs.
+
 The defaults are small (500 jobs on 8 nodes) because a timed run with a long queue is slow (each
 scheduling pass tries every waiting pod): about 40 s per arm and seed on a shared 2-core machine.
 """
@@ -100,11 +116,11 @@ def alloc_over_arrivals(result: SimResult) -> float | None:
     return float(np.dot(values, spans) / spans.sum() / result.capacity_gpu_milli)
 
 
-def split_history(jobs: list[TraceJob]) -> tuple[list[TraceJob], list[TraceJob]]:
-    """The earlier half of the jobs by submit time (a gang's pods stay together), and the later half
-    with its submit times shifted to start at 0."""
+def split_history(jobs: list[TraceJob], share: float = 0.5) -> tuple[list[TraceJob], list[TraceJob]]:
+    """The earlier `share` of the jobs by submit time (a gang's pods stay together: the cut is a submit
+    time), and the rest with its submit times shifted to start at 0."""
     ordered = sorted(jobs, key=lambda job: (job.submit_time, job.name))
-    cut = ordered[len(ordered) // 2].submit_time
+    cut = ordered[min(int(len(ordered) * share), len(ordered) - 1)].submit_time
     history = [job for job in ordered if job.submit_time < cut]
     later = [job for job in ordered if job.submit_time >= cut]
     return history, [dataclasses.replace(job, submit_time=job.submit_time - cut) for job in later]
@@ -124,15 +140,39 @@ def main() -> None:
     parser.add_argument("--max-wait", type=float, default=86400.0,
                         help="its maxWaitSeconds (the waiting time that earns the full waitingTime weight)")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--trace", metavar="FILE",
+                        help="a real job list (Philly or Helios) instead of the generator")
+    parser.add_argument("--format", default="auto",
+                        help="the trace's format (default: told from its columns)")
+    parser.add_argument("--cluster", metavar="FILE", help="with --trace: the cluster file it runs on")
+    parser.add_argument("--train-share", type=float, default=0.7,
+                        help="with --trace: the earlier share of the pods (by submit time) the model "
+                        "learns from")
+    parser.add_argument("--limit", type=int, default=0,
+                        help="with --trace: simulate only the first N pods of the test part (0: all)")
     args = parser.parse_args()
-    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in args.arms}
+    if args.trace and not args.cluster:
+        parser.error("--trace needs --cluster")
+    arms = [a for a in args.arms if not (args.trace and a == "user-estimates")]  # no estimates in the traces
+    rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
     tables: list[str] = []
+    seeds = range(args.first_seed, args.first_seed + (1 if args.trace else args.seeds))
     with tempfile.TemporaryDirectory() as directory:
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for seed in seeds:
             out = Path(directory) / str(seed)
-            cluster, workload = helios.write(out, seed, jobs=2 * args.jobs, nodes=args.nodes, load=args.load)
-            nodes = read_cluster(cluster)
-            history, simulated = split_history(list(read_workload(workload).jobs))
+            out.mkdir(parents=True, exist_ok=True)
+            if args.trace:
+                nodes = read_cluster(args.cluster)
+                history, simulated = split_history(list(read_workload(args.trace, args.format).jobs),
+                                                   args.train_share)
+                if args.limit and len(simulated) > args.limit:  # cut at a submit time: gangs stay whole
+                    last = sorted(job.submit_time for job in simulated)[args.limit - 1]
+                    simulated = [job for job in simulated if job.submit_time <= last]
+            else:
+                cluster, workload = helios.write(out, seed, jobs=2 * args.jobs, nodes=args.nodes,
+                                                 load=args.load)
+                nodes = read_cluster(cluster)
+                history, simulated = split_history(list(read_workload(workload).jobs))
             samples, _ = samples_of(history)
             blind = [dataclasses.replace(s, features=dataclasses.replace(s.features, estimate=None))
                      for s in samples]
@@ -149,9 +189,9 @@ def main() -> None:
                                for s in later]
                 _, report = evaluate(blind, later_blind, QUANTILE, model=model)
                 tables.append("the model of arm `learned` (no estimate feature), fitted on the whole "
-                              "history, on the simulated half:\n" + report_table(report))
+                              "history, on the simulated jobs:\n" + report_table(report))
             fifo_jct: float | None = None
-            for arm in args.arms:
+            for arm in arms:
                 learned = arm.startswith("learned")
                 jobs = [dataclasses.replace(j, estimate=None) for j in simulated] if learned else simulated
                 config = arm_config(arm, args.weight, args.max_wait, model_path)
@@ -169,10 +209,16 @@ def main() -> None:
                        "wall_s": round(result.wall_seconds, 2)}
                 rows[arm].append(row)
                 print(orjson.dumps(row).decode(), flush=True)
+    if args.trace:
+        limited = f" (the first {args.limit} of the rest only)" if args.limit else " (all the rest)"
+        workload_text = (f"{args.trace} on {args.cluster}: learnt from the first {args.train_share:.0%} of "
+                         f"the pods by submit time, {len(simulated)} pods simulated{limited}")
+    else:
+        workload_text = (f"{args.seeds} seeds, {args.jobs} jobs simulated after {args.jobs} of history, "
+                         f"{args.nodes} nodes x 8 GPUs, load {args.load}")
     print(f"\nPython {platform.python_version()}, numpy {np.__version__}, "
-          f"scikit-learn {sklearn.__version__}; "
-          f"{args.seeds} seeds, {args.jobs} jobs simulated after {args.jobs} of history, {args.nodes} nodes "
-          f"x 8 GPUs, load {args.load}; policy {runtime_policy(args.weight, args.max_wait)}; medians:")
+          f"scikit-learn {sklearn.__version__}; {workload_text}; "
+          f"policy {runtime_policy(args.weight, args.max_wait)}; medians:")
     print(f"{'arm':<15} {'JCT mean':>9} {'JCT p95':>9} {'wait mean':>10} {'wait p95':>9} {'vs fifo':>8} "
           f"{'alloc':>7} {'alloc arr':>9} {'makespan':>9} {'backfill':>8}")
     for arm, runs in rows.items():

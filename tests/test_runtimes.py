@@ -5,6 +5,8 @@ completions, in the daemon's event handlers and in the simulator that drives the
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -83,3 +85,46 @@ def test_a_model_file_that_does_not_load_is_logged_and_left_out(tmp_path: Path) 
     config = parse_config({"prediction": {"model": str(broken)}})
     simulation = Simulation(config, [NodeSpec("n", cpu=1000, memory=GIB)], [], Mode.TIMED)
     assert isinstance(simulation.core.runtimes, AnnotatedRunTimes)
+
+
+@pytest.mark.parametrize(("phase", "kind", "learnt"), [
+    ("Succeeded", "MODIFIED", True),
+    ("Failed", "MODIFIED", True),  # a failed pod held its node as long as it ran: that is what is predicted
+    ("Running", "DELETED", False),  # deleted or evicted before its end: cut short, nothing to learn
+])
+def test_the_daemon_learns_from_pods_that_ran_to_their_end(phase: str, kind: str, learnt: bool) -> None:
+    """The event handlers hand a placed pod's end to the core, which learns its run time from its start."""
+    from ai_scheduler.log import JsonLogger, NullStream
+    from ai_scheduler.scheduler.core import SchedulerCore
+    from ai_scheduler.scheduler.metrics import Metrics
+    from ai_scheduler.scheduler.outbox import Outbox
+    from ai_scheduler.sim import make_node
+
+    config = parse_config({"prediction": {"learnOnline": True}, "groups": {"lab": {}},
+                           "users": {"alice": {"group": "lab"}}, "namespaces": {"team": {"user": "alice"}}})
+
+    def no_outbox(core: SchedulerCore) -> Outbox:
+        unused: Any = SimpleNamespace(forget=lambda uid: None)  # nothing is scheduled, reported or evicted
+        return Outbox(unused, unused, unused)
+
+    now = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    core = SchedulerCore(config, JsonLogger(stream=NullStream()), Metrics(), no_outbox, clock=lambda: now)
+    node = make_node("n1", cpu="8", memory="32Gi")
+    node["metadata"].update(uid="uid-n1", resourceVersion="1")
+    core.handlers.on_node_event("ADDED", node)
+    obj = make_pod("job", namespace="team", cpu="1", memory="1Gi")
+    obj["metadata"].update(uid="uid-job", resourceVersion="1")
+    obj["spec"]["nodeName"] = "n1"
+    obj["status"] = {"phase": "Running", "startTime": "2027-01-15T07:00:00Z"}  # an hour before `now`
+    core.handlers.on_pod_event("ADDED", obj)
+    ended = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"},
+             "status": {**obj["status"], "phase": phase}}
+    core.handlers.on_pod_event(kind, ended)
+    runtimes = core.runtimes
+    assert isinstance(runtimes, PredictedRunTimes)
+    history = runtimes.predictor.corrections.history("alice")
+    if learnt:
+        assert runtimes.predictor.corrections.completions("alice") == 1
+        assert history is not None and history.median_s == pytest.approx(3600.0)
+    else:
+        assert runtimes.predictor.corrections.completions("alice") == 0 and history is None

@@ -5,7 +5,9 @@ namespaces to users and users to groups. The pod label `ai-scheduler.io/user`
 counts only in namespaces the config trusts to set it. Usage is what placed
 pods (bound or assumed, not finished) request, kept per user, group and queue
 as the cache attaches and detaches pods, so a quota check is a dictionary
-lookup. Quotas are two-level: a group's `max` (and `min`, the guarantee that
+lookup. The spec.priority of the placed pods is counted per group too, so that
+preemption knows without a pass over the pods when a group holds no pod it
+could preempt (`lowest_priority`). Quotas are two-level: a group's `max` (and `min`, the guarantee that
 reclaim restores) over the users' own `max`; a queue may have a quota too.
 
 Managed GPUs count under the annotation that asks for them: `gpu-count` in
@@ -104,12 +106,17 @@ class Tenancy:
         # resourceVersion, since only a change of the pod (its labels) or of the config can change it.
         self._tenants: dict[str, tuple[str, Tenant]] = {}
         self._shared_tenants: dict[Tenant, Tenant] = {}  # one object per distinct tenant
+        # group -> spec.priority -> placed pods of the group with it (what preemption may take by priority).
+        self._priorities: dict[str, dict[int, int]] = defaultdict(dict)
+        self._charged_priority: dict[str, int] = {}
 
     def reconfigure(self, config: Config, placed: Iterable[PodRecord]) -> None:
         """A new config may move namespaces between users: count everything again."""
         self.config = config
         self.usage.clear()
         self._charged.clear()
+        self._priorities.clear()
+        self._charged_priority.clear()
         self._tenants.clear()
         self._shared_tenants.clear()
         for pod in placed:
@@ -152,6 +159,9 @@ class Tenancy:
         amounts = shared_map(self.amounts(pod))  # pods of one template charge one map
         self._charged[pod.uid] = (tenant, amounts)
         self._add(tenant, amounts, 1)
+        counts = self._priorities[tenant.group]
+        counts[pod.priority] = counts.get(pod.priority, 0) + 1
+        self._charged_priority[pod.uid] = pod.priority
 
     def amounts(self, pod: PodRecord) -> dict[str, int]:
         """What the pod counts against quotas (`quota_amounts`, its DRA GPUs included)."""
@@ -162,6 +172,18 @@ class Tenancy:
         charged = self._charged.pop(uid, None)
         if charged is not None:
             self._add(charged[0], charged[1], -1)
+            priority = self._charged_priority.pop(uid)
+            counts = self._priorities[charged[0].group]
+            left = counts[priority] - 1
+            if left:
+                counts[priority] = left
+            else:
+                del counts[priority]
+
+    def lowest_priority(self, group: str) -> int | None:
+        """The lowest spec.priority among the placed pods of `group` ('' : of no group); None if none."""
+        counts = self._priorities.get(group)
+        return min(counts) if counts else None  # distinct priorities: a handful
 
     def _add(self, tenant: Tenant, amounts: Mapping[str, int], sign: int) -> None:
         for key in (("user", tenant.user), ("group", tenant.group), ("queue", tenant.queue)):

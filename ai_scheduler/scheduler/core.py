@@ -176,17 +176,18 @@ class SchedulerCore:
                                  model_path=settings.model if model else None)
 
     def completed(self, pod: PodRecord, seconds: float) -> None:
-        """`pod` succeeded after running `seconds`: online learning takes it (the simulator calls this
-        with the exact run time; the daemon through `pod_finished`)."""
+        """`pod` ended after running `seconds`: online learning takes it (the simulator calls this
+        with the exact run time; the daemon through `pod_finished`). A failed job held its GPUs for its
+        run time as much as a successful one, and how long a pod holds them is what is predicted."""
         if isinstance(self._runtimes, PredictedRunTimes):
             self._runtimes.completed(pod, seconds)
 
-    def pod_finished(self, pod: PodRecord, succeeded: bool) -> None:
-        """The event handlers saw a placed pod end: succeeded (its run time counts from its start) or
-        left otherwise (deleted, failed, evicted: nothing to learn)."""
+    def pod_finished(self, pod: PodRecord, ran_to_end: bool) -> None:
+        """The event handlers saw a placed pod end: ran to its end, succeeded or failed (its run time
+        counts from its start), or left otherwise (deleted or evicted: cut short, nothing to learn)."""
         if not isinstance(self._runtimes, PredictedRunTimes):
             return
-        started = parse_time(pod.started) if succeeded else None
+        started = parse_time(pod.started) if ran_to_end else None
         if started is not None:
             self.completed(pod, self._wall() - started)
         else:

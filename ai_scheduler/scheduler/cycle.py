@@ -17,7 +17,9 @@ from ai_scheduler.scheduler.framework import (
     DevicePreference,
     FilterPlugin,
     ScorePlugin,
+    StaticFilterPlugin,
     StaticResults,
+    StaticScorePlugin,
     Window,
 )
 from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
@@ -106,7 +108,7 @@ def past_blocked(
         if count:
             reasons[reason] = reasons.get(reason, 0) + count
             alive &= ~kept_off
-    rows = np.flatnonzero(alive)
+    rows = alive.nonzero()[0]  # np.flatnonzero without its wrappers (a 1-D mask)
     if not isinstance(window, slice):
         return window[rows]
     if window.start:
@@ -165,6 +167,12 @@ class Framework:
         # A score that also ranks the chosen node's devices for a share (FGD's device choice), if any.
         self.device_preference = next((s for s in self.scores if isinstance(s, DevicePreference)), None)
         self.dra = next((f for f in self.filters if isinstance(f, DynamicResources)), None)
+        # The plugins whose verdicts are cached per pod signature (StaticResults), filters first.
+        self.static_plugins: list[StaticFilterPlugin | StaticScorePlugin] = [
+            plugin
+            for plugin in [*self.filters, *self.scores]
+            if isinstance(plugin, StaticFilterPlugin | StaticScorePlugin)
+        ]
         for scorer in self.scores:  # DynamicResources' Score reads the verdicts of the profile's filter
             if isinstance(scorer, DynamicResourcesScore):
                 scorer.filter = self.dra
@@ -358,7 +366,7 @@ class Framework:
             return Decision(None, total, reasons=reasons, evaluated=looked_at)
         scores = via.score(pod, rows) if via is not None else self.score(pod, rows)
         best = int(scores.max())
-        ties = np.flatnonzero(scores == best)
+        ties = (scores == best).nonzero()[0]
         pick = self._pick(rows, ties)
         names = cache.row_names
         top = [(names[int(rows[i])], int(scores[i])) for i in top_scores(scores, pick, ties)]
@@ -426,7 +434,7 @@ def top_scores(scores: np.ndarray, pick: int, ties: np.ndarray, count: int = TOP
         if not lower.any():
             break
         level = scores[lower].max()
-        chosen.extend(np.flatnonzero(scores == level)[: count - len(chosen)].tolist())
+        chosen.extend((scores == level).nonzero()[0][: count - len(chosen)].tolist())
     return chosen
 
 

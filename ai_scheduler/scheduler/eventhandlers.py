@@ -66,7 +66,8 @@ class EventHandlers:
         self.log = logger
         self.profiles = profiles  # the schedulerNames we place pods for
         self.ready = ready  # after the first sync, relists are logged
-        # A placed pod ended: succeeded (True) or left otherwise; the core learns run times from it.
+        # A placed pod ended: ran to its end, succeeded or failed (True), or left otherwise (deleted,
+        # evicted); the core learns run times from the first.
         self.finished = finished
         self._gpu_problems: dict[str, str] = {}  # node -> the GPU report problem last logged
 
@@ -126,7 +127,7 @@ class EventHandlers:
                 self.queue.move_matching("PodClaimStatusChange", lambda queued: queued.uid == pod.uid)
         if change.freed:
             if self.finished is not None:
-                self.finished(pod, kind != "DELETED" and pod.phase == "Succeeded")
+                self.finished(pod, kind != "DELETED" and pod.phase in ("Succeeded", "Failed"))
             self.queue.move_all("AssignedPodDelete")
         elif change.placed:
             self.queue.move_matching("AssignedPodAdd", waits_for_other_pods)

@@ -508,13 +508,20 @@ class GangScheduler:
         cpu = cache.resource_index["cpu"]
         # Free room over the domains' rows, summed per domain in one pass (a removed node's row holds zeros,
         # and changes the static version, which rebuilds the domains).
+        # Only the columns asked for (and cpu, which ranks the domains) are read.
+        # One column at a time: a 2-D fancy index (np.ix_) over the rows costs about three times as much.
         order, starts = self._domain_rows[label]
-        free = np.maximum(cache.allocatable.take(order, axis=0) - cache.requested.take(order, axis=0), 0)
-        sums = np.add.reduceat(free, starts, axis=0)[:, [cpu, *cols]]
-        fits = (sums[:, 1:] >= np.array(list(demand.values()), dtype=np.int64)).all(axis=1)
-        ranked = sorted(
-            (int(sums[i, 0]), domains[i][0], i) for i in np.flatnonzero(fits).tolist()
-        )
+        rows = cache.rows
+        sums = []
+        for col in [cpu, *cols]:
+            free = cache.allocatable[:rows, col] - cache.requested[:rows, col]
+            np.maximum(free, 0, out=free)
+            sums.append(np.add.reduceat(free[order], starts))
+        fits = np.ones(len(starts), dtype=bool)
+        for column, amount in zip(sums[1:], demand.values(), strict=True):
+            fits &= column >= amount
+        room = sums[0]
+        ranked = sorted((int(room[i]), domains[i][0], i) for i in fits.nonzero()[0].tolist())
         return [(value, domains[i][1]) for _, value, i in ranked[:MAX_DOMAIN_TRIALS]]
 
     # ------------------------------------------------------------------ timeouts and failures

@@ -85,14 +85,16 @@ class MemberShape:
         self._filters = filters
         self._pod = pod
         limit = cache.row_limit
-        # Rows are filtered and scored when a search first reads them, never twice: the members' searches
-        # overlap (inside a domain, or once the search wraps round the table), a full pass would not pay.
+        # Rows are filtered and scored once, all the usable ones when a search first reads one of them: the
+        # members' searches overlap (inside a domain, or once the search wraps round the table) and go on
+        # to read most of it, and one numpy pass over all costs about what one window does.
         self.codes = np.zeros(limit, dtype=np.int32)
         self.filtered = np.zeros(limit, dtype=bool)
         self.row_scores = np.zeros(limit, dtype=np.int64)
         self.scored = np.zeros(limit, dtype=bool)
         self._changed: set[int] = set()  # rows this try's placements changed
         self._masked: tuple[np.ndarray | None, np.ndarray] = (None, cache.valid)  # node mask -> valid & it
+        self._complete: np.ndarray | None = None  # the usable rows (`_masked`'s) when all are filtered
 
     @staticmethod
     def key(framework: Framework, pod: PodRecord) -> Hashable | None:
@@ -122,11 +124,7 @@ class MemberShape:
         if cached is not None and cached[0] is framework:
             key: Hashable = cached[1]
             return key
-        signatures = tuple(
-            plugin.signature(pod)
-            for plugin in [*framework.filters, *framework.scores]
-            if isinstance(plugin, StaticFilterPlugin | StaticScorePlugin)
-        )
+        signatures = tuple([plugin.signature(pod) for plugin in framework.static_plugins])
         key = (
             signatures,
             tuple(sorted(pod.requests.items())),
@@ -171,20 +169,21 @@ class MemberShape:
         looked_at = int(np.count_nonzero(alive))
         if not looked_at:
             return _NO_ROWS, 0
-        todo = alive & ~self.filtered[window]
-        if todo.any():
-            local = np.flatnonzero(todo)
-            if isinstance(window, slice):
-                self._filter(local + (window.start or 0))
-            else:
-                self._filter(window[local])
+        if self._complete is not usable:
+            # Every usable row not filtered yet, in one pass: the members' searches go on to read the rest of
+            # the table (or of the domain), and one pass over it costs about what one window does. Then no
+            # window needs the check again until `restore` (or another node mask).
+            todo = (usable[: self.filtered.shape[0]] & ~self.filtered).nonzero()[0]
+            if todo.size:
+                self._filter(todo)
+            self._complete = usable
         codes = self.codes[window]
         failed = codes[alive]
         failed = failed[failed > 0]
         if failed.size:
             counts = np.bincount(failed)
             reason_sets = self.reason_sets
-            for code in np.flatnonzero(counts).tolist():
+            for code in counts.nonzero()[0].tolist():
                 count = int(counts[code])
                 for reason in reason_sets[code]:
                     reasons[reason] = reasons.get(reason, 0) + count
@@ -194,8 +193,13 @@ class MemberShape:
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
         """Framework.score, from the per-row sums (rows not scored yet are scored first) and the static
         scores' raw values, normalised over `rows` as StaticScorePlugin.score does."""
-        todo = rows[~self.scored[rows]]
-        if todo.size:
+        if not self.scored[rows].all():
+            # Every feasible usable row not scored yet, in one pass (as `filter_window` filters them).
+            todo_mask = self._masked[1][: self.scored.shape[0]] & self.filtered
+            todo_mask &= self.codes == 0
+            todo_mask[rows] = True
+            todo_mask &= ~self.scored
+            todo = todo_mask.nonzero()[0]
             self.row_scores[todo] = self._scores(pod, todo)
             self.scored[todo] = True
         scores: np.ndarray = self.row_scores[rows]
@@ -229,6 +233,7 @@ class MemberShape:
         """The try's members were unreserved: their rows are read again from the cache as it is back."""
         changed = list(self._changed)
         self.filtered[changed] = False
+        self._complete = None
         self.scored[changed] = False
         self._changed.clear()
 

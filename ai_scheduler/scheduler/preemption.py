@@ -328,11 +328,12 @@ class Preemptor:
             return Verdict(message=POST_FILTER_PREFIX + fit_error_message(total, {NOT_HELPFUL: total}))
         reclaiming = self._below_min(pod)
         by_node: dict[str, list[tuple[PodRecord, VictimKind]]] = {}
-        for state in self.cache.pods.values():
-            if state.node and not state.assumed:
-                kind = self._eligible(pod, state.record, reclaiming)
-                if kind is not None:
-                    by_node.setdefault(state.node, []).append((state.record, kind))
+        if reclaiming or self._may_find_victims(pod):
+            for state in self.cache.pods.values():
+                if state.node and not state.assumed:
+                    kind = self._eligible(pod, state.record, reclaiming)
+                    if kind is not None:
+                        by_node.setdefault(state.node, []).append((state.record, kind))
         unresolvable, removable = self._shadows(framework)
         rows, _ = unresolvable.feasible_rows(resourceless(pod))
         reasons: dict[str, int] = {}
@@ -345,6 +346,10 @@ class Preemptor:
         resource_only = np.zeros(self.cache.rows, dtype=bool)
         resource_only[passing] = True
         plans: list[Plan] = []
+        if not by_node:  # no victim anywhere: every node preemption could help lacks one (no pass over them)
+            if rows.shape[0]:
+                reasons[NO_VICTIMS] = int(rows.shape[0])
+            return Verdict(message=POST_FILTER_PREFIX + fit_error_message(total, reasons))
         wants_gpus = gpu_request(pod)[0] is not None
         for row in rows.tolist():
             candidates = by_node.get(self.cache.row_names[row])
@@ -379,6 +384,13 @@ class Preemptor:
                 made.append(shadow)
             held = self._shadow = (framework, made[0], made[1])
         return held[1], held[2]
+
+    def _may_find_victims(self, pod: PodRecord) -> bool:
+        """Whether some placed pod may be a victim of `pod` by priority (reclaim aside): one of its own
+        group (or, for a pod of no group, of no group) with a lower spec.priority. Read from the tenancy's
+        count per group and priority, so that a pod with no victims costs no pass over the pods."""
+        lowest = self.tenancy.lowest_priority(self.tenancy.tenant_of(pod).group)
+        return lowest is not None and lowest < pod.priority
 
     def _below_min(self, pod: PodRecord) -> set[str]:
         """Resources for which the pod's group is under its guaranteed min (it may reclaim them)."""

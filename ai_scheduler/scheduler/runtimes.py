@@ -110,7 +110,7 @@ class PredictedRunTimes:
         return run
 
     def completed(self, pod: PodRecord, seconds: float) -> None:
-        """The pod ran `seconds` and succeeded: learn from it (when online learning is on)."""
+        """The pod ran `seconds` to its end, succeeded or failed: learn from it (if online learning is on)."""
         self._known.pop(pod.uid, None)
         if self.learn_online and seconds >= 0:
             self.predictor.observe(pod_features(pod, self.tenancy), seconds)

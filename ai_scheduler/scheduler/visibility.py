@@ -265,6 +265,9 @@ class RecentDecisions(JsonLogger):
             self.recent.append((time.time(), fields))
         self.inner.log(level, event, **fields)
 
+    def flush(self) -> None:
+        self.inner.flush()
+
 
 def decision_items(recent: RecentDecisions) -> list[dict[str, Any]]:
     """The last decisions, newest first: the pod (`metadata` and `pod`, "ns/name"), its queue, the result

@@ -37,7 +37,12 @@ from ai_scheduler.tracesim.replay import VERSION as LOG_VERSION
 from ai_scheduler.tracesim.replay import ReplayError, read_log
 
 MIN_JOBS = 10
-USABLE = frozenset({JobStatus.SUCCEEDED, JobStatus.UNKNOWN})
+# Every job that ended: a failed, killed or timed-out job held its GPUs for its whole run time as a
+# successful one did (a large share of the Philly and Helios traces), and how long a job holds them is what
+# the model predicts. Only jobs still pending or running (no run time yet) are left out.
+USABLE = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.KILLED, JobStatus.TIMEOUT, JobStatus.UNKNOWN}
+)
 
 
 def features_of_job(job: TraceJob) -> Features:
@@ -75,7 +80,7 @@ def features_of(job: TraceJob, tenancy: Tenancy | None = None) -> Features:
 
 
 def samples_of(jobs: list[TraceJob], tenancy: Tenancy | None = None) -> tuple[list[Sample], int]:
-    """The history the model learns from, and how many pods were left out (no run time, ended badly)."""
+    """The history the model learns from, and how many pods were left out (no run time: pending, running)."""
     samples: list[Sample] = []
     gangs: set[tuple[str, str, float]] = set()
     skipped = 0
@@ -138,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     where = args.trace or " ".join(args.log)
     samples, skipped = samples_of(history, tenancy)
     if len(samples) < MIN_JOBS:
-        return fail(f"{where}: {len(samples)} jobs with a run time that completed; "
+        return fail(f"{where}: {len(samples)} jobs that ended with a run time; "
                     f"a model needs at least {MIN_JOBS}")
     train, test = split_by_time(samples, args.test_fraction)
     try:
@@ -152,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     except (ModelError, OSError) as exc:
         return fail(str(exc))
     print(f"{len(samples)} jobs from {where} ({source_format}); {skipped} left out "
-          "(no run time, or did not succeed)")
+          "(no run time: still pending or running)")
     print(report_table(report))
     print(f"model: {args.out} (fitted on all {len(samples)} jobs)")
     if args.report:

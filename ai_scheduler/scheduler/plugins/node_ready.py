@@ -9,9 +9,10 @@ same toleration rule, and never place work on a node that says it is not ready.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 
-from ai_scheduler.cache.records import NodeRecord, PodRecord, Taint
+from ai_scheduler.cache.records import NodeRecord, PodRecord, Taint, Toleration
 from ai_scheduler.scheduler.framework import StaticFilterPlugin
 
 REASON = "node(s) were not ready"
@@ -23,11 +24,7 @@ class NodeReady(StaticFilterPlugin):
     name = "NodeReady"
 
     def signature(self, pod: PodRecord) -> Hashable | None:
-        not_ready = any(t.tolerates(NOT_READY_TAINT) for t in pod.tolerations)
-        unreachable = any(t.tolerates(UNREACHABLE_TAINT) for t in pod.tolerations)
-        if not_ready and unreachable:
-            return None
-        return (not_ready, unreachable)
+        return _signature(pod.tolerations)
 
     def check(self, pod: PodRecord, node: NodeRecord) -> str | None:
         if node.ready == "True":
@@ -36,3 +33,14 @@ class NodeReady(StaticFilterPlugin):
         if any(t.tolerates(taint) for t in pod.tolerations):
             return None
         return REASON
+
+
+@functools.lru_cache(maxsize=4096)
+def _signature(tolerations: tuple[Toleration, ...]) -> tuple[bool, bool] | None:
+    """Which of the two states the tolerations tolerate (None: both, no opinion); pods of one template share
+    one tuple of tolerations (records.py), so this is worked out once per template."""
+    not_ready = any(t.tolerates(NOT_READY_TAINT) for t in tolerations)
+    unreachable = any(t.tolerates(UNREACHABLE_TAINT) for t in tolerations)
+    if not_ready and unreachable:
+        return None
+    return (not_ready, unreachable)

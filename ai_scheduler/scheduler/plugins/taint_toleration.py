@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 
-from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.cache.records import NodeRecord, PodRecord, Toleration
 from ai_scheduler.scheduler.framework import StaticFilterPlugin, StaticScorePlugin
 
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 
 
 def _toleration_signature(pod: PodRecord) -> Hashable:
-    return tuple(t.identity() for t in pod.tolerations)
+    return _identities(pod.tolerations)
+
+
+@functools.lru_cache(maxsize=4096)
+def _identities(tolerations: tuple[Toleration, ...]) -> tuple[tuple[str, str, str, str], ...]:
+    """Pods of one template share one tuple of tolerations (records.py): its signature is made once."""
+    return tuple(t.identity() for t in tolerations)
 
 
 class TaintTolerationFilter(StaticFilterPlugin):
