@@ -24,7 +24,9 @@ profiles that differ only in their scores (all but `default` score every feasibl
 - fgd-gpu-filter: FGDScore with no cpu or memory fit among the filters (only the GPU filter, as FGD's
   Open-Gpu-Share filter, which checks GPUs alone): pods may overcommit cpu and memory;
 - fgd-coupled: GPUFragmentationCoupled (FGD with cpu and memory kept beside free GPUs) with
-  GPUBinpack as the device choice's companion, ties by node order.
+  GPUBinpack as the device choice's companion, ties by node order;
+- default-coupled: the shipped default profile with GPUFragmentationCoupled (weight 3) added to its
+  scores, everything else as shipped (random ties, adaptive percentageOfNodesToScore).
 
 For each seed it reports FGD's `alloc@100` and `alloc@130` (allocated GPU thousandths over
 capacity, at the samples where the arrived GPU request is 100% and 130% of the capacity), the
@@ -58,6 +60,7 @@ import numpy as np
 import orjson
 
 from ai_scheduler.config import Config, default_config, parse_config
+from ai_scheduler.config.schema import ScoreSpec
 from ai_scheduler.trace import inflate, openb, read_cluster, read_workload, total_gpus
 from ai_scheduler.trace.cluster import NodeSpec
 from ai_scheduler.trace.records import TraceJob
@@ -76,7 +79,10 @@ POLICIES: dict[str, tuple[list[dict[str, Any]], str]] = {
         [{"name": "GPUFragmentationCoupled", "weight": 10}, {"name": "GPUBinpack", "weight": 1}],
         "nodeOrder",
     ),
+    "default-coupled": ([], "default"),
 }
+# Added to the default profile's scores, its scheduling settings unchanged (shapes learned online).
+DEFAULT_COUPLED = ScoreSpec("GPUFragmentationCoupled", 3)
 
 
 # Profiles whose filters leave out NodeResourcesFit: GPUs only, as FGD's Open-Gpu-Share filter checks.
@@ -86,7 +92,11 @@ GPU_FILTER_ONLY = frozenset({"fgd-gpu-filter"})
 def policy_config(name: str) -> Config:
     scores, tie_break = POLICIES[name]
     if tie_break == "default":
-        return default_config()
+        config = default_config()
+        if name != "default-coupled":
+            return config
+        profile = replace(config.profiles[0], scores=(*config.profiles[0].scores, DEFAULT_COUPLED))
+        return replace(config, profiles=(profile, *config.profiles[1:]))
     filters = [f for f in DEFAULT_FILTERS if name not in GPU_FILTER_ONLY or f != "NodeResourcesFit"]
     return parse_config({
         "profiles": [{"filters": filters, "scores": scores}],
