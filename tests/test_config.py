@@ -106,7 +106,7 @@ def test_plugin_name_constants() -> None:
                              "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware", "NodeAffinity",
                              "TaintToleration",
                              "GPUBinpack", "GPUSpread", "GPUAvoidance", "GPUFragmentation",
-                             "GPUFragmentationCoupled", "PodTopologySpread", "InterPodAffinity",
+                             "GPUFragmentationCoupled", "FGDScore", "PodTopologySpread", "InterPodAffinity",
                              "DynamicResources")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                       "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware"}) == RESOURCE_SCORERS

@@ -23,6 +23,12 @@ inside numpy. A share's effect on each device is exact (each device tried, as FG
 device j's free part changes only j's term of the sums, which is what `placement` computes for all
 rows and devices at once.
 
+`typical_shapes` is FGD's own target workload ("typical pods", its simulator's `GetTypicalPods` with the
+artifact's settings): the pods of a workload known up front, counted by exact cpu and GPU request (memory
+is not part of FGD's measure), CPU-only pods included, each pod weighing one; the most popular shapes
+(count first, then larger cpu, then larger GPU request) are kept until they cover 95% of the pods, and
+their counts renormalised into probabilities.
+
 `ShapeDistribution` learns the shapes from what the scheduler sees: a bounded table of shape keys
 (GPU thousandths, cpu and memory rounded up to three significant bits) with exponentially decayed
 counts (a half-life in observations), the least popular key evicted when a new one arrives at the
@@ -72,6 +78,26 @@ class Shapes:
 
     def __len__(self) -> int:
         return int(self.gpu.shape[0])
+
+
+TYPICAL_COVER = 0.95  # FGD's podPopularityThreshold: the typical shapes cover 95% of the pods
+
+
+def typical_shapes(pods: list[PodShape], cover: float = TYPICAL_COVER) -> Shapes:
+    """FGD's typical pods of a workload (see the module docstring): exact (cpu, GPU) shapes by
+    popularity until they cover `cover` of the pods, memory left out (0), probabilities renormalised."""
+    if not pods:
+        return Shapes.of([])
+    keys = np.array([(s.cpu, s.gpu) for s in pods], dtype=np.int64)
+    unique, counts = np.unique(keys, axis=0, return_counts=True)
+    # Most popular first; ties by larger cpu, then larger GPU request (FGD's reversed order).
+    order = np.lexsort((-unique[:, 1], -unique[:, 0], -counts))
+    unique, counts = unique[order], counts[order]
+    cumulative = np.cumsum(counts)
+    keep = min(int(np.searchsorted(cumulative, cover * len(pods), side="left")) + 1, len(counts))
+    kept = counts[:keep].astype(np.float64)
+    return Shapes(cpu=unique[:keep, 0].copy(), memory=np.zeros(keep, dtype=np.int64),
+                  gpu=unique[:keep, 1].copy(), prob=kept / kept.sum())
 
 
 def bucket(value: int) -> int:
@@ -258,6 +284,9 @@ class Placement:
     before: np.ndarray
     after: np.ndarray
     device: np.ndarray
+    # For a share: (rows, devices) expected fragmentation after placing it on each device (inf where
+    # it does not fit); None for other pods.
+    per_device: np.ndarray | None = None
 
     @property
     def delta(self) -> np.ndarray:
@@ -297,26 +326,32 @@ def placement(
         after_e = after @ shapes.prob if len(shapes) else np.zeros(rows)
         return Placement(before_e, np.where(ok, after_e, np.inf), no_device)
     x = np.broadcast_to(np.asarray(pod.gpu if share is None else share, dtype=np.int64), (rows, width))
-    left = free - x  # (R, D): the device's free part once the share is on it
     ok = (free >= 0) & (free >= x)
-    mask_after = left[:, None, :] >= np.maximum(needs, 1)[None, :, None]  # (R, G, D)
-    before_mask = state.usable_mask
-    # (R, D, G): the sums with device j's term replaced.
-    usable = state.usable[:, None, :] + (mask_after.astype(np.int64) - before_mask).transpose(0, 2, 1)
-    clipped_left = np.maximum(left, 0)
+    # Only the (row, device) pairs where the share fits are evaluated: M pairs, M <= R x D (padding and
+    # full devices cost nothing). Device j's terms of the sums are replaced by its state after the share.
+    pair_row, pair_dev = np.nonzero(ok)
+    taken = x[pair_row, pair_dev]  # (M,)
+    left = free[pair_row, pair_dev] - taken  # (M,): the device's free part once the share is on it
+    floor = np.maximum(needs, 1)[None, :]
+    mask_after = left[:, None] >= floor  # (M, G)
+    mask_before = state.usable_mask[pair_row, :, pair_dev]  # (M, G)
+    usable = state.usable[pair_row] + mask_after.astype(np.int64) - mask_before
     fit_fragment = (
-        state.fit_fragment[:, None, :]
-        - x[:, :, None]
-        + (state.clipped[:, None, :] * before_mask).transpose(0, 2, 1)
-        - (clipped_left[:, None, :] * mask_after).transpose(0, 2, 1)
+        state.fit_fragment[pair_row]
+        - taken[:, None]
+        + state.clipped[pair_row, pair_dev][:, None] * mask_before
+        - np.maximum(left, 0)[:, None] * mask_after
     )
-    total = state.total[:, None] - x
-    after = _fragments(usable, fit_fragment, total, fit_after[:, None, :], shapes, index, count)
-    per_device = after @ shapes.prob if len(shapes) else np.zeros((rows, width))
-    per_device = np.where(ok, per_device, np.inf)
+    total = state.total[pair_row] - taken
+    after = _fragments(usable, fit_fragment, total, fit_after[pair_row], shapes, index, count)
+    per_device = np.full((rows, width), np.inf)
+    if len(shapes):
+        per_device[pair_row, pair_dev] = after @ shapes.prob
+    else:
+        per_device[pair_row, pair_dev] = 0.0
     device = np.argmin(per_device, axis=1)
     after_e = per_device[np.arange(rows), device]
-    return Placement(before_e, after_e, np.where(np.isfinite(after_e), device, NO_DEVICE))
+    return Placement(before_e, after_e, np.where(np.isfinite(after_e), device, NO_DEVICE), per_device)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "GPUAvoidance",
     "GPUFragmentation",
     "GPUFragmentationCoupled",
+    "FGDScore",
     "PodTopologySpread",
     "InterPodAffinity",
     "DynamicResources",

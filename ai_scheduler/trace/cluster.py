@@ -28,6 +28,12 @@ device-plugin GPUs gets `nvidia.com/gpu` in its allocatable instead. Both get th
 feature discovery writes (`nvidia.com/gpu.product`, `.count`, `.memory` in MiB), so that pods can ask
 for a model by node affinity.
 
+Alibaba's GPU node lists (`openb_node_list_gpu_node.csv` of cluster-trace-gpu-v2023, the FGD paper's
+cluster) read too: a CSV file whose header is `sn,cpu_milli,memory_mib,gpu,model` is taken as one node
+per row, `sn` the name, `cpu_milli` millicores, `memory_mib` MiB, `gpu` devices of the `model`, managed,
+each device of the model's memory (`ALIBABA_GPU_MEMORY`; 16 GiB for a model it does not know: only a
+request for a share of GPU memory reads it, and the trace's pods ask shares in thousandths of a GPU).
+
 The Node itself comes from `ai_scheduler.sim.make_node`, the builder the demo, tests and benchmarks use,
 so a simulated cluster and a trace cluster are the same objects. Anything wrong in the file (an unknown
 key, a bad quantity, an invalid label, a name repeated) is a TraceError naming each entry and reason:
@@ -62,6 +68,11 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 KEYS = ("name", "count", "cpu", "memory", "gpus", "gpu_model", "gpu_memory", "managed", "nvlink_island",
         "pods", "zone", "region", "labels")
 DEFAULT_PODS = 110
+# Alibaba's node-list columns and the memory of each GPU model it names, in GiB.
+ALIBABA_NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+ALIBABA_GPU_MEMORY = {"P100": 16, "T4": 16, "V100M16": 16, "V100M32": 32, "A10": 24, "G1": 16, "G2": 32,
+                      "G3": 32}
+ALIBABA_DEFAULT_GPU_MEMORY = 16
 
 # Kubernetes' rules for names and labels (apimachinery validation): a node name is a DNS subdomain; a label
 # key an optional DNS-subdomain prefix and a name; a label value empty or a name.
@@ -185,6 +196,8 @@ def read_cluster(path: str | Path) -> list[NodeSpec]:
         table = load_table(source)
         entries = [(f"row {line}", dict(zip(table.columns, fields, strict=False)))
                    for line, fields in table.records]
+        if set(ALIBABA_NODE_COLUMNS) <= set(table.columns):
+            entries = [(where, _alibaba_entry(entry)) for where, entry in entries]
         wrong = [f"{where}: expected {len(table.columns)} fields as in the header, found {len(fields)}"
                  for (where, _), (_, fields) in zip(entries, table.records, strict=True)
                  if len(fields) != len(table.columns)]
@@ -208,6 +221,22 @@ def read_cluster(path: str | Path) -> list[NodeSpec]:
     if errors:
         raise TraceError(f"{source}: " + "; ".join(errors))
     return nodes
+
+
+def _alibaba_entry(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row of Alibaba's node list as this reader's keys (its other columns ignored)."""
+    entry: dict[str, Any] = {"name": str(row.get("sn", "")).strip().lower()}
+    cpu, memory = str(row.get("cpu_milli", "")).strip(), str(row.get("memory_mib", "")).strip()
+    entry["cpu"] = f"{cpu}m" if cpu else ""
+    entry["memory"] = f"{memory}Mi" if memory else ""
+    gpus = str(row.get("gpu", "")).strip() or "0"
+    entry["gpus"] = gpus
+    model = str(row.get("model", "")).strip()
+    if gpus != "0":
+        entry["gpu_model"] = model
+        gib = ALIBABA_GPU_MEMORY.get(model, ALIBABA_DEFAULT_GPU_MEMORY)
+        entry["gpu_memory"] = f"{gib}Gi"
+    return entry
 
 
 def _yaml_entries(source: Path) -> list[tuple[str, Mapping[str, Any]]]:

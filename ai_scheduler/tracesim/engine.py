@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.fragmentation import PodShape, ShapeDistribution, fragmentation
+from ai_scheduler.cache.fragmentation import PodShape, Shapes, fragmentation, typical_shapes
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.gpus import gpu_annotations
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -57,7 +57,7 @@ from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.scheduler.plugins.gpu_fragmentation import row_state
+from ai_scheduler.scheduler.plugins.gpu_fragmentation import GpuFragmentation, row_state
 from ai_scheduler.scheduler.preemption import Plan
 from ai_scheduler.scheduler.runtimes import RunTimes
 from ai_scheduler.trace.cluster import NodeSpec
@@ -68,7 +68,6 @@ from ai_scheduler.tracesim.records import Mode, PodOutcome, Sample, SimResult
 EPOCH = 1_767_225_600.0  # 2026-01-01T00:00:00Z: simulated time 0, as the core's clock reads it
 NEVER_STALE = 1e12  # seconds: the simulator's GPU reports never go stale
 MILLI = 1000
-FRAGMENTATION_SHAPES = 32  # distinct pod shapes (bucketed) the fragmentation is measured against
 HOUSEKEEPING_SECONDS = 1.0  # as the daemon's
 ARRIVAL, DEPARTURE = 0, 1
 
@@ -218,6 +217,7 @@ class Simulation:
         fragmentation: Fragmentation | None = None,
         progress: bool | None = False,
         state: LiveState | None = None,
+        target: Sequence[TraceJob] | None = None,
     ) -> None:
         self.config = dataclasses.replace(
             config, gpu=dataclasses.replace(config.gpu, staleness_seconds=NEVER_STALE)
@@ -242,6 +242,8 @@ class Simulation:
         # A forecast's run times are the daemon's, fixed: the config's model is not loaded again.
         self.core = SchedulerCore(self.config, self.log, Metrics(), outbox, clock=self.clock, seed=seed,
                                   runtimes=state.runtimes if state is not None else None)
+        if target is not None:
+            self._give_target(target)
         if mode is Mode.PLACEMENT:
             self.core.cycle.preemptor = None  # no PostFilter, no reservation: nothing would ever leave
             self.core.gang_scheduler.preemptor = None  # nor for gangs
@@ -263,6 +265,15 @@ class Simulation:
         self._requested = [0, 0]  # GPU thousandths, millicores
         self._allocated = [0, 0]
         self._frag = (-1, 0.0)  # (arrived percent it was measured at, value)
+
+    def _give_target(self, target: Sequence[TraceJob]) -> None:
+        """Hand the target workload's typical pods to the score plugins that take them up front (FGD's
+        own procedure: the distribution comes from the workload given, not from what has arrived)."""
+        shapes = target_shapes(target, typical_device_memory(self.nodes))
+        for framework in self.core.frameworks.values():
+            for scorer in framework.scores:
+                if isinstance(scorer, GpuFragmentation) and getattr(scorer, "TARGET_UP_FRONT", False):
+                    scorer.set_target(shapes)
 
     # ------------------------------------------------------------------ running
     def run(self) -> SimResult:
@@ -498,14 +509,18 @@ class Simulation:
         return int(totals.max()) if totals is not None and totals.size else self._device_memory
 
 
+def target_shapes(jobs: Sequence[TraceJob], device_memory: int) -> Shapes:
+    """FGD's typical pods of a workload (cache/fragmentation.py `typical_shapes`): exact cpu and GPU
+    request, no memory, the most popular shapes covering 95% of the pods."""
+    return typical_shapes([PodShape(job.cpu, 0, Simulation.job_gpu_milli(job, device_memory))
+                           for job in jobs])
+
+
 def workload_fragmentation(jobs: Sequence[TraceJob], nodes: Sequence[NodeSpec]) -> Fragmentation:
-    """FGD's fragmentation of the cluster measured against the workload's own pod shapes (the paper's
-    target workload: the trace), with the scheduler's implementation (cache/fragmentation.py)."""
-    device_memory = typical_device_memory(nodes)
-    distribution = ShapeDistribution(max_shapes=FRAGMENTATION_SHAPES, half_life=math.inf)
-    for job in jobs:
-        distribution.observe(PodShape(job.cpu, job.memory, Simulation.job_gpu_milli(job, device_memory)))
-    shapes = distribution.shapes()
+    """FGD's fragmentation of the cluster as its simulator reports it: against the typical pods of the
+    workload (the paper's target workload: the original trace, without clones; `target_shapes`), with the
+    scheduler's implementation (cache/fragmentation.py)."""
+    shapes = target_shapes(jobs, typical_device_memory(nodes))
 
     def measure(cache: SchedulerCache) -> float:
         free, free_cpu, free_memory = row_state(cache, np.arange(cache.rows))

@@ -9,7 +9,11 @@ from ai_scheduler.config import Config, Profile
 from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
 from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
 from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
-from ai_scheduler.scheduler.plugins.gpu_fragmentation import GpuFragmentation, GpuFragmentationCoupled
+from ai_scheduler.scheduler.plugins.gpu_fragmentation import (
+    FgdScore,
+    GpuFragmentation,
+    GpuFragmentationCoupled,
+)
 from ai_scheduler.scheduler.plugins.inter_pod_affinity import InterPodAffinityFilter, InterPodAffinityScore
 from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
 from ai_scheduler.scheduler.plugins.node_name import NodeName
@@ -63,6 +67,7 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "GPUAvoidance": lambda weight, _resources: GpuAvoidance(weight),
     "GPUFragmentation": lambda weight, _resources: GpuFragmentation(weight),
     "GPUFragmentationCoupled": lambda weight, _resources: GpuFragmentationCoupled(weight),
+    "FGDScore": lambda weight, _resources: FgdScore(weight),
     "InterPodAffinity": lambda weight, _resources: InterPodAffinityScore(weight),
     "PodTopologySpread": lambda weight, _resources: PodTopologySpreadScore(weight),
     "DynamicResources": lambda weight, _resources: DynamicResourcesScore(weight),

@@ -11,6 +11,18 @@ The rows' state is read from the cache as arrays: managed GPUs from the GPU tabl
 device in thousandths, see `free_thousandths`), device-plugin GPUs (`nvidia.com/gpu`) as that many
 wholly free devices, and free cpu and memory from the allocatable and requested columns.
 
+`FGDScore` is FGD as its own artifact runs it (hkust-adsl/kubernetes-scheduler-simulator,
+pkg/simulator/plugin/fgd_score.go with pkg/utils/frag.go), for comparisons with the paper:
+
+- the target workload is FGD's "typical pods" (`typical_shapes`): taken up front from a workload known
+  before the run, as FGD's simulator does from the pods it is given (`set_target`; the trace simulator
+  hands over the original pods, clones excluded); exact cpu and GPU request, no memory. Without a
+  target (the daemon knows no workload up front) it learns shapes online as GPUFragmentation does;
+- the score is FGD's: sigmoid(fragmentation decrease in GPUs) x 100, truncated to an integer and not
+  normalised over the candidates, so that nodes whose decrease differs by a few hundredths of a GPU tie
+  and the framework's tie-break (kube-scheduler's random choice in FGD's runs) decides;
+- on the chosen node a share takes the first device of the best such integer score.
+
 Beyond FGD, three choices, each measurable on its own:
 
 - `couple_cpu` ("GPUFragmentationCoupled"): cpu and memory stay with GPUs. The learned multi-GPU
@@ -134,6 +146,7 @@ class GpuFragmentation(DevicePreference):
         self.islands = islands
         self.cpu_only_penalty = cpu_only_penalty
         self.distribution = ShapeDistribution(max_shapes=max_shapes, half_life=half_life)
+        self.target: Shapes | None = None  # a target workload given up front (`set_target`)
         self._seen: OrderedDict[str, None] = OrderedDict()
         # The last scoring's rows and the device a share would take on each (Placement.device), for
         # `preferred_device` in the same cycle.
@@ -150,8 +163,14 @@ class GpuFragmentation(DevicePreference):
             self._seen.popitem(last=False)
         self.distribution.observe(shape)
 
+    def set_target(self, shapes: Shapes) -> None:
+        """Measure against these shapes from now on, instead of the learned ones."""
+        self.target = shapes if len(shapes) else None
+
     def shapes_for(self, shape: PodShape) -> Shapes:
-        """The learned shapes, or the pod's own before any history."""
+        """The target shapes when given, else the learned ones, or the pod's own before any history."""
+        if self.target is not None:
+            return self.target
         if len(self.distribution):
             return self.distribution.shapes()
         return Shapes.of([shape])
@@ -278,3 +297,35 @@ class GpuFragmentationCoupled(GpuFragmentation):
 
     def __init__(self, weight: int) -> None:
         super().__init__(weight, couple_cpu=True, islands=True)
+
+
+def sigmoid_scores(before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """FGD's score: floor(100 x sigmoid((before - after) / 1000)), the decrease in GPUs; -1 where `after`
+    is inf (the pod does not fit)."""
+    finite = np.isfinite(after)
+    decrease = np.where(finite, before - np.where(finite, after, 0.0), 0.0) / MILLI
+    value = np.floor(MAX_NODE_SCORE / (1.0 + np.exp(-decrease))).astype(np.int64)
+    out: np.ndarray = np.where(finite, value, -1)
+    return out
+
+
+class FgdScore(GpuFragmentation):
+    """FGD exactly as its artifact scores (see the module docstring): a target workload given up front,
+    the truncated sigmoid score, the first device of the best score."""
+
+    name = "FGDScore"
+    TARGET_UP_FRONT = True  # the trace simulator hands it the workload's typical pods
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        if rows.shape[0] == 0:
+            return np.zeros(0, dtype=np.int64)
+        result = self.evaluate(pod, cache, rows)
+        device = result.device
+        if result.per_device is not None:
+            per_device = sigmoid_scores(result.before[:, None], result.per_device)
+            device = np.where(device != NO_DEVICE, np.argmax(per_device, axis=1), NO_DEVICE)
+        self._devices = (pod.uid, rows, device)
+        scores: np.ndarray = np.maximum(sigmoid_scores(result.before, result.after), 0)
+        return scores
