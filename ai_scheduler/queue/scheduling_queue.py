@@ -11,6 +11,16 @@ A pending pod is in exactly one of four states:
   (or, as a safety net, for `unschedulable_flush` seconds);
 - in flight: popped and being tried, until `done()` or `requeue()`.
 
+Queueing hints (kube-scheduler's, for the commonest event): a pod requeued
+unschedulable with a `hint` (the scheduling cycle gives one only when its failure
+had no side effect and nothing but room on some node could change it) is not
+retried on a placed pod leaving a node unless `move_freed`'s `fits` says it
+may fit on that node. Such a pod is not simply left alone: it keeps the state
+the retry that failed would have given it (one more attempt, failed now; a
+"virtual" retry, undone if an event at the same instant makes it fit, since
+it would then still be in activeQ), so that its backoff, and every decision
+after, are those of a queue that retries every pod on every such event.
+
 Pods of ours that still carry schedulingGates are not queued at all (nothing
 may try them); the queue only counts them (`gate()`), because kube-scheduler
 reports them as its `gated` pending pods.
@@ -75,6 +85,10 @@ class QueuedPod:
     reason: str = ""  # last unschedulable reason (for logs / status)
     popped_move_cycle: int = 0
     backoff_base: int = 0  # attempts when a user last asked for a retry now: backoff counts from here
+    # Unschedulable with a queueing hint: what makes pods alike for `move_freed` (None: moved by every event).
+    hint: Any = None
+    # A virtual retry not yet overtaken by a pop: (pops then, attempts and last_failure before it).
+    virtual: tuple[int, int, float] | None = None
 
 
 def _spec_changed(old: PodRecord, new: PodRecord) -> bool:
@@ -170,6 +184,7 @@ class SchedulingQueue:
         self._gated: set[str] = set()  # uids of our pods waiting for their schedulingGates to go
 
         self._seq = 0
+        self._pops = 0  # pods popped or taken so far: a virtual retry is pending until the next pop
         self._move_cycle = 0
         self._closed = False
         self._nonempty = asyncio.Event()
@@ -237,7 +252,7 @@ class SchedulingQueue:
             self._resort(qp)
         elif state == UNSCHEDULABLE and _spec_changed(old, pod):
             self._leave(qp)
-            self._push_active_or_backoff(qp, POD_UPDATE)
+            self._move_out(qp, POD_UPDATE)
 
     def delete(self, uid: str) -> None:
         """Forget the pod in any state; a later done/requeue of its in-flight attempt is ignored."""
@@ -270,6 +285,7 @@ class SchedulingQueue:
         del self._active_key[uid]
         qp = self._entries[uid]
         self._set_state(uid, ACTIVE, IN_FLIGHT)
+        self._pops += 1
         self._in_flight += 1
         qp.attempts += 1
         qp.popped_move_cycle = self._move_cycle
@@ -284,6 +300,7 @@ class SchedulingQueue:
         self._leave(qp)
         self._state[uid] = IN_FLIGHT
         self._count(uid, IN_FLIGHT, +1)
+        self._pops += 1
         self._in_flight += 1
         qp.attempts += 1
         qp.popped_move_cycle = self._move_cycle
@@ -294,12 +311,13 @@ class SchedulingQueue:
         if self._state.get(uid) == IN_FLIGHT:
             self.delete(uid)
 
-    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "") -> bool:
+    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "", hint: Any = None) -> bool:
         """Put back a pod whose attempt failed; False when it is no longer in flight, so nothing was done.
 
         An unschedulable pod waits for a cluster event, unless one already came
         while it was in flight (move-request cycle): that event may have made it
         fit, so it only backs off. Errors (e.g. a failed binding) always back off.
+        `hint`: see `move_freed` (None: the pod is moved by every event).
         """
         uid = qp.pod.uid
         if self._entries.get(uid) is not qp or self._state[uid] != IN_FLIGHT:
@@ -308,6 +326,8 @@ class SchedulingQueue:
         self._count(uid, IN_FLIGHT, -1)
         qp.last_failure = self._clock()
         qp.reason = reason
+        qp.virtual = None
+        qp.hint = hint if unschedulable else None
         if unschedulable and qp.popped_move_cycle == self._move_cycle:
             self._unschedulable[uid] = qp
             self._state[uid] = UNSCHEDULABLE
@@ -329,8 +349,58 @@ class SchedulingQueue:
         moved = list(self._unschedulable.values())
         for qp in moved:
             self._leave(qp)
-            self._push_active_or_backoff(qp, event)
+            self._move_out(qp, event)
         return len(moved)
+
+    def move_freed(self, event: str, fits: Callable[[PodRecord], bool]) -> int:
+        """Room was freed on one node (a placed pod left): as move_all for the pods without a hint and for
+        those `fits` says may fit there now (asked once per distinct hint); a pod with a hint that may not
+        fit is retried virtually (see the module's docstring), unless its backoff still runs, in which case
+        it is moved as move_all would (into backoffQ, to be tried when its backoff ends)."""
+        self._move_cycle += 1
+        now = self._clock()
+        verdicts: dict[Any, bool] = {}
+        moved: list[QueuedPod] = []
+        kept: list[QueuedPod] = []
+        for qp in self._unschedulable.values():
+            hint = qp.hint
+            if hint is None:
+                moved.append(qp)
+                continue
+            fit = verdicts.get(hint)
+            if fit is None:
+                fit = verdicts[hint] = fits(qp.pod)
+            pending = qp.virtual is not None and qp.virtual[0] == self._pops
+            if fit or (not pending and self._backoff_deadline(qp) > now):
+                moved.append(qp)
+            elif not pending:  # still in activeQ as a queue without hints sees it: nothing moves it
+                kept.append(qp)
+        for qp in moved:
+            self._leave(qp)
+            self._move_out(qp, event)
+        for qp in kept:  # the retry it would get now, failed: one more attempt; last in the set, as after one
+            qp.virtual = (self._pops, qp.attempts, qp.last_failure)
+            qp.attempts += 1
+            qp.last_failure = now
+            uid = qp.pod.uid
+            del self._unschedulable[uid]
+            self._unschedulable[uid] = qp
+        return len(moved)
+
+    def unhint(self) -> None:
+        """Every unschedulable pod is moved by every event again (what made hints safe no longer holds)."""
+        for qp in self._unschedulable.values():
+            qp.hint = None
+
+    def _move_out(self, qp: QueuedPod, event: str) -> None:
+        """Into backoffQ or activeQ, for a pod out of the unschedulable set; a pod whose virtual retry is
+        pending would still be in activeQ: its retry is undone and it goes there."""
+        virtual, qp.virtual = qp.virtual, None
+        if virtual is not None and virtual[0] == self._pops:
+            qp.attempts, qp.last_failure = virtual[1], virtual[2]
+            self._push_active(qp, self._clock(), event)
+            return
+        self._push_active_or_backoff(qp, event)
 
     def move_matching(self, event: str, wants: Callable[[PodRecord], bool]) -> int:
         """Like move_all, for the unschedulable pods that `wants` says the event may help (kube's
@@ -339,7 +409,7 @@ class SchedulingQueue:
         moved = [qp for qp in self._unschedulable.values() if wants(qp.pod)]
         for qp in moved:
             self._leave(qp)
-            self._push_active_or_backoff(qp, event)
+            self._move_out(qp, event)
         return len(moved)
 
     def flush_due(self) -> int:
@@ -532,7 +602,7 @@ class SchedulingQueue:
             due.append(qp)
         for qp in due:
             self._leave(qp)
-            self._push_active_or_backoff(qp, UNSCHEDULABLE_TIMEOUT)
+            self._move_out(qp, UNSCHEDULABLE_TIMEOUT)
         return len(due)
 
     def deadlines(self) -> tuple[float | None, float | None]:

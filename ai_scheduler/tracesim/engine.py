@@ -218,6 +218,7 @@ class Simulation:
         fragmentation: Fragmentation | None = None,
         progress: bool | None = False,
         state: LiveState | None = None,
+        queueing_hints: bool = False,
     ) -> None:
         self.config = dataclasses.replace(
             config, gpu=dataclasses.replace(config.gpu, staleness_seconds=NEVER_STALE)
@@ -241,7 +242,8 @@ class Simulation:
             self.clock.epoch = state.epoch
         # A forecast's run times are the daemon's, fixed: the config's model is not loaded again.
         self.core = SchedulerCore(self.config, self.log, Metrics(), outbox, clock=self.clock, seed=seed,
-                                  runtimes=state.runtimes if state is not None else None)
+                                  runtimes=state.runtimes if state is not None else None,
+                                  queueing_hints=queueing_hints)
         if mode is Mode.PLACEMENT:
             self.core.cycle.preemptor = None  # no PostFilter, no reservation: nothing would ever leave
             self.core.gang_scheduler.preemptor = None  # nor for gangs
