@@ -2,8 +2,10 @@
 
 A pending pod is in exactly one of four states:
 
-- active: ready to be tried, ordered by priority and then by the time it
-  (re)entered the queue, so equal priorities are served first come first served;
+- active: ready to be tried, ordered by priority and then, as kube-scheduler's
+  Timestamp, by when it was added or last failed (then by arrival), so equal
+  priorities are served first come first served and a pod moved back by an
+  event goes back to its place, whatever the order the moves came in;
 - backoff: failed recently and waits out an exponential backoff so that a pod
   that keeps failing cannot starve the others;
 - unschedulable: its last attempt found no node; retrying it before the
@@ -18,7 +20,8 @@ retried on a placed pod leaving a node unless `move_freed`'s `fits` says it
 may fit on that node. Such a pod is not simply left alone: it keeps the state
 the retry that failed would have given it (one more attempt, failed now; a
 "virtual" retry, undone if an event at the same instant makes it fit, since
-it would then still be in activeQ), so that its backoff, and every decision
+it would then still be in activeQ, i.e. neither its place nor the end of the
+drain was popped since), so that its backoff, its timestamp, and every decision
 after, are those of a queue that retries every pod on every such event.
 
 Pods of ours that still carry schedulingGates are not queued at all (nothing
@@ -80,15 +83,19 @@ class QueuedPod:
     attempts: int = 0  # incremented by pop()
     initial_attempt: float = 0.0  # clock() when first added: start of e2e scheduling latency
     enqueued: float = 0.0  # clock() when last put into activeQ
-    seq: int = 0
+    seq: int = 0  # arrival order: breaks ties between equal keys and timestamps
+    # kube-scheduler's QueuedPodInfo.Timestamp: clock() when added, and again each time an attempt fails;
+    # activeQ orders equal keys by it, so that a pod moved back by an event goes back to its place.
+    timestamp: float = 0.0
     last_failure: float = 0.0  # clock() at the last requeue
     reason: str = ""  # last unschedulable reason (for logs / status)
     popped_move_cycle: int = 0
     backoff_base: int = 0  # attempts when a user last asked for a retry now: backoff counts from here
     # Unschedulable with a queueing hint: what makes pods alike for `move_freed` (None: moved by every event).
     hint: Any = None
-    # A virtual retry not yet overtaken by a pop: (pops then, attempts and last_failure before it).
-    virtual: tuple[int, int, float] | None = None
+    # The last virtual retry: (its instant, the pops of that instant before it, attempts and last_failure
+    # before it); pending while the pod would still wait in activeQ for that retry (`_pending`).
+    virtual: tuple[float, int, int, float] | None = None
 
 
 def _spec_changed(old: PodRecord, new: PodRecord) -> bool:
@@ -173,7 +180,7 @@ class SchedulingQueue:
         self._queue_name: dict[str, str] = {}
         self._by_queue: dict[tuple[str, str], int] = {}
         # activeQ and backoffQ hold sort keys; the dicts give each uid's key for O(log n) removal.
-        self._active: SortedList[tuple[Any, ...]] = SortedList()  # (*sort_key, seq, uid)
+        self._active: SortedList[tuple[Any, ...]] = SortedList()  # (*sort_key, timestamp, seq, uid)
         self._active_key: dict[str, tuple[Any, ...]] = {}
         self._backoff: SortedList[tuple[float, int, str]] = SortedList()  # (deadline, seq, uid)
         self._backoff_key: dict[str, tuple[float, int, str]] = {}
@@ -184,7 +191,10 @@ class SchedulingQueue:
         self._gated: set[str] = set()  # uids of our pods waiting for their schedulingGates to go
 
         self._seq = 0
-        self._pops = 0  # pods popped or taken so far: a virtual retry is pending until the next pop
+        # The active keys popped at the current instant of the clock, in order (None: activeQ was found
+        # empty): whether a pod retried virtually then would have been popped already (`_pending`).
+        self._instant = -1.0
+        self._instant_pops: list[tuple[Any, ...] | None] = []
         self._move_cycle = 0
         self._closed = False
         self._nonempty = asyncio.Event()
@@ -202,7 +212,8 @@ class SchedulingQueue:
         if ungated:
             self._gated.discard(pod.uid)
         now = self._clock()
-        qp = QueuedPod(pod=pod, initial_attempt=now)
+        self._seq += 1
+        qp = QueuedPod(pod=pod, initial_attempt=now, seq=self._seq, timestamp=now)
         self._entries[pod.uid] = qp
         self._queue_name[pod.uid] = self._queue_name_of(pod)
         self._push_active(qp, now, POD_UPDATE if ungated else POD_ADD)
@@ -280,12 +291,14 @@ class SchedulingQueue:
     def pop_nowait(self) -> QueuedPod | None:
         """The best active pod, or None if there is none (or the queue is closed)."""
         if self._closed or not self._active:
+            self._popped(self._clock()).append(None)
             return None
-        uid = self._active.pop(0)[-1]
+        key = self._active.pop(0)
+        uid = key[-1]
         del self._active_key[uid]
         qp = self._entries[uid]
         self._set_state(uid, ACTIVE, IN_FLIGHT)
-        self._pops += 1
+        self._popped(self._clock()).append(key)
         self._in_flight += 1
         qp.attempts += 1
         qp.popped_move_cycle = self._move_cycle
@@ -300,7 +313,6 @@ class SchedulingQueue:
         self._leave(qp)
         self._state[uid] = IN_FLIGHT
         self._count(uid, IN_FLIGHT, +1)
-        self._pops += 1
         self._in_flight += 1
         qp.attempts += 1
         qp.popped_move_cycle = self._move_cycle
@@ -324,7 +336,7 @@ class SchedulingQueue:
             return False  # deleted (and maybe re-added) while in flight, or already put back
         self._in_flight -= 1
         self._count(uid, IN_FLIGHT, -1)
-        qp.last_failure = self._clock()
+        qp.last_failure = qp.timestamp = self._clock()
         qp.reason = reason
         qp.virtual = None
         qp.hint = hint if unschedulable else None
@@ -370,7 +382,7 @@ class SchedulingQueue:
             fit = verdicts.get(hint)
             if fit is None:
                 fit = verdicts[hint] = fits(qp.pod)
-            pending = qp.virtual is not None and qp.virtual[0] == self._pops
+            pending = qp.virtual is not None and self._pending(qp, now)
             if fit or (not pending and self._backoff_deadline(qp) > now):
                 moved.append(qp)
             elif not pending:  # still in activeQ as a queue without hints sees it: nothing moves it
@@ -378,10 +390,11 @@ class SchedulingQueue:
         for qp in moved:
             self._leave(qp)
             self._move_out(qp, event)
+        popped = len(self._popped(now))
         for qp in kept:  # the retry it would get now, failed: one more attempt; last in the set, as after one
-            qp.virtual = (self._pops, qp.attempts, qp.last_failure)
+            qp.virtual = (now, popped, qp.attempts, qp.last_failure)
             qp.attempts += 1
-            qp.last_failure = now
+            qp.last_failure = qp.timestamp = now
             uid = qp.pod.uid
             del self._unschedulable[uid]
             self._unschedulable[uid] = qp
@@ -395,12 +408,37 @@ class SchedulingQueue:
     def _move_out(self, qp: QueuedPod, event: str) -> None:
         """Into backoffQ or activeQ, for a pod out of the unschedulable set; a pod whose virtual retry is
         pending would still be in activeQ: its retry is undone and it goes there."""
-        virtual, qp.virtual = qp.virtual, None
-        if virtual is not None and virtual[0] == self._pops:
-            qp.attempts, qp.last_failure = virtual[1], virtual[2]
-            self._push_active(qp, self._clock(), event)
+        now = self._clock()
+        if qp.virtual is not None and self._pending(qp, now):
+            qp.attempts, qp.last_failure = qp.virtual[2], qp.virtual[3]
+            qp.timestamp = qp.last_failure
+            qp.virtual = None
+            self._push_active(qp, now, event)
             return
+        qp.virtual = None
         self._push_active_or_backoff(qp, event)
+
+    def _popped(self, now: float) -> list[tuple[Any, ...] | None]:
+        """The active keys popped at instant `now` so far (a new instant starts an empty list)."""
+        if now != self._instant:
+            self._instant = now
+            self._instant_pops = []
+        return self._instant_pops
+
+    def _pending(self, qp: QueuedPod, now: float) -> bool:
+        """Whether the pod's virtual retry is still to come: made at this instant, and activeQ has popped
+        neither the pod's place (its key then, with the timestamp before the retry) nor its last pod since
+        (a drain pops every active pod before the clock moves on)."""
+        virtual = qp.virtual
+        if virtual is None or virtual[0] != now:
+            return False
+        since = self._popped(now)[virtual[1]:]
+        if not since:
+            return True
+        if None in since:
+            return False
+        key = (*self._sort_key(qp), virtual[3], qp.seq, qp.pod.uid)
+        return all(popped is not None and popped < key for popped in since)
 
     def move_matching(self, event: str, wants: Callable[[PodRecord], bool]) -> int:
         """Like move_all, for the unschedulable pods that `wants` says the event may help (kube's
@@ -502,7 +540,7 @@ class SchedulingQueue:
     def _resort(self, qp: QueuedPod) -> bool:
         uid = qp.pod.uid
         old = self._active_key[uid]
-        key = (*self._sort_key(qp), qp.seq, uid)
+        key = (*self._sort_key(qp), qp.timestamp, qp.seq, uid)
         if key == old:
             return False
         self._active.remove(old)
@@ -534,10 +572,8 @@ class SchedulingQueue:
 
     def _push_active(self, qp: QueuedPod, now: float, event: str) -> None:
         uid = qp.pod.uid
-        self._seq += 1
-        qp.seq = self._seq
         qp.enqueued = now
-        key = (*self._sort_key(qp), qp.seq, uid)
+        key = (*self._sort_key(qp), qp.timestamp, qp.seq, uid)
         self._active_key[uid] = key
         self._active.add(key)
         self._state[uid] = ACTIVE
