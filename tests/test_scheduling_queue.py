@@ -55,16 +55,36 @@ def test_priority_then_arrival_order() -> None:
     assert q.pop_nowait() is None
 
 
-def test_reentry_is_ordered_by_new_arrival() -> None:
+def test_reentry_is_ordered_by_the_failure() -> None:
     clock = FakeClock()
     q = SchedulingQueue(clock=clock)
     q.add(make_pod("a"))
     qp = pop_named(q, "a")
-    q.requeue(qp, unschedulable=False, reason="bind failed")
+    clock.now += 0.5
     q.add(make_pod("b"))
+    clock.now += 0.5
+    q.requeue(qp, unschedulable=False, reason="bind failed")
     clock.now += 1.0
     assert q.flush_due() == 1
-    assert drain(q) == ["b", "a"]  # a re-entered after b arrived
+    assert drain(q) == ["b", "a"]  # a failed (its new timestamp) after b arrived
+
+
+def test_a_moved_pod_goes_back_to_its_place() -> None:
+    """kube-scheduler's Timestamp: equal keys are ordered by when each pod was added or last failed, not by
+    when an event moved it back, nor by the order the moves came in."""
+    clock = FakeClock()
+    q = SchedulingQueue(clock=clock)
+    for name in ("a", "b"):
+        q.add(make_pod(name))
+    first, second = q.pop_nowait(), q.pop_nowait()
+    assert first is not None and second is not None
+    q.requeue(first, unschedulable=True)
+    clock.now += 1.0
+    q.requeue(second, unschedulable=True)
+    clock.now += 20.0
+    q.add(make_pod("c"))
+    q.move_all("NodeAdd")
+    assert drain(q) == ["a", "b", "c"]
 
 
 def test_requeue_says_whether_it_put_the_pod_back() -> None:

@@ -121,6 +121,10 @@ class SchedulerCache:
         # Namespace labels, for affinity terms' namespaceSelector (kept by the namespace informer).
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.namespace_version = 0
+        # Bumped whenever room is given back on a node (a placed pod leaving or shrinking, an assumption
+        # forgotten, a nomination cleared): the event handlers' queueing hints know from it whether the room
+        # freed since they last looked is all on the node of the event they handle.
+        self.freed_version = 0
         self.tenancy: Tenancy | None = None  # usage per user/group/queue, charged as pods start counting
         self._chosen_gpus: dict[str, tuple[int, ...]] = {}  # our device choice for pods not yet annotated
 
@@ -355,6 +359,8 @@ class SchedulerCache:
         if old_record is not None and old_node and (old_node != new_node or old_record is not record):
             self._detach(record.uid, old_node, old_record)
             change.freed = old_node != new_node
+            if change.freed or old_record.requests != record.requests:
+                self.freed_version += 1
         state.record = record
         state.node = new_node
         if new_node and (old_node != new_node or old_record is not record):
@@ -378,6 +384,7 @@ class SchedulerCache:
         if state.node:
             self._detach(uid, state.node, state.record)
             change.freed = True
+            self.freed_version += 1
         return change
 
     def nominate(self, pod: PodRecord, node: str) -> None:
@@ -398,6 +405,7 @@ class SchedulerCache:
         if held is None:
             return
         row, amounts = held
+        self.freed_version += 1
         for name, value in amounts.items():
             self.nominated[row, self.resource_index[name]] -= value
 
@@ -485,6 +493,7 @@ class SchedulerCache:
         self._unassume(state)
         if state.node:
             self._detach(uid, state.node, state.record)
+            self.freed_version += 1
             state.node = ""
         self._chosen_gpus.pop(uid, None)
         return True

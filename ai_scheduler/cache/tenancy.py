@@ -101,7 +101,8 @@ class Tenancy:
         # The cache's DRA state (set by the core): GPUs held through ResourceClaims count as nvidia.com/gpu.
         self.dra: DraState | None = None
         self.usage: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)  # (kind, name) -> amounts
-        self._charged: dict[str, tuple[Tenant, Mapping[str, int], int]] = {}  # amounts: shared, read-only; spec.priority
+        # uid -> (tenant, amounts: shared and read-only, spec.priority) of each placed pod.
+        self._charged: dict[str, tuple[Tenant, Mapping[str, int], int]] = {}
         # tenant_of runs several times per pod per cycle (queue, priority, quota, log): remember it per
         # resourceVersion, since only a change of the pod (its labels) or of the config can change it.
         self._tenants: dict[str, tuple[str, Tenant]] = {}

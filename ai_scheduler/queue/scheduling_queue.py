@@ -2,14 +2,27 @@
 
 A pending pod is in exactly one of four states:
 
-- active: ready to be tried, ordered by priority and then by the time it
-  (re)entered the queue, so equal priorities are served first come first served;
+- active: ready to be tried, ordered by priority and then, as kube-scheduler's
+  Timestamp, by when it was added or last failed (then by arrival), so equal
+  priorities are served first come first served and a pod moved back by an
+  event goes back to its place, whatever the order the moves came in;
 - backoff: failed recently and waits out an exponential backoff so that a pod
   that keeps failing cannot starve the others;
 - unschedulable: its last attempt found no node; retrying it before the
   cluster changes would fail the same way, so it waits for `move_all(event)`
   (or, as a safety net, for `unschedulable_flush` seconds);
 - in flight: popped and being tried, until `done()` or `requeue()`.
+
+Queueing hints (kube-scheduler's, for the commonest event): a pod requeued
+unschedulable with a `hint` (the scheduling cycle gives one only when its failure
+had no side effect and nothing but room on some node could change it) is not
+retried on a placed pod leaving a node unless `move_freed`'s `fits` says it
+may fit on that node. Such a pod is not simply left alone: it keeps the state
+the retry that failed would have given it (one more attempt, failed now; a
+"virtual" retry, undone if an event at the same instant makes it fit, since
+it would then still be in activeQ, i.e. neither its place nor the end of the
+drain was popped since), so that its backoff, its timestamp, and every decision
+after, are those of a queue that retries every pod on every such event.
 
 Pods of ours that still carry schedulingGates are not queued at all (nothing
 may try them); the queue only counts them (`gate()`), because kube-scheduler
@@ -70,11 +83,19 @@ class QueuedPod:
     attempts: int = 0  # incremented by pop()
     initial_attempt: float = 0.0  # clock() when first added: start of e2e scheduling latency
     enqueued: float = 0.0  # clock() when last put into activeQ
-    seq: int = 0
+    seq: int = 0  # arrival order: breaks ties between equal keys and timestamps
+    # kube-scheduler's QueuedPodInfo.Timestamp: clock() when added, and again each time an attempt fails;
+    # activeQ orders equal keys by it, so that a pod moved back by an event goes back to its place.
+    timestamp: float = 0.0
     last_failure: float = 0.0  # clock() at the last requeue
     reason: str = ""  # last unschedulable reason (for logs / status)
     popped_move_cycle: int = 0
     backoff_base: int = 0  # attempts when a user last asked for a retry now: backoff counts from here
+    # Unschedulable with a queueing hint: what makes pods alike for `move_freed` (None: moved by every event).
+    hint: Any = None
+    # The last virtual retry: (its instant, the pops of that instant before it, attempts and last_failure
+    # before it); pending while the pod would still wait in activeQ for that retry (`_pending`).
+    virtual: tuple[float, int, int, float] | None = None
 
 
 def _spec_changed(old: PodRecord, new: PodRecord) -> bool:
@@ -159,7 +180,7 @@ class SchedulingQueue:
         self._queue_name: dict[str, str] = {}
         self._by_queue: dict[tuple[str, str], int] = {}
         # activeQ and backoffQ hold sort keys; the dicts give each uid's key for O(log n) removal.
-        self._active: SortedList[tuple[Any, ...]] = SortedList()  # (*sort_key, seq, uid)
+        self._active: SortedList[tuple[Any, ...]] = SortedList()  # (*sort_key, timestamp, seq, uid)
         self._active_key: dict[str, tuple[Any, ...]] = {}
         self._backoff: SortedList[tuple[float, int, str]] = SortedList()  # (deadline, seq, uid)
         self._backoff_key: dict[str, tuple[float, int, str]] = {}
@@ -170,6 +191,10 @@ class SchedulingQueue:
         self._gated: set[str] = set()  # uids of our pods waiting for their schedulingGates to go
 
         self._seq = 0
+        # The active keys popped at the current instant of the clock, in order (None: activeQ was found
+        # empty): whether a pod retried virtually then would have been popped already (`_pending`).
+        self._instant = -1.0
+        self._instant_pops: list[tuple[Any, ...] | None] = []
         self._move_cycle = 0
         self._closed = False
         self._nonempty = asyncio.Event()
@@ -187,7 +212,8 @@ class SchedulingQueue:
         if ungated:
             self._gated.discard(pod.uid)
         now = self._clock()
-        qp = QueuedPod(pod=pod, initial_attempt=now)
+        self._seq += 1
+        qp = QueuedPod(pod=pod, initial_attempt=now, seq=self._seq, timestamp=now)
         self._entries[pod.uid] = qp
         self._queue_name[pod.uid] = self._queue_name_of(pod)
         self._push_active(qp, now, POD_UPDATE if ungated else POD_ADD)
@@ -237,7 +263,7 @@ class SchedulingQueue:
             self._resort(qp)
         elif state == UNSCHEDULABLE and _spec_changed(old, pod):
             self._leave(qp)
-            self._push_active_or_backoff(qp, POD_UPDATE)
+            self._move_out(qp, POD_UPDATE)
 
     def delete(self, uid: str) -> None:
         """Forget the pod in any state; a later done/requeue of its in-flight attempt is ignored."""
@@ -265,11 +291,14 @@ class SchedulingQueue:
     def pop_nowait(self) -> QueuedPod | None:
         """The best active pod, or None if there is none (or the queue is closed)."""
         if self._closed or not self._active:
+            self._popped(self._clock()).append(None)
             return None
-        uid = self._active.pop(0)[-1]
+        key = self._active.pop(0)
+        uid = key[-1]
         del self._active_key[uid]
         qp = self._entries[uid]
         self._set_state(uid, ACTIVE, IN_FLIGHT)
+        self._popped(self._clock()).append(key)
         self._in_flight += 1
         qp.attempts += 1
         qp.popped_move_cycle = self._move_cycle
@@ -294,20 +323,23 @@ class SchedulingQueue:
         if self._state.get(uid) == IN_FLIGHT:
             self.delete(uid)
 
-    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "") -> bool:
+    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "", hint: Any = None) -> bool:
         """Put back a pod whose attempt failed; False when it is no longer in flight, so nothing was done.
 
         An unschedulable pod waits for a cluster event, unless one already came
         while it was in flight (move-request cycle): that event may have made it
         fit, so it only backs off. Errors (e.g. a failed binding) always back off.
+        `hint`: see `move_freed` (None: the pod is moved by every event).
         """
         uid = qp.pod.uid
         if self._entries.get(uid) is not qp or self._state[uid] != IN_FLIGHT:
             return False  # deleted (and maybe re-added) while in flight, or already put back
         self._in_flight -= 1
         self._count(uid, IN_FLIGHT, -1)
-        qp.last_failure = self._clock()
+        qp.last_failure = qp.timestamp = self._clock()
         qp.reason = reason
+        qp.virtual = None
+        qp.hint = hint if unschedulable else None
         if unschedulable and qp.popped_move_cycle == self._move_cycle:
             self._unschedulable[uid] = qp
             self._state[uid] = UNSCHEDULABLE
@@ -329,8 +361,84 @@ class SchedulingQueue:
         moved = list(self._unschedulable.values())
         for qp in moved:
             self._leave(qp)
-            self._push_active_or_backoff(qp, event)
+            self._move_out(qp, event)
         return len(moved)
+
+    def move_freed(self, event: str, fits: Callable[[PodRecord], bool]) -> int:
+        """Room was freed on one node (a placed pod left): as move_all for the pods without a hint and for
+        those `fits` says may fit there now (asked once per distinct hint); a pod with a hint that may not
+        fit is retried virtually (see the module's docstring), unless its backoff still runs, in which case
+        it is moved as move_all would (into backoffQ, to be tried when its backoff ends)."""
+        self._move_cycle += 1
+        now = self._clock()
+        verdicts: dict[Any, bool] = {}
+        moved: list[QueuedPod] = []
+        kept: list[QueuedPod] = []
+        for qp in self._unschedulable.values():
+            hint = qp.hint
+            if hint is None:
+                moved.append(qp)
+                continue
+            fit = verdicts.get(hint)
+            if fit is None:
+                fit = verdicts[hint] = fits(qp.pod)
+            pending = qp.virtual is not None and self._pending(qp, now)
+            if fit or (not pending and self._backoff_deadline(qp) > now):
+                moved.append(qp)
+            elif not pending:  # still in activeQ as a queue without hints sees it: nothing moves it
+                kept.append(qp)
+        for qp in moved:
+            self._leave(qp)
+            self._move_out(qp, event)
+        popped = len(self._popped(now))
+        for qp in kept:  # the retry it would get now, failed: one more attempt; last in the set, as after one
+            qp.virtual = (now, popped, qp.attempts, qp.last_failure)
+            qp.attempts += 1
+            qp.last_failure = qp.timestamp = now
+            uid = qp.pod.uid
+            del self._unschedulable[uid]
+            self._unschedulable[uid] = qp
+        return len(moved)
+
+    def unhint(self) -> None:
+        """Every unschedulable pod is moved by every event again (what made hints safe no longer holds)."""
+        for qp in self._unschedulable.values():
+            qp.hint = None
+
+    def _move_out(self, qp: QueuedPod, event: str) -> None:
+        """Into backoffQ or activeQ, for a pod out of the unschedulable set; a pod whose virtual retry is
+        pending would still be in activeQ: its retry is undone and it goes there."""
+        now = self._clock()
+        if qp.virtual is not None and self._pending(qp, now):
+            qp.attempts, qp.last_failure = qp.virtual[2], qp.virtual[3]
+            qp.timestamp = qp.last_failure
+            qp.virtual = None
+            self._push_active(qp, now, event)
+            return
+        qp.virtual = None
+        self._push_active_or_backoff(qp, event)
+
+    def _popped(self, now: float) -> list[tuple[Any, ...] | None]:
+        """The active keys popped at instant `now` so far (a new instant starts an empty list)."""
+        if now != self._instant:
+            self._instant = now
+            self._instant_pops = []
+        return self._instant_pops
+
+    def _pending(self, qp: QueuedPod, now: float) -> bool:
+        """Whether the pod's virtual retry is still to come: made at this instant, and activeQ has popped
+        neither the pod's place (its key then, with the timestamp before the retry) nor its last pod since
+        (a drain pops every active pod before the clock moves on)."""
+        virtual = qp.virtual
+        if virtual is None or virtual[0] != now:
+            return False
+        since = self._popped(now)[virtual[1]:]
+        if not since:
+            return True
+        if None in since:
+            return False
+        key = (*self._sort_key(qp), virtual[3], qp.seq, qp.pod.uid)
+        return all(popped is not None and popped < key for popped in since)
 
     def move_matching(self, event: str, wants: Callable[[PodRecord], bool]) -> int:
         """Like move_all, for the unschedulable pods that `wants` says the event may help (kube's
@@ -339,7 +447,7 @@ class SchedulingQueue:
         moved = [qp for qp in self._unschedulable.values() if wants(qp.pod)]
         for qp in moved:
             self._leave(qp)
-            self._push_active_or_backoff(qp, event)
+            self._move_out(qp, event)
         return len(moved)
 
     def flush_due(self) -> int:
@@ -432,7 +540,7 @@ class SchedulingQueue:
     def _resort(self, qp: QueuedPod) -> bool:
         uid = qp.pod.uid
         old = self._active_key[uid]
-        key = (*self._sort_key(qp), qp.seq, uid)
+        key = (*self._sort_key(qp), qp.timestamp, qp.seq, uid)
         if key == old:
             return False
         self._active.remove(old)
@@ -464,10 +572,8 @@ class SchedulingQueue:
 
     def _push_active(self, qp: QueuedPod, now: float, event: str) -> None:
         uid = qp.pod.uid
-        self._seq += 1
-        qp.seq = self._seq
         qp.enqueued = now
-        key = (*self._sort_key(qp), qp.seq, uid)
+        key = (*self._sort_key(qp), qp.timestamp, qp.seq, uid)
         self._active_key[uid] = key
         self._active.add(key)
         self._state[uid] = ACTIVE
@@ -532,7 +638,7 @@ class SchedulingQueue:
             due.append(qp)
         for qp in due:
             self._leave(qp)
-            self._push_active_or_backoff(qp, UNSCHEDULABLE_TIMEOUT)
+            self._move_out(qp, UNSCHEDULABLE_TIMEOUT)
         return len(due)
 
     def deadlines(self) -> tuple[float | None, float | None]:

@@ -207,6 +207,11 @@ class Framework:
         rows, _ = self._filter_window(pod, slice(0, self.cache.row_limit), node_mask, blocked, reasons)
         return rows, reasons
 
+    def fits_row(self, pod: PodRecord, row: int) -> bool:
+        """Whether `pod` passes every filter on the node of `row` now (queueing hints ask it)."""
+        rows, _ = self._filter_window(pod, slice(row, row + 1), None, (), {})
+        return bool(rows.shape[0])
+
     def _filter_window(
         self,
         pod: PodRecord,

@@ -16,6 +16,13 @@ object (ResourceClaim, template, ResourceSlice, DeviceClass) only the pods it
 may help (`DraState.pods_affected`), and the resource-claim controller naming a
 pod's generated claims in its status that pod.
 
+A placed pod leaving is finer with queueing hints (`hint`, set by the core):
+when the room freed since the last such event is all on the pod's node
+(`SchedulerCache.freed_version`), only the pods without a hint and those that
+may fit on that node are retried (`SchedulingQueue.move_freed`). A pod of a
+lower spec.priority than any seen before drops every hint (a pod behind it
+could become a victim of preemption once placed).
+
 """
 
 from __future__ import annotations
@@ -70,6 +77,10 @@ class EventHandlers:
         # evicted); the core learns run times from the first.
         self.finished = finished
         self._gpu_problems: dict[str, str] = {}  # node -> the GPU report problem last logged
+        # Queueing hints (set by the core; None: off): whether a pod may fit on a row now.
+        self.hint: Callable[[PodRecord, int], bool] | None = None
+        self._freed_seen = 0  # the cache's freed_version when the last freed room was handled
+        self.lowest_priority: int | None = None  # the lowest spec.priority of any pod seen
 
     def on_relist(self, resource: str, reason: str) -> None:
         self.metrics.relists.labels(resource, reason).inc()
@@ -109,6 +120,12 @@ class EventHandlers:
 
     def pod_event(self, kind: str, pod: PodRecord) -> None:
         """A pod added, changed (MODIFIED, also for ADDED) or DELETED, as its record."""
+        if self.lowest_priority is None or pod.priority < self.lowest_priority:
+            if self.lowest_priority is not None:
+                self.queue.unhint()
+            self.lowest_priority = pod.priority
+        before = self.cache.pods.get(pod.uid)
+        old_node = before.node if before is not None else ""
         if kind == "DELETED":
             change = self.cache.remove_pod(pod.uid)
             self.queue.delete(pod.uid)
@@ -128,9 +145,20 @@ class EventHandlers:
         if change.freed:
             if self.finished is not None:
                 self.finished(pod, kind != "DELETED" and pod.phase in ("Succeeded", "Failed"))
-            self.queue.move_all("AssignedPodDelete")
+            self._freed(old_node)
         elif change.placed:
             self.queue.move_matching("AssignedPodAdd", waits_for_other_pods)
+
+    def _freed(self, node: str) -> None:
+        """A placed pod left `node`: retry the pods it may help."""
+        version, expected = self.cache.freed_version, self._freed_seen + 1
+        self._freed_seen = version
+        row = self.cache.row_of(node) if node else -1
+        hint = self.hint
+        if hint is None or version != expected or row < 0:
+            self.queue.move_all("AssignedPodDelete")
+            return
+        self.queue.move_freed("AssignedPodDelete", lambda pod: hint(pod, row))
 
     def replace_pods(self, pods: list[PodRecord]) -> None:
         changed, removed = self.cache.replace_pods(pods)

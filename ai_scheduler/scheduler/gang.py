@@ -536,7 +536,9 @@ class GangScheduler:
                 continue
             gang.timeouts += 1
             self.metrics.gang_timeouts.inc()
-            backoff = min(self.settings.initial_backoff_seconds * 2**gang.timeouts, MAX_TIMEOUT_BACKOFF)
+            # The exponent is capped: a gang that can never be placed times out again and again.
+            doubled = self.settings.initial_backoff_seconds * 2 ** min(gang.timeouts, 64)
+            backoff = min(doubled, MAX_TIMEOUT_BACKOFF)
             gang.not_before = now + backoff
             gang.first_attempt = None
             placed = self._placed(gang)

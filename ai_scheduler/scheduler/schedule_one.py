@@ -19,6 +19,10 @@ stops scheduling nor leaves the pod without a reason. A cycle:
 6. on none: PostFilter (preemption, whose verdict ends the Unschedulable
    message), the reason on the pod, and, when preemption cannot help, a
    starvation reservation (`Reserver`: nodes held for the pod ahead) if on.
+   With queueing hints on (`hint_of`, set by the core), a pod whose failure
+   had no side effect (no preemption, no reservation, no node kept off for
+   others) is requeued with a hint, so that a pod leaving a node retries it
+   only if it may fit there (scheduling_queue.py).
 
 Every attempt writes one `decision` log line with what a replay needs.
 """
@@ -94,6 +98,8 @@ class SchedulingCycle:
         self.gang_scheduler: GangScheduler | None = None
         self.preemptor: Preemptor | None = None
         self.guard: CycleGuard | None = None
+        # Queueing hints (set by the core; None: off): what makes a pod that did not fit alike to others.
+        self.hint_of: Callable[[PodRecord], Any] | None = None
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
@@ -141,7 +147,8 @@ class SchedulingCycle:
             return
         # The queue key only matters against a reservation: computing it costs a policy evaluation.
         key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
-        decision = framework.schedule(pod, blocked=self.reserved_for_others(pod, key))
+        kept = self.reserved_for_others(pod, key)
+        decision = framework.schedule(pod, blocked=kept)
         assert self.binder is not None and self.feedback is not None
         if decision.failure:  # the attempt failed (kube's SchedulerError): retried with backoff
             self.queue.requeue(qp, unschedulable=False, reason=decision.failure)
@@ -161,7 +168,11 @@ class SchedulingCycle:
             verdict = self.preemptor.post_filter(pod, framework, decision)
             plan, decision.post_filter = verdict.plan, verdict.message
         message = decision.message
-        self.queue.requeue(qp, unschedulable=True, reason=message)
+        hint = None
+        if (self.hint_of is not None and plan is None and not kept and not decision.error
+                and not self.config().scheduling.reservation):
+            hint = self.hint_of(pod)
+        self.queue.requeue(qp, unschedulable=True, reason=message, hint=hint)
         self.feedback.unschedulable(pod, message)
         group = self.gangs.group_of(pod)
         if group is not None and group.basic:  # its PodGroup's condition says why (gang_status.py)

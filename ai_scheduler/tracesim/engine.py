@@ -218,6 +218,7 @@ class Simulation:
         progress: bool | None = False,
         state: LiveState | None = None,
         target: Sequence[TraceJob] | None = None,
+        queueing_hints: bool = False,
     ) -> None:
         self.config = dataclasses.replace(
             config, gpu=dataclasses.replace(config.gpu, staleness_seconds=NEVER_STALE)
@@ -241,7 +242,8 @@ class Simulation:
             self.clock.epoch = state.epoch
         # A forecast's run times are the daemon's, fixed: the config's model is not loaded again.
         self.core = SchedulerCore(self.config, self.log, Metrics(), outbox, clock=self.clock, seed=seed,
-                                  runtimes=state.runtimes if state is not None else None)
+                                  runtimes=state.runtimes if state is not None else None,
+                                  queueing_hints=queueing_hints)
         if target is not None:
             self._give_target(target)
         if mode is Mode.PLACEMENT:
