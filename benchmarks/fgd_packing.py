@@ -11,22 +11,33 @@ Two workloads:
 - without `--trace`: the synthetic openb-shaped workload of `ai_scheduler.trace.openb` (1,213 nodes,
   6,212 GPUs, 8,152 pods), a new one per seed, inflated with our own random clones; medians.
 
-The trace simulator (`ai_scheduler.tracesim`) places the pods once each in file order under five
-profiles that differ only in their scores (all but `default` score every feasible node, as FGD's
+The trace simulator (`ai_scheduler.tracesim`) places the pods once each in file order under
+profiles that differ in their scores and tie-breaks (the default-based ones and coupled-node-order keep
+the adaptive percentageOfNodesToScore; the others score every feasible node, as FGD's
 `percentageOfNodesToScore: 100`):
 
-- random: no score, ties broken at random (a feasible node drawn uniformly);
-- best-fit: GPUBinpack alone (gpushare's rule: the device with the least room that fits);
+- random: no score, ties broken at random (a feasible node drawn uniformly; FGD's Random also draws
+  the device of a share at random, ours takes the best-fitting one);
+- best-fit: GPUBinpack alone (gpushare's rule: the device with the least room that fits; FGD's
+  BestFit scores free cpu and GPU together);
 - default: the shipped default profile;
-- fgd: GPUFragmentation alone, as FGD's artifact runs it (`FGDScore`): the target workload's
-  typical pods taken up front from the original pods (the simulator hands them to the plugin), the
-  score sigmoid(fragmentation decrease in GPUs) x 100 truncated, ties at random;
+- fgd: FGD as its artifact runs it (`FGDScore`): the target workload's typical pods taken up front
+  from the original pods (the simulator hands them to the plugin), the score sigmoid(fragmentation
+  decrease in GPUs) x 100 truncated, cpu and memory fit among the filters, and ties to the node that
+  comes first in the node list: FGD's simulator runs on a fork of kube-scheduler 1.20.5
+  (mental2008/kubernetes v1.20.5-minor, `selectHost`) that breaks ties by the smallest node name, "for
+  reproducibility", instead of at random; the openb node list is in name order, our table's order;
+- fgd-random-ties: the same with kube-scheduler's own random choice among the best nodes;
 - fgd-gpu-filter: FGDScore with no cpu or memory fit among the filters (only the GPU filter, as FGD's
-  Open-Gpu-Share filter, which checks GPUs alone): pods may overcommit cpu and memory;
+  Open-Gpu-Share filter, which checks GPUs alone): pods may overcommit cpu and memory; ties at random;
 - fgd-coupled: GPUFragmentationCoupled (FGD with cpu and memory kept beside free GPUs) with
   GPUBinpack as the device choice's companion, ties by node order;
 - default-coupled: the shipped default profile with GPUFragmentationCoupled (weight 3) added to its
-  scores, everything else as shipped (random ties, adaptive percentageOfNodesToScore).
+  scores, everything else as shipped (random ties, adaptive percentageOfNodesToScore);
+- coupled-node-order: GPUFragmentationCoupled alone (shapes learned online, nothing up front), ties
+  by node order, adaptive percentageOfNodesToScore;
+- default-coupled-node-order: the shipped default profile with GPUFragmentationCoupled (weight 30)
+  added to its scores and ties by node order, everything else as shipped.
 
 For each seed it reports FGD's `alloc@100` and `alloc@130` (allocated GPU thousandths over
 capacity, at the samples where the arrived GPU request is 100% and 130% of the capacity), the
@@ -73,34 +84,46 @@ POLICIES: dict[str, tuple[list[dict[str, Any]], str]] = {
     "random": ([], "random"),
     "best-fit": ([{"name": "GPUBinpack", "weight": 1}], "random"),
     "default": ([], "default"),
-    "fgd": ([{"name": "FGDScore", "weight": 1}], "random"),
+    "fgd": ([{"name": "FGDScore", "weight": 1}], "nodeOrder"),
+    "fgd-random-ties": ([{"name": "FGDScore", "weight": 1}], "random"),
     "fgd-gpu-filter": ([{"name": "FGDScore", "weight": 1}], "random"),
     "fgd-coupled": (
         [{"name": "GPUFragmentationCoupled", "weight": 10}, {"name": "GPUBinpack", "weight": 1}],
         "nodeOrder",
     ),
     "default-coupled": ([], "default"),
+    "coupled-node-order": ([{"name": "GPUFragmentationCoupled", "weight": 1}], "nodeOrder"),
+    "default-coupled-node-order": ([], "default"),
 }
-# Added to the default profile's scores, its scheduling settings unchanged (shapes learned online).
+# Added to the default profile's scores, its scheduling settings unchanged (shapes learned online);
+# default-coupled-node-order weighs it more and breaks ties by node order.
 DEFAULT_COUPLED = ScoreSpec("GPUFragmentationCoupled", 3)
+DEFAULT_COUPLED_NODE_ORDER = ScoreSpec("GPUFragmentationCoupled", 30)
 
 
 # Profiles whose filters leave out NodeResourcesFit: GPUs only, as FGD's Open-Gpu-Share filter checks.
 GPU_FILTER_ONLY = frozenset({"fgd-gpu-filter"})
+# Profiles that keep the default's adaptive percentageOfNodesToScore (the others score every node).
+ADAPTIVE = frozenset({"coupled-node-order"})
 
 
 def policy_config(name: str) -> Config:
     scores, tie_break = POLICIES[name]
     if tie_break == "default":
         config = default_config()
-        if name != "default-coupled":
+        if name == "default":
             return config
-        profile = replace(config.profiles[0], scores=(*config.profiles[0].scores, DEFAULT_COUPLED))
-        return replace(config, profiles=(profile, *config.profiles[1:]))
+        extra = DEFAULT_COUPLED if name == "default-coupled" else DEFAULT_COUPLED_NODE_ORDER
+        profile = replace(config.profiles[0], scores=(*config.profiles[0].scores, extra))
+        config = replace(config, profiles=(profile, *config.profiles[1:]))
+        if name == "default-coupled":
+            return config
+        return replace(config, scheduling=replace(config.scheduling, tie_break="nodeOrder"))
     filters = [f for f in DEFAULT_FILTERS if name not in GPU_FILTER_ONLY or f != "NodeResourcesFit"]
+    percentage = 0 if name in ADAPTIVE else 100
     return parse_config({
         "profiles": [{"filters": filters, "scores": scores}],
-        "scheduling": {"tieBreak": tie_break, "percentageOfNodesToScore": 100},
+        "scheduling": {"tieBreak": tie_break, "percentageOfNodesToScore": percentage},
     })
 
 
