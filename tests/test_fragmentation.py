@@ -18,7 +18,6 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.fragmentation import (
     MILLI,
     PodShape,
-    Reserve,
     ShapeDistribution,
     Shapes,
     bucket,
@@ -27,12 +26,12 @@ from ai_scheduler.cache.fragmentation import (
     fragmentation,
     free_thousandths,
     island_counts,
-    multi_gpu_reserve,
     multi_gpu_shapes,
     placement,
     split_islands,
     stranding,
     take_whole,
+    whole_gpu_reserve,
 )
 from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_FRACTION_ANNOTATION, GPU_IDS_ANNOTATION, MIB
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -149,12 +148,29 @@ def test_distribution_buckets_cpu_and_memory() -> None:
     assert len(dist) == 1 and dist.shapes().cpu.tolist() == [4096]
 
 
-def test_reserve_and_stranding_of_multi_gpu_shapes() -> None:
+def test_reserve_and_stranding_of_whole_gpu_shapes() -> None:
     shapes = Shapes.of([PodShape(cpu=64 * CORE, memory=256 * GIB, gpu=8 * MILLI), PodShape(gpu=500)])
-    reserve = multi_gpu_reserve(shapes)
-    assert reserve == Reserve(8 * CORE, 32 * GIB)
+    reserve = whole_gpu_reserve(shapes)
+    assert reserve.cpu.tolist() == [8 * CORE] and reserve.memory.tolist() == [32 * GIB]
+    assert reserve.weight.tolist() == [1.0]
     # 8 wholly free GPUs, 40 free cores: 24 cores short, 3 GPUs' worth.
     assert stranding(np.array([8]), np.array([40 * CORE]), np.array([BIG]), reserve).tolist() == [3000.0]
+
+
+def test_stranding_weighs_each_whole_gpu_shape_by_the_gpus_it_asks() -> None:
+    # Half the pods ask 8 GPUs and 8 cores each, half 1 GPU and 2 cores: 8/9 of the GPUs asked go to the
+    # heavy shape. 40 cores beside 8 free GPUs leave 3 GPUs short for it and none for the light one.
+    shapes = Shapes.of([PodShape(cpu=64 * CORE, gpu=8 * MILLI), PodShape(cpu=2 * CORE, gpu=MILLI)])
+    reserve = whole_gpu_reserve(shapes)
+    assert reserve.weight.tolist() == pytest.approx([8 / 9, 1 / 9])
+    assert reserve.mean() == pytest.approx((8 * CORE * 8 / 9 + 2 * CORE / 9, 0.0))
+    cores = np.array([40 * CORE, 10 * CORE, 0])
+    stranded = stranding(np.array([8, 8, 0]), cores, np.array([BIG] * 3), reserve)
+    # 10 cores: 6.75 GPUs short for the heavy shape, 3 for the light one; no free GPU strands nothing.
+    assert stranded.tolist() == pytest.approx([3000 * 8 / 9, (6.75 * 8 + 3) / 9 * 1000, 0.0])
+    nothing = whole_gpu_reserve(Shapes.of([]))
+    assert not nothing.any
+    assert stranding(np.array([4]), np.array([0]), np.array([0]), nothing).tolist() == [0.0]
 
 
 # ------------------------------------------------------------------------------- the plugin

@@ -356,41 +356,53 @@ def placement(
 
 @dataclass(frozen=True, slots=True)
 class Reserve:
-    """Cpu (millicores) and memory (bytes) per wholly free GPU that the workload's multi-GPU shapes need
-    beside their GPUs: a node whose free cpu or memory falls below its free GPUs times these strands
-    those GPUs for them."""
+    """What the workload's whole-GPU shapes need beside their GPUs, one entry per shape: cpu (millicores)
+    and memory (bytes) per GPU, and the shape's weight (its probability times its GPUs, normalised: the
+    share of the GPUs the workload asks that the shape asks). A node whose free cpu or memory falls below
+    its wholly free GPUs times a shape's need strands GPUs for that shape (`stranding`)."""
 
-    cpu: float = 0.0
-    memory: float = 0.0
+    cpu: np.ndarray
+    memory: np.ndarray
+    weight: np.ndarray
 
     @property
     def any(self) -> bool:
-        return self.cpu > 0 or self.memory > 0
+        return bool(((self.cpu > 0) | (self.memory > 0)).any())
+
+    def mean(self) -> tuple[float, float]:
+        """The weighted mean cpu and memory per GPU: what a GPU of the workload needs beside it."""
+        return float(self.cpu @ self.weight), float(self.memory @ self.weight)
 
 
-def multi_gpu_reserve(shapes: Shapes, min_share: float = 0.002) -> Reserve:
-    """The largest cpu and memory per GPU among the multi-GPU shapes with at least `min_share` of the
-    workload (whole-GPU shapes when there are no multi-GPU ones); none without whole-GPU shapes."""
-    whole = (shapes.gpu >= MILLI) & (shapes.prob >= min_share)
-    multi = whole & (shapes.gpu >= 2 * MILLI)
-    pick = multi if multi.any() else whole
-    if not pick.any():
-        return Reserve()
+def whole_gpu_reserve(shapes: Shapes, min_share: float = 0.002) -> Reserve:
+    """The cpu and memory per GPU of each whole-GPU shape with at least `min_share` of the workload,
+    weighted by the GPUs it asks (empty without whole-GPU shapes)."""
+    pick = (shapes.gpu >= MILLI) & (shapes.prob >= min_share)
     gpus = shapes.gpu[pick] / MILLI
-    return Reserve(float((shapes.cpu[pick] / gpus).max()), float((shapes.memory[pick] / gpus).max()))
+    weight = shapes.prob[pick] * gpus
+    total = weight.sum()
+    return Reserve(shapes.cpu[pick] / gpus, shapes.memory[pick] / gpus,
+                   weight / total if total > 0 else weight)
 
 
 def stranding(
     whole_free: np.ndarray, free_cpu: np.ndarray, free_memory: np.ndarray, reserve: Reserve
 ) -> np.ndarray:
-    """(rows,): GPU thousandths whose reserved cpu or memory is gone: the shortfall of free cpu (memory)
-    below `whole_free` GPUs times the reserve, counted in GPUs of reserve (the larger of the two)."""
-    stranded = np.zeros(whole_free.shape[0])
+    """(rows,): expected GPU thousandths whose cpu or memory is gone. For each shape of the reserve, the
+    shortfall of free cpu (memory) below `whole_free` GPUs times its need per GPU, counted in GPUs of
+    that need (the larger of the two, at most `whole_free`); weighted over the shapes. A node that keeps
+    enough for the most demanding shape strands nothing; one that keeps enough only for the light
+    shapes strands part of its GPUs, by how much of the workload would find them short."""
+    whole = whole_free[:, None].astype(np.float64)  # (R, 1)
+    stranded = np.zeros((whole_free.shape[0], reserve.weight.shape[0]))  # (R, K)
     for per_gpu, free in ((reserve.cpu, free_cpu), (reserve.memory, free_memory)):
-        if per_gpu > 0:
-            short = np.clip(whole_free * per_gpu - np.maximum(free, 0), 0, None) / per_gpu
-            stranded = np.maximum(stranded, np.minimum(short, whole_free) * MILLI)
-    return stranded
+        need = per_gpu > 0
+        if need.any():
+            per = np.where(need, per_gpu, 1.0)[None, :]
+            short = np.clip(whole * per - np.maximum(free, 0)[:, None], 0, None) / per
+            stranded = np.maximum(stranded, np.where(need[None, :], np.minimum(short, whole), 0.0))
+    out: np.ndarray = (stranded @ reserve.weight) * MILLI
+    return out
 
 
 # ------------------------------------------------------------------------------- NVLink islands
