@@ -195,7 +195,10 @@ def main() -> None:
                 learned = arm.startswith("learned")
                 jobs = [dataclasses.replace(j, estimate=None) for j in simulated] if learned else simulated
                 config = arm_config(arm, args.weight, args.max_wait, model_path)
-                result = Simulation(config, nodes, jobs, Mode.TIMED, seed=seed, config_name=arm).run()
+                # Queueing hints and the equivalence of identical pods: the same placements as retrying
+                # every pod on every event (tests/test_queueing_hints.py), at a fraction of the attempts.
+                result = Simulation(config, nodes, jobs, Mode.TIMED, seed=seed, config_name=arm,
+                                    queueing_hints=True).run()
                 s = summarize(result)
                 if arm == "fifo":
                     fifo_jct = s.jct.mean

@@ -513,6 +513,7 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     ({"scheduling": {"backfill": "yes"}}, "scheduling.backfill", "must be true or false, got 'yes'"),
     ({"scheduling": {"backfill": 1}}, "scheduling.backfill", "must be true or false, got 1"),
     ({"scheduling": {"backfill": None}}, "scheduling.backfill", "must be true or false, got null"),
+    ({"scheduling": {"queueingHints": "on"}}, "scheduling.queueingHints", "must be true or false, got 'on'"),
     ({"scheduling": {"reservationMinWaitSeconds": -1}}, "scheduling.reservationMinWaitSeconds",
      "must be >= 0, got -1"),
     ({"scheduling": {"priorityRefreshSeconds": 0}}, "scheduling.priorityRefreshSeconds",

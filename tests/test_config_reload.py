@@ -322,6 +322,7 @@ CASES: dict[str, Case] = {
     "scheduling.priorityRefreshSeconds": Case(2.5, scalar(lambda s, _: s.priority_interval)),
     "scheduling.reservation": Case(False, scalar(lambda s, _: _gangs(s).reserving())),
     "scheduling.reservationMinWaitSeconds": Case(42, scalar(lambda s, _: s.reserver.min_wait)),
+    "scheduling.queueingHints": Case(True, scalar(lambda s, _: s.core.cycle.hint_of is not None)),
     "scheduling.apiRequestTimeoutSeconds": Case(4, scalar(lambda s, _: s.client.request_timeout)),
     "scheduling.watchIdleSeconds": Case(45, scalar(watch_idle("nodes"), watch_idle("pods"))),
     "scheduling.apiUnreachableRestartSeconds": Case(99, scalar(lambda s, _: _monitor(s).restart_after())),

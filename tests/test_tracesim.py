@@ -330,3 +330,16 @@ def test_same_seed_same_placements(mode: Mode) -> None:
     second, _ = run(nodes, jobs, mode, config=fast_config(), seed=7)
     assert first.placements
     assert first.placements == second.placements
+
+
+def test_a_horizon_stops_the_run_there() -> None:
+    """Nothing arrives or leaves after the horizon: the pod due later never arrives, the running one never
+    ends, and the waiting one never starts."""
+    jobs = [job("first", 0.0, 50.0, gpus=1), job("second", 10.0, 50.0, gpus=1), job("late", 200.0, gpus=1)]
+    simulation = Simulation(fast_config(), [gpu_node("g")], jobs, Mode.TIMED, horizon=40.0)
+    pods = {pod.name: pod for pod in simulation.run().pods}
+    assert (pods["first"].node, pods["first"].start, pods["first"].end) == ("g", 0.0, None)
+    assert (pods["second"].node, pods["second"].start) == ("", None)
+    assert pods["late"].start is None and pods["late"].attempts == 0
+    _, whole = run([gpu_node("g")], jobs)
+    assert [(pod.start, pod.end) for pod in whole.pods] == [(0.0, 50.0), (50.0, 100.0), (200.0, 300.0)]

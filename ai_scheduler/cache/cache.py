@@ -125,6 +125,8 @@ class SchedulerCache:
         # forgotten, a nomination cleared): the event handlers' queueing hints know from it whether the room
         # freed since they last looked is all on the node of the event they handle.
         self.freed_version = 0
+        # Bumped by every node added, changed (even its status alone) or removed.
+        self.nodes_version = 0
         self.tenancy: Tenancy | None = None  # usage per user/group/queue, charged as pods start counting
         self._chosen_gpus: dict[str, tuple[int, ...]] = {}  # our device choice for pods not yet annotated
 
@@ -178,6 +180,7 @@ class SchedulerCache:
     # ------------------------------------------------------------------ nodes
     def set_node(self, record: NodeRecord) -> NodeChange:
         """Add or update a node from the watch."""
+        self.nodes_version += 1
         change = NodeChange()
         state = self.nodes.get(record.name)
         if state is None:
@@ -217,6 +220,7 @@ class SchedulerCache:
         state = self.nodes.get(name)
         if state is None or state.row < 0:
             return False
+        self.nodes_version += 1
         row = state.row
         self.valid[row] = False
         self._valid_rows -= 1
@@ -260,6 +264,14 @@ class SchedulerCache:
     def labels_of_namespace(self, namespace: str) -> dict[str, str] | None:
         """A namespace's labels (None while it is unknown), for affinity terms' namespaceSelector."""
         return self.namespace_labels.get(namespace)
+
+    def room_version(self) -> tuple[int, ...]:
+        """Changes whenever a pod that did not fit anywhere might fit now for reasons other than its own
+        pod affinity, spread, ports, volumes or claims: room given back (`freed_version`), a node added,
+        changed or removed, a namespace's labels, any DRA object. Placing pods takes room and leaves it
+        as it is. The scheduling cycle's equivalence of identical pods (schedule_one.py) holds a failure
+        only while this stays the same."""
+        return (self.freed_version, self.nodes_version, self.namespace_version, self.dra.version)
 
     def node_record(self, name: str) -> NodeRecord | None:
         state = self.nodes.get(name)

@@ -192,6 +192,11 @@ class SchedulingSettings:
     # A reservation whose due time is unknown (it waits for pods with no known run time) is made only for
     # a unit that has waited this long.
     reservation_min_wait_seconds: float = 300.0
+    # Queueing hints and the equivalence of identical pods (scheduler/core.py): a pod that did not fit is
+    # retried when room is freed only if it may fit where it was freed, and a pod alike to one that just
+    # failed, with nothing freed since, repeats its failure without the filters. The same decisions as
+    # retrying every pod; no pod gets a hint while reservations are on.
+    queueing_hints: bool = False
     api_request_timeout_seconds: float = 10.0
     watch_idle_seconds: float = 90.0
     api_unreachable_restart_seconds: float = 120.0
@@ -519,6 +524,7 @@ _SCHEDULING_KEYS = (
     "priorityRefreshSeconds",
     "reservation",
     "reservationMinWaitSeconds",
+    "queueingHints",
     "apiRequestTimeoutSeconds",
     "watchIdleSeconds",
     "apiUnreachableRestartSeconds",
@@ -673,6 +679,7 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
         reservation=get("reservation", d.reservation, _boolean),
         reservation_min_wait_seconds=get("reservationMinWaitSeconds", d.reservation_min_wait_seconds,
                                          lambda v, p: _number(v, p, minimum=0, inclusive=True)),
+        queueing_hints=get("queueingHints", d.queueing_hints, _boolean),
         api_request_timeout_seconds=get("apiRequestTimeoutSeconds", d.api_request_timeout_seconds, _positive),
         watch_idle_seconds=get("watchIdleSeconds", d.watch_idle_seconds, _positive),
         api_unreachable_restart_seconds=get("apiUnreachableRestartSeconds", d.api_unreachable_restart_seconds,

@@ -24,9 +24,13 @@ only the waiting pods that may fit there, with the decisions of a queue that
 retries them all (scheduling_queue.py says how); `hint_of` says which failed
 pods may wait so, and `fits_row` whether one may fit on a node. They give the
 same placements as retrying every pod (tests/test_queueing_hints.py; Philly and
-Helios slices of 500 and 1,000 jobs on 24 nodes, reservation off), but they are
-still off by default: with reservations on (the default) no pod gets a hint, and
-a pod whose backoff runs when room is freed is still moved and tried.
+Helios slices of 500 and 1,000 jobs on 24 nodes, reservation off). With them, a
+pod with a hint that fails where an equivalent pod failed at the same room
+version repeats that failure without the filters (schedule_one.py), which is
+most attempts under a standing queue of like pods. They are still off by default
+in the daemon: with reservations on (the default) no pod gets a hint, and a pod
+whose backoff runs when room is freed is still moved and tried. The trace
+benchmarks turn them on (benchmarks/runtime_policies.py).
 """
 
 from __future__ import annotations
@@ -150,9 +154,19 @@ class SchedulerCore:
             cache, queue, gangs, self.budgets, self.reserver, out.reports, metrics, logger,
             lambda: self.frameworks, self.ready, finished=self.pod_finished,
         )
-        if queueing_hints:
+        self._hints_forced = queueing_hints  # the simulator's own choice, whatever the config says
+        self._set_hints(queueing_hints or config.scheduling.queueing_hints)
+
+    def _set_hints(self, on: bool) -> None:
+        """Queueing hints and equivalent pods on or off; off, the pods waiting with a hint lose it."""
+        cycle = self.cycle
+        if on:
             cycle.hint_of = self.hint_of
             self.handlers.hint = self.fits_row
+        elif cycle.hint_of is not None:
+            cycle.hint_of = None
+            self.handlers.hint = None
+            self.queue.unhint()
 
     def hint_of(self, pod: PodRecord) -> tuple[Any, ...] | None:
         """What makes pods alike for the filters (the queue asks `fits_row` once per distinct value), when
@@ -173,6 +187,7 @@ class SchedulerCore:
             pod.scheduler_name, pod.namespace, tuple(sorted(pod.requests.items())), gpu,
             tuple(sorted(pod.labels.items())), tuple(sorted(pod.node_selector.items())),
             tuple(t.identity() for t in pod.tolerations), repr(pod.affinity), pod.priority,
+            pod.preempts,  # not the filters' but PostFilter's: its verdict ends the reason a repeat reuses
         )
 
     def fits_row(self, pod: PodRecord, row: int) -> bool:
@@ -288,6 +303,8 @@ class SchedulerCore:
         if not settings.reservation:
             self.reserver.current = None
         self.gang_scheduler.reconfigure(settings)
+        self._set_hints(self._hints_forced or settings.queueing_hints)
+        self.cycle.forget_failures()  # a failure under the old profiles says nothing under the new ones
         self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
         if config.prediction != previous.prediction:
             self.runtimes = self._runtimes_for(config.prediction)

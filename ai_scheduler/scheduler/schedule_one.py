@@ -24,12 +24,21 @@ stops scheduling nor leaves the pod without a reason. A cycle:
    others) is requeued with a hint, so that a pod leaving a node retries it
    only if it may fit there (scheduling_queue.py).
 
+Equivalence of identical pods (with the hints): a pod with a hint fails wherever an earlier pod with the
+same hint failed, as long as the cache's `room_version` has not moved since, because for such pods only
+room, nodes, namespaces or DRA objects could turn a failure into a fit, and placing pods only takes room.
+So that failure is repeated without running the filters and PostFilter again: the same requeue with the
+same hint, the same reason on the pod and the same decision line, which names the pod whose attempt it
+repeats (`equivalentTo`; its node counts are that attempt's). Under a standing queue of like pods most
+attempts are such repeats (benchmarks/standing_queue.py measures what that saves).
+
 Every attempt writes one `decision` log line with what a replay needs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -53,6 +62,9 @@ from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import Priority, PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
+
+# Hints whose last failure is held for equivalent pods; past this many (all unlike), it starts again.
+MAX_EQUIVALENCE_CLASSES = 4096
 
 
 @dataclass(slots=True)
@@ -100,6 +112,8 @@ class SchedulingCycle:
         self.guard: CycleGuard | None = None
         # Queueing hints (set by the core; None: off): what makes a pod that did not fit alike to others.
         self.hint_of: Callable[[PodRecord], Any] | None = None
+        # Equivalence (with the hints): per hint, the last failure's room version, decision and pod uid.
+        self._failures: dict[Any, tuple[tuple[int, ...], Decision, str]] = {}
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> None:
@@ -148,6 +162,15 @@ class SchedulingCycle:
         # The queue key only matters against a reservation: computing it costs a policy evaluation.
         key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
         kept = self.reserved_for_others(pod, key)
+        hint = room = None
+        if self.hint_of is not None and not kept and not self.config().scheduling.reservation:
+            hint = self.hint_of(pod)
+            if hint is not None:
+                room = self.cache.room_version()
+                earlier = self._failures.get(hint)
+                if earlier is not None and earlier[0] == room:  # fails as that pod did (see the docstring)
+                    self._repeat_failure(qp, pod, earlier[1], earlier[2], hint)
+                    return
         decision = framework.schedule(pod, blocked=kept)
         assert self.binder is not None and self.feedback is not None
         if decision.failure:  # the attempt failed (kube's SchedulerError): retried with backoff
@@ -167,18 +190,13 @@ class SchedulingCycle:
         if self.preemptor is not None:
             verdict = self.preemptor.post_filter(pod, framework, decision)
             plan, decision.post_filter = verdict.plan, verdict.message
-        message = decision.message
-        hint = None
-        if (self.hint_of is not None and plan is None and not kept and not decision.error
-                and not self.config().scheduling.reservation):
-            hint = self.hint_of(pod)
-        self.queue.requeue(qp, unschedulable=True, reason=message, hint=hint)
-        self.feedback.unschedulable(pod, message)
-        group = self.gangs.group_of(pod)
-        if group is not None and group.basic:  # its PodGroup's condition says why (gang_status.py)
-            group.last_reason = message
-            self.gangs.dirty.add(group.key)
-        self.log_decision(qp, pod, decision, "unschedulable", {})
+        if plan is not None or decision.error:
+            hint = None
+        elif hint is not None and room == self.cache.room_version():
+            if len(self._failures) > MAX_EQUIVALENCE_CLASSES:
+                self._failures.clear()
+            self._failures[hint] = (room, decision, pod.uid)
+        self._unschedulable(qp, pod, decision, hint, {})
         if decision.error or self.preemptor is None:
             return
         if plan is not None:
@@ -187,6 +205,32 @@ class SchedulingCycle:
             rows, _ = framework.feasible_rows(resourceless(pod))
             key = key or self.priorities.sort_key(qp)
             self.reserver.consider(pod.key, frozenset({pod.uid}), key, pod, pod.requests, 1, rows)
+
+    def forget_failures(self) -> None:
+        """Hold no failure for equivalent pods any more (the profiles or their filters may have changed)."""
+        self._failures.clear()
+
+    def _unschedulable(
+        self, qp: QueuedPod, pod: PodRecord, decision: Decision, hint: Any, extra: dict[str, Any]
+    ) -> None:
+        """The pod fits nowhere: requeued (with its hint), the reason on it and its basic PodGroup, logged."""
+        assert self.feedback is not None
+        message = decision.message
+        self.queue.requeue(qp, unschedulable=True, reason=message, hint=hint)
+        self.feedback.unschedulable(pod, message)
+        group = self.gangs.group_of(pod)
+        if group is not None and group.basic:  # its PodGroup's condition says why (gang_status.py)
+            group.last_reason = message
+            self.gangs.dirty.add(group.key)
+        self.log_decision(qp, pod, decision, "unschedulable", extra)
+
+    def _repeat_failure(self, qp: QueuedPod, pod: PodRecord, earlier: Decision, uid: str, hint: Any) -> None:
+        """The failure of an equivalent pod at the same room version, repeated for this one (no filters)."""
+        if self.preemptor is not None:  # PostFilter ran for it and would run again, to the same verdict
+            self.metrics.preemption_attempts.inc()
+        decision = copy.copy(earlier)
+        decision.duration = 0.0
+        self._unschedulable(qp, pod, decision, hint, {"equivalentTo": uid})
 
     def bound(self, pod: PodRecord, _node: str) -> None:
         """The binder's report of a binding that succeeded."""

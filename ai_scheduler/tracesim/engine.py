@@ -219,6 +219,7 @@ class Simulation:
         state: LiveState | None = None,
         target: Sequence[TraceJob] | None = None,
         queueing_hints: bool = False,
+        horizon: float | None = None,
     ) -> None:
         self.config = dataclasses.replace(
             config, gpu=dataclasses.replace(config.gpu, staleness_seconds=NEVER_STALE)
@@ -237,7 +238,8 @@ class Simulation:
             return Outbox(SimBindings(self), self.reports, SimEvictions(self))
 
         self.state = state
-        self.horizon = math.inf if state is None else state.horizon
+        # Simulated seconds after which the run stops (a forecast's own horizon, or one given).
+        self.horizon = horizon if horizon is not None else math.inf if state is None else state.horizon
         if state is not None:
             self.clock.epoch = state.epoch
         # A forecast's run times are the daemon's, fixed: the config's model is not loaded again.
@@ -384,6 +386,9 @@ class Simulation:
         else:
             obj = pod_of(job, scheduler_name=self._scheduler_name, uid=uid, name=self._names[index])
             obj["metadata"]["creationTimestamp"] = rfc3339(self.clock(), millis=False)
+            # A version, as the API server gives every object: what is memoised per pod version (its
+            # tenant) holds. The simulator never changes a pod's labels or spec.
+            obj["metadata"]["resourceVersion"] = "1"
             pod = PodRecord.from_api(obj)
         live = self._live[uid] = _Live(index, pod)
         self._counts["arrived"] += 1
