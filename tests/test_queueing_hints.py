@@ -191,8 +191,12 @@ def test_the_config_turns_hints_on_and_a_reload_turns_them_off() -> None:
                         hints=False)
     assert [(p.name, p.node, p.start) for p in result.pods] == [(p.name, p.node, p.start) for p in plain.pods]
     core = simulation.core
-    assert core.cycle.hint_of is not None and core.handlers.hint is not None
+
+    def hints() -> tuple[bool, bool]:
+        return core.cycle.hint_of is not None, core.handlers.hint is not None
+
+    assert hints() == (True, True)
     core.reconfigure(parse_config({"scheduling": {"reservation": False}}))
-    assert core.cycle.hint_of is None and core.handlers.hint is None
+    assert hints() == (False, False)
     core.reconfigure(hinted)
-    assert core.cycle.hint_of is not None
+    assert hints() == (True, True)
