@@ -5,11 +5,13 @@ nodes of 8 GPUs (heavy-tailed run times, per-user job kinds, users' estimates mi
 jobs, rounded up to 1/4/12/24 h for 30%, off by a factor of 1/3 to 5 for the rest), arriving at
 `--load` times the cluster's GPU time over the arrival window (above 1, so that a queue forms). It is
 split by submit time: the earlier half is the history a model learns from, the later half (its
-submit times shifted to start at 0) is simulated in timed mode, under four arms that differ only in
+submit times shifted to start at 0) is simulated in timed mode, under arms that differ only in
 their config and in whether the pods carry the users' estimates:
 
 - fifo: the policy `{waitingTime: 1}` with maxWaitSeconds 10^6 s (tune.py's `FIFO_POLICY`), no
   reservation and no backfill; the pods carry the users' estimates (unused by this policy);
+- fifo-strict: the same policy in a StrictFIFO queue (scheduler/strict_fifo.py): no pod starts while
+  one ahead of it waits, the papers' FIFO baseline;
 - fifo-reserve: the same with the shipped reservation and backfill on (a reference: EASY-backfill-like
   FIFO, whose reservations and backfill read the users' estimates);
 - user-estimates: the run-time-aware policy `RUNTIME_POLICY` (shortest estimate first, with aging:
@@ -47,7 +49,8 @@ queue of thousands of pods is slow).
 
 Our FIFO (`fifo`) is not strict: a pod that fits may start while an older one waits (the queue is
 tried in order, and each pod that fits is placed), as kube-scheduler does; the papers' FIFO baselines
-(Helios' QSSF, Tiresias) are strict, so ratios against ours are smaller than theirs.
+(Helios' QSSF, Tiresias) are strict, as `fifo-strict` is, so ratios against `fifo` are smaller than
+theirs. Each arm's ratio is printed against both.
 
 The defaults are small (500 jobs on 8 nodes) because a timed run with a long queue is slow (each
 scheduling pass tries every waiting pod): about 40 s per arm and seed on a shared 2-core machine.
@@ -76,7 +79,7 @@ from ai_scheduler.tracesim.metrics import summarize
 from ai_scheduler.tracesim.records import Mode, SimResult
 from ai_scheduler.tracesim.tune import FIFO_POLICY
 
-ARMS = ("fifo", "fifo-reserve", "user-estimates", "learned-no-reserve", "learned")
+ARMS = ("fifo", "fifo-strict", "fifo-reserve", "user-estimates", "learned-no-reserve", "learned")
 QUANTILE = 0.9
 
 
@@ -93,6 +96,8 @@ def arm_config(arm: str, weight: float, max_wait: float, model: Path | None) -> 
         "policies": {arm: policy}, "activePolicy": arm,
         "scheduling": {"reservation": reserve, "backfill": reserve},
     }
+    if arm == "fifo-strict":  # the papers' FIFO: the queue's head blocks it (no overtaking)
+        data["queues"] = [{"name": "default", "queueingStrategy": "StrictFIFO"}]
     if arm.startswith("learned"):
         data["prediction"] = {"model": str(model), "learnOnline": True}
     return parse_config(data)
@@ -191,6 +196,7 @@ def main() -> None:
                 tables.append("the model of arm `learned` (no estimate feature), fitted on the whole "
                               "history, on the simulated jobs:\n" + report_table(report))
             fifo_jct: float | None = None
+            strict_jct: float | None = None
             for arm in arms:
                 learned = arm.startswith("learned")
                 jobs = [dataclasses.replace(j, estimate=None) for j in simulated] if learned else simulated
@@ -202,6 +208,8 @@ def main() -> None:
                 s = summarize(result)
                 if arm == "fifo":
                     fifo_jct = s.jct.mean
+                elif arm == "fifo-strict":
+                    strict_jct = s.jct.mean
                 row = {"arm": arm, "seed": seed, "pods": s.pods, "finished": s.finished,
                        "never_placed": s.never_placed,
                        "jct_mean": s.jct.mean, "jct_p95": s.jct.p95,
@@ -209,6 +217,8 @@ def main() -> None:
                        "gpu_alloc_mean": s.gpu_alloc_mean, "alloc_arrivals": alloc_over_arrivals(result),
                        "gpu_util": s.gpu_util, "makespan": s.makespan, "backfilled": s.backfilled,
                        "jct_vs_fifo": s.jct.mean / fifo_jct if fifo_jct and s.jct.mean is not None else None,
+                       "jct_vs_strict": (s.jct.mean / strict_jct
+                                         if strict_jct and s.jct.mean is not None else None),
                        "wall_s": round(result.wall_seconds, 2)}
                 rows[arm].append(row)
                 print(orjson.dumps(row).decode(), flush=True)
@@ -222,14 +232,20 @@ def main() -> None:
     print(f"\nPython {platform.python_version()}, numpy {np.__version__}, "
           f"scikit-learn {sklearn.__version__}; {workload_text}; "
           f"policy {runtime_policy(args.weight, args.max_wait)}; medians:")
-    print(f"{'arm':<15} {'JCT mean':>9} {'JCT p95':>9} {'wait mean':>10} {'wait p95':>9} {'vs fifo':>8} "
+    print(f"{'arm':<15} {'JCT mean':>9} {'JCT p95':>9} {'wait mean':>10} {'wait p95':>9} "
+          f"{'vs fifo':>8} {'vs strict':>9} "
           f"{'alloc':>7} {'alloc arr':>9} {'makespan':>9} {'backfill':>8}")
     for arm, runs in rows.items():
         def median(key: str, runs: list[dict[str, Any]] = runs) -> float:
             return statistics.median(float(r[key] or 0.0) for r in runs)
+
+        def ratio(key: str, runs: list[dict[str, Any]] = runs) -> str:  # "-": that baseline did not run
+            values = [float(r[key]) for r in runs if r[key] is not None]
+            return f"{statistics.median(values):.2f}" if values else "-"
         print(f"{arm:<15} {median('jct_mean') / 3600:>7.2f} h {median('jct_p95') / 3600:>7.2f} h "
               f"{median('wait_mean') / 3600:>8.2f} h {median('wait_p95') / 3600:>7.2f} h "
-              f"{median('jct_vs_fifo'):>8.2f} {median('gpu_alloc_mean'):>7.2%} "
+              f"{ratio('jct_vs_fifo'):>8} {ratio('jct_vs_strict'):>9} "
+              f"{median('gpu_alloc_mean'):>7.2%} "
               f"{median('alloc_arrivals'):>9.2%} "
               f"{median('makespan') / 3600:>7.1f} h {median('backfilled'):>8.0f}")
     for table in tables:

@@ -209,7 +209,8 @@ def test_config_built_in_code_equals_the_parsed_one() -> None:
 TENANCY = {
     "queues": [
         {"name": "prod", "level": 0, "weight": 2, "quota": {"nvidia.com/gpu": 16, "cpu": "64"}},
-        {"name": "batch", "level": 1, "weight": 0.5, "promoteAfterSeconds": 600},
+        {"name": "batch", "level": 1, "weight": 0.5, "promoteAfterSeconds": 600,
+         "queueingStrategy": "StrictFIFO"},
         {"name": "default"},
     ],
     "groups": {
@@ -242,7 +243,9 @@ def test_full_tenancy_config() -> None:
     config = parse_config(TENANCY)
     prod, batch, default = config.queues
     assert prod == QueueSpec("prod", 0, 2, {"nvidia.com/gpu": 16, "cpu": 64_000})
-    assert batch == QueueSpec("batch", level=1, weight=0.5, quota={}, promote_after_seconds=600)
+    assert batch == QueueSpec("batch", level=1, weight=0.5, quota={}, promote_after_seconds=600,
+                              queueing_strategy="StrictFIFO")
+    assert prod.queueing_strategy == default.queueing_strategy == "BestEffortFIFO"
     assert default == QueueSpec("default", 0, 1, {})
     assert prod.promote_after_seconds is None and default.promote_after_seconds is None  # never promoted
     assert isinstance(batch.promote_after_seconds, float)
@@ -530,7 +533,10 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     ({"queues": [{"name": "prod"}, {"name": "batch"}, {"name": "prod"}]}, "queues[2].name",
      "duplicate queue 'prod' (also queues[0])"),
     ({"queues": [{"name": "q", "priority": 1}]}, "queues[0]",
-     "unknown key 'priority'; expected one of name, level, weight, quota, promoteAfterSeconds"),
+     "unknown key 'priority'; expected one of name, level, weight, quota, promoteAfterSeconds, "
+     "queueingStrategy"),
+    ({"queues": [{"name": "q", "queueingStrategy": "Strict"}]}, "queues[0].queueingStrategy",
+     "must be one of BestEffortFIFO, StrictFIFO, got 'Strict'"),
     ({"queues": [{"name": "q", "promoteAfter": 5}]}, "queues[0]",
      "unknown key 'promoteAfter' (did you mean 'promoteAfterSeconds'?)"),
     ({"queues": [{"name": "q", "promoteAfterSeconds": 0}]}, "queues[0].promoteAfterSeconds",

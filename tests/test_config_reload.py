@@ -231,6 +231,12 @@ def in_priorities(s: Scheduler, path: Path) -> Any:
     return value_at(s.priorities.config, path)
 
 
+def in_strict_fifo(s: Scheduler, path: Path) -> Any:
+    strict = s.core.cycle.strict
+    assert strict is not None
+    return value_at(strict.config(), path)
+
+
 def _gangs(s: Scheduler) -> Any:
     assert s.gang_scheduler is not None
     return s.gang_scheduler
@@ -356,6 +362,8 @@ CASES: dict[str, Case] = {
     # The engine orders by the value it holds (prod is at the top level: nothing to promote it to);
     # test_a_new_promotion_bound_reorders_the_pods_already_waiting shows a batch pod promoted by a reload.
     "queues[*].promoteAfterSeconds": Case(45, TENANCY),
+    # The StrictFIFO check reads the queue's strategy from the config it is handed, at every attempt.
+    "queues[*].queueingStrategy": Case("StrictFIFO", scalar(in_strict_fifo)),
     "groups.*.level": Case(4, TENANCY),
     "groups.*.share": Case(3, TENANCY),
     "groups.*.min.*": Case("4", TENANCY),

@@ -178,3 +178,31 @@ async def test_c_a_starved_higher_level_is_promoted_past_a_continuous_stream(
         d["pod"] for d in decisions[:placed] if d["result"] == "scheduled"
     }
     assert waiting, "the stream was not exhausted: level 0 still had work"
+
+
+async def test_d_a_strict_fifo_queue_starts_nothing_behind_its_waiting_head(
+    cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
+) -> None:
+    """A 4-core node, 2 cores held by `hold` for 3 s: `big` (4 cores) waits for them. `small` (1 core)
+    would fit beside `hold`, but its queue is StrictFIFO: it is parked behind `big`, says so on its
+    PodScheduled condition, and starts only after `big` started (and, with no room beside it, ended)."""
+    config = parse_config({**BASE, "queues": [{"name": "default", "queueingStrategy": "StrictFIFO"}],
+                           "activePolicy": "by-priority"})  # one priority for all: arrival orders them
+
+    def queued(name: str, cpu: int, duration: float) -> dict[str, Any]:
+        return make_pod(name, cpu=str(cpu), memory="1Gi", priority=1, duration=duration)
+
+    await create_all(api, [make_node("n", cpu="4", memory="64Gi")], [queued("hold", 2, 3.0)])
+    running = await start_scheduler(config)
+    await wait_for(lambda: bind_order(running, {"hold"}), what="hold running")
+    await create_all(api, [], [queued("big", 4, 0.5)])
+    await wait_for(lambda: any(d["pod"] == "default/big" and d["result"] == "unschedulable"
+                               for d in running.log_lines("decision")), what="big waiting")
+    await create_all(api, [], [queued("small", 1, 0.2)])
+    reason = "waiting behind default/big in StrictFIFO queue default"
+    await wait_for(lambda: pod_condition(cluster, "small").get("message") == reason, what="small parked")
+    assert not bind_order(running, {"small"}), "small did not pass big"
+    parked = [d for d in running.log_lines("decision") if d["pod"] == "default/small"]
+    assert parked and all(d["result"] == "parked" and d["strictFifo"]["head"] == "default/big" for d in parked)
+    await wait_for(lambda: len(bind_order(running, {"big", "small"})) == 2, timeout=15, what="both run")
+    assert bind_order(running, {"hold", "big", "small"}) == ["hold", "big", "small"]

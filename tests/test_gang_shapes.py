@@ -4,7 +4,8 @@ Random clusters (sizes, GPUs, zones, taints, cordoned and not-ready nodes, pods 
 random gangs (identical members mostly; some with one member that differs, host ports, tolerations,
 node selectors, soft topology spread), scheduled twice from the same seed: once with the fast path,
 once with a full cycle per member. Every placement (node and devices), every Unschedulable message,
-the tie-break draws and the search's start row must come out the same.
+the nodes each search looked at and the reasons it counted on the way, the tie-break draws and the
+search's start row must come out the same.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Recorded:
         self.handed: set[str] = set()
         self.on_success: Any = None
         self.on_failure: Any = None
-        self.placed: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+        self.placed: dict[str, tuple[str, tuple[int, ...], int, int, tuple[tuple[str, int], ...]]] = {}
         self.reasons: list[tuple[str, str]] = []
         self.evicted: list[str] = []
 
@@ -57,7 +58,10 @@ class Recorded:
 
     def submit(self, qp: QueuedPod, pod: PodRecord, decision: Decision) -> None:
         self.handed.add(pod.uid)
-        self.placed[pod.name] = (decision.node or "", decision.gpu_ids, decision.feasible, decision.evaluated)
+        self.placed[pod.name] = (
+            decision.node or "", decision.gpu_ids, decision.feasible, decision.evaluated,
+            tuple(sorted(decision.reasons.items())),
+        )
 
     # Reports
     def scheduled(self, pod: PodRecord, node: str) -> None:

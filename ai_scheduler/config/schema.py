@@ -68,6 +68,8 @@ RESOURCE_SCORERS: frozenset[str] = frozenset(
 )
 # How a cycle chooses among nodes of the best score (scheduling.tieBreak).
 TIE_BREAKS: tuple[str, ...] = ("random", "nodeOrder")
+# Whether a pod may pass one ahead of it in its queue that does not fit (queues[].queueingStrategy, Kueue's).
+QUEUEING_STRATEGIES: tuple[str, ...] = ("BestEffortFIFO", "StrictFIFO")
 # The factors a priority policy weighs; the scheduler computes each one per pending pod.
 POLICY_FACTORS: tuple[str, ...] = (
     "userLevel",
@@ -264,6 +266,9 @@ class QueueSpec:
     ``promote_after_seconds`` bounds starvation across levels: a pod of this queue that has waited
     that long (since it entered the queue, the clock of the ``waitingTime`` factor) is ordered as if
     its queue had the top level of all queues; None (the default) never promotes.
+    ``queueing_strategy`` is Kueue's: BestEffortFIFO (the default) lets a pod behind one that does
+    not fit start if it fits, as kube-scheduler does; StrictFIFO lets no pod of the queue start
+    while one ahead of it in the queue's order waits (the papers' FIFO, no overtaking).
     """
 
     name: str
@@ -271,6 +276,7 @@ class QueueSpec:
     weight: float = 1.0
     quota: Mapping[str, int] = field(default_factory=FrozenMap)
     promote_after_seconds: float | None = None
+    queueing_strategy: str = "BestEffortFIFO"
 
 
 @dataclass(frozen=True, slots=True)
@@ -538,7 +544,7 @@ _LEADER_ELECTION_KEYS = (
     "renewDeadlineSeconds",
     "retryPeriodSeconds",
 )
-_QUEUE_KEYS = ("name", "level", "weight", "quota", "promoteAfterSeconds")
+_QUEUE_KEYS = ("name", "level", "weight", "quota", "promoteAfterSeconds", "queueingStrategy")
 _GROUP_KEYS = ("level", "share", "min", "max")
 _USER_KEYS = ("group", "level", "max")
 _NAMESPACE_KEYS = ("user", "defaultQueue", "trustUserLabel")
@@ -697,9 +703,17 @@ def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
 
 
 def _tie_break(value: object, path: str) -> str:
+    return _choice(value, path, TIE_BREAKS)
+
+
+def _queueing_strategy(value: object, path: str) -> str:
+    return _choice(value, path, QUEUEING_STRATEGIES)
+
+
+def _choice(value: object, path: str, choices: tuple[str, ...]) -> str:
     text = _string(value, path)
-    if text not in TIE_BREAKS:
-        _fail(path, f"must be one of {', '.join(TIE_BREAKS)}, got {text!r}")
+    if text not in choices:
+        _fail(path, f"must be one of {', '.join(choices)}, got {text!r}")
     return text
 
 
@@ -892,6 +906,7 @@ def _parse_queue(value: object, path: str) -> QueueSpec:
         weight=_scalar(data, "weight", 1.0, _positive, path),
         quota=_section(data, "quota", _parse_quantities, FrozenMap(), path),
         promote_after_seconds=_scalar(data, "promoteAfterSeconds", None, _positive, path),
+        queueing_strategy=_scalar(data, "queueingStrategy", "BestEffortFIFO", _queueing_strategy, path),
     )
 
 

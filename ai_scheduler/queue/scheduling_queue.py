@@ -24,6 +24,11 @@ it would then still be in activeQ, i.e. neither its place nor the end of the
 drain was popped since), so that its backoff, its timestamp, and every decision
 after, are those of a queue that retries every pod on every such event.
 
+A StrictFIFO queue's pods behind its head (scheduler/strict_fifo.py) are `park`ed: back in the
+unschedulable set without the attempt counted, until the head leaves (`delete`, which `done` calls,
+or `release`) moves them back, or `move_all` or the flush does, as for any unschedulable pod; room
+freed on a node (`move_freed`) does not, since only the head may take it.
+
 Pods of ours that still carry schedulingGates are not queued at all (nothing
 may try them); the queue only counts them (`gate()`), because kube-scheduler
 reports them as its `gated` pending pods.
@@ -64,6 +69,8 @@ SCHEDULE_ATTEMPT_FAILURE = "ScheduleAttemptFailure"
 BACKOFF_COMPLETE = "BackoffComplete"
 UNSCHEDULABLE_TIMEOUT = "UnschedulableTimeout"
 FORCE_ACTIVATE = "ForceActivate"  # a user asked for a retry now (`retry_now`)
+STRICT_HEAD_LEFT = "StrictFIFOHeadLeft"  # a StrictFIFO head left: the pods parked behind it (`park`)
+PARKED = "parked behind a StrictFIFO head"  # the hint of a parked pod: `move_freed` leaves it be
 
 # PodRecord fields that come from the pod's status (or bookkeeping): an update
 # that changes only these cannot make an unschedulable pod fit, and the
@@ -189,6 +196,7 @@ class SchedulingQueue:
         self._unschedulable: dict[str, QueuedPod] = {}
         self._in_flight = 0
         self._gated: set[str] = set()  # uids of our pods waiting for their schedulingGates to go
+        self._parked: dict[str, set[str]] = {}  # per StrictFIFO head: the uids parked behind it (`park`)
 
         self._seq = 0
         # The active keys popped at the current instant of the clock, in order (None: activeQ was found
@@ -274,6 +282,15 @@ class SchedulingQueue:
         self._leave(qp)
         del self._entries[uid]
         del self._queue_name[uid]
+        self.release(uid)  # a StrictFIFO head that leaves blocks no one
+
+    def release(self, head: str) -> int:
+        """The pods parked behind the StrictFIFO head `head` (`park`) are tried again: it left, or no longer
+        blocks its queue. Returns how many moved."""
+        parked = self._parked.pop(head, None)
+        if not parked:
+            return 0
+        return self.move_matching(STRICT_HEAD_LEFT, lambda pod: pod.uid in parked)
 
     async def pop(self) -> QueuedPod:
         """Wait for the highest-priority active pod (FIFO among equals) and mark it in flight."""
@@ -351,6 +368,18 @@ class SchedulingQueue:
             self._push_active_or_backoff(qp, SCHEDULE_ATTEMPT_FAILURE)
         return True
 
+    def park(self, qp: QueuedPod, head: str, reason: str) -> bool:
+        """Put back a popped pod that was not tried because its StrictFIFO queue's head `head` (a uid)
+        waits: unschedulable with `reason`, the pop not counted as an attempt, moved back when the head
+        leaves (`delete`); False when it is no longer in flight, as `requeue`."""
+        if not self.requeue(qp, unschedulable=True, reason=reason):
+            return False
+        qp.attempts -= 1
+        if self._state[qp.pod.uid] == UNSCHEDULABLE:
+            qp.hint = PARKED  # room freed anywhere does not move it: only the head's leaving (or move_all)
+        self._parked.setdefault(head, set()).add(qp.pod.uid)
+        return True
+
     def move_all(self, event: str) -> int:
         """A cluster event (`event` names it) may let unschedulable pods fit: retry them all.
 
@@ -378,6 +407,8 @@ class SchedulingQueue:
             hint = qp.hint
             if hint is None:
                 moved.append(qp)
+                continue
+            if hint is PARKED:  # behind a StrictFIFO head, which this event may let start: it waits on
                 continue
             fit = verdicts.get(hint)
             if fit is None:

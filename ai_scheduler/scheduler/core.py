@@ -63,6 +63,7 @@ from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
 from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, PredictedRunTimes, RunTimes
 from ai_scheduler.scheduler.schedule_one import SchedulingCycle
+from ai_scheduler.scheduler.strict_fifo import StrictFifo
 
 
 def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
@@ -145,6 +146,7 @@ class SchedulerCore:
             cache, tenancy, gangs, out.evictions, logger, metrics, self.budgets, **timed
         )
         cycle.binder, cycle.feedback, cycle.preemptor = out.bindings, out.reports, self.preemptor
+        cycle.strict = StrictFifo(lambda: self.config, cache, queue, gangs, tenancy, self.priorities.sort_key)
         gang_scheduler.preemptor = GangPreemptor(self.preemptor)
         cycle.gang_scheduler = gang_scheduler
         cycle.guard = CycleGuard(cache, queue, out.bindings, gang_scheduler, out.reports, metrics, logger)
@@ -305,6 +307,8 @@ class SchedulerCore:
         self.gang_scheduler.reconfigure(settings)
         self._set_hints(self._hints_forced or settings.queueing_hints)
         self.cycle.forget_failures()  # a failure under the old profiles says nothing under the new ones
+        if self.cycle.strict is not None:
+            self.cycle.strict.forget()
         self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
         if config.prediction != previous.prediction:
             self.runtimes = self._runtimes_for(config.prediction)

@@ -7,16 +7,18 @@ stops scheduling nor leaves the pod without a reason. A cycle:
 
 1. drops a pod that is no longer ours to place (bound, assumed, gated,
    finished, of a profile that went away);
-2. hands a gang member to the GangScheduler (the whole gang is tried at once);
-3. computes the pod's derived data once (`Attempt`: its tenant, its quota
+2. parks a pod of a StrictFIFO queue behind the queue's head while the head waits
+   (strict_fifo.py: not tried, the reason on it);
+3. hands a gang member to the GangScheduler (the whole gang is tried at once);
+4. computes the pod's derived data once (`Attempt`: its tenant, its quota
    amounts) and checks quota admission; a refusal waits until usage drops;
-4. runs the profile's Framework (filters and scores) with the nodes the pod
+5. runs the profile's Framework (filters and scores) with the nodes the pod
    must keep off: reserved for a pod or gang ahead of it, or the node its
    workload was just preempted from;
-5. on a node: Reserve (the cache assumes the pod, with its volumes) and hand
+6. on a node: Reserve (the cache assumes the pod, with its volumes) and hand
    the binding to the outbox's Bindings (outbox.py; the daemon's Binder binds
    asynchronously);
-6. on none: PostFilter (preemption, whose verdict ends the Unschedulable
+7. on none: PostFilter (preemption, whose verdict ends the Unschedulable
    message), the reason on the pod, and, when preemption cannot help, a
    starvation reservation (`Reserver`: nodes held for the pod ahead) if on.
    With queueing hints on (`hint_of`, set by the core), a pod whose failure
@@ -62,9 +64,12 @@ from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import Priority, PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
+from ai_scheduler.scheduler.strict_fifo import StrictFifo
 
 # Hints whose last failure is held for equivalent pods; past this many (all unlike), it starts again.
 MAX_EQUIVALENCE_CLASSES = 4096
+# The decision line's result for a pod not tried because it waits behind its StrictFIFO queue's head.
+PARKED = "parked"
 
 
 @dataclass(slots=True)
@@ -112,6 +117,11 @@ class SchedulingCycle:
         self.guard: CycleGuard | None = None
         # Queueing hints (set by the core; None: off): what makes a pod that did not fit alike to others.
         self.hint_of: Callable[[PodRecord], Any] | None = None
+        # StrictFIFO queues' heads (set by the core): a pod behind its queue's waiting head is not tried.
+        self.strict: StrictFifo | None = None
+        # The last attempt failed on the pod's own error (invalid as written, no such queue, a broken gang):
+        # such a pod never becomes a StrictFIFO head, which would block its queue for good.
+        self._own_error = False
         # Equivalence (with the hints): per hint, the last failure's room version, decision and pod uid.
         self._failures: dict[Any, tuple[tuple[int, ...], Decision, str]] = {}
 
@@ -149,14 +159,30 @@ class SchedulingCycle:
         ):
             self.queue.delete(pod.uid)
             return
+        strict = self.strict.queue_of(qp) if self.strict is not None else None
+        if strict is None:
+            self._attempt(qp, pod, framework)
+            return
+        assert self.strict is not None
+        head = self.strict.head_before(qp, strict)
+        if head is not None:
+            self._park(qp, pod, head, strict)
+            return
+        self._own_error = False
+        self._attempt(qp, pod, framework)
+        self.strict.tried(qp, strict, blocks=not self._own_error)
+
+    def _attempt(self, qp: QueuedPod, pod: PodRecord, framework: Framework) -> None:
         gang = self.gangs.gang_of(pod)
         if gang is not None:
             assert self.gang_scheduler is not None
+            self._own_error = bool(gang.problem)
             self.gang_scheduler.schedule(qp, gang, framework)
             return
         attempt = Attempt(pod, self.tenancy.tenant_of(pod), self.tenancy.amounts(pod))
         refusal = attempt.tenant.error or self.tenancy.quota_refusal(attempt.tenant, attempt.amounts)
         if refusal:
+            self._own_error = bool(attempt.tenant.error)
             self._refuse(qp, attempt, refusal)
             return
         # The queue key only matters against a reservation: computing it costs a policy evaluation.
@@ -196,6 +222,7 @@ class SchedulingCycle:
             if len(self._failures) > MAX_EQUIVALENCE_CLASSES:
                 self._failures.clear()
             self._failures[hint] = (room, decision, pod.uid)
+        self._own_error = bool(decision.error)
         self._unschedulable(qp, pod, decision, hint, {})
         if decision.error or self.preemptor is None:
             return
@@ -205,6 +232,16 @@ class SchedulingCycle:
             rows, _ = framework.feasible_rows(resourceless(pod))
             key = key or self.priorities.sort_key(qp)
             self.reserver.consider(pod.key, frozenset({pod.uid}), key, pod, pod.requests, 1, rows)
+
+    def _park(self, qp: QueuedPod, pod: PodRecord, head: QueuedPod, queue: str) -> None:
+        """Not tried: the pod waits behind its StrictFIFO queue's head (strict_fifo.py); the reason on it and
+        its decision line (`parked`, not counted as an attempt)."""
+        assert self.feedback is not None
+        reason = f"waiting behind {head.pod.key} in StrictFIFO queue {queue}"
+        self.queue.park(qp, head.pod.uid, reason)
+        self.feedback.unschedulable(pod, reason)
+        extra = {"message": reason, "strictFifo": {"queue": queue, "head": head.pod.key}}
+        self.log_decision(qp, pod, Decision(None, self.cache.node_count), PARKED, extra)
 
     def forget_failures(self) -> None:
         """Hold no failure for equivalent pods any more (the profiles or their filters may have changed)."""
@@ -280,7 +317,7 @@ class SchedulingCycle:
         self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str, extra: dict[str, Any]
     ) -> None:
         """Metrics and the decision log line: everything needed to understand and replay the attempt."""
-        if result != "scheduled":  # a placement is counted once its binding succeeds (Binder), as kube does
+        if result not in ("scheduled", PARKED):  # a placement is counted once its binding succeeds (Binder)
             outcome = ERROR if result == "error" else UNSCHEDULABLE
             self.metrics.attempt(outcome, pod.scheduler_name, decision.duration)
         if not self.log.enabled("info"):  # nobody reads it: not worth building (the simulator's default)

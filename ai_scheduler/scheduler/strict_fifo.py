@@ -1,0 +1,112 @@
+"""StrictFIFO queues (Kueue's `queueingStrategy`): no pod of the queue starts while one ahead of it waits.
+
+With BestEffortFIFO (the default, kube-scheduler's way) each pod is tried in the queue's order and any
+pod that fits starts, so a small pod may pass a large one that waits for room. With StrictFIFO the
+queue's *head* blocks it: the earliest pod of the queue, in its order (the policy's sort key, then
+arrival), that was tried, did not start and still waits. While the head waits, a pod of the queue
+behind it is not tried: it is parked (`SchedulingQueue.park`: back in the unschedulable set, the
+attempt not counted) with the reason `waiting behind <head> in StrictFIFO queue <queue>`, on the pod
+and in its decision line. When the head leaves the queue (bound, deleted, held, taken by another
+profile), the pods parked behind it are moved back (`SchedulingQueue.delete` releases them) and the
+earliest of them is tried next. A pod ahead of the head (a higher priority arriving) is tried, and
+if it does not fit either it becomes the head.
+
+A pod that failed on its own error (invalid as written, an unknown queue, a broken gang) never becomes
+the head: nothing the cluster does would mend it, and it must not block its queue for good.
+
+A gang is one unit: a member is never parked behind a sibling (the head's gang attempt takes its
+siblings along). Quota refusals block as well: in Kueue, StrictFIFO is about admission, and a pod
+refused by its quota waits like one that fits no node. Papers' FIFO baselines (Tiresias, Helios' QSSF)
+are strict FIFO; benchmarks/runtime_policies.py's arm fifo-strict is this strategy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ai_scheduler.cache.cache import SchedulerCache
+from ai_scheduler.cache.gangs import GangRegistry
+from ai_scheduler.cache.tenancy import Tenancy
+from ai_scheduler.config import Config
+from ai_scheduler.queue import QueuedPod, SchedulingQueue
+
+STRICT_FIFO = "StrictFIFO"
+
+
+class StrictFifo:
+    """The heads of the StrictFIFO queues, and the check each attempt passes first (see the module)."""
+
+    def __init__(
+        self,
+        config: Callable[[], Config],
+        cache: SchedulerCache,
+        queue: SchedulingQueue,
+        gangs: GangRegistry,
+        tenancy: Tenancy,
+        sort_key: Callable[[QueuedPod], tuple[Any, ...]],
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.queue = queue
+        self.gangs = gangs
+        self.tenancy = tenancy
+        self.sort_key = sort_key
+        self.heads: dict[str, QueuedPod] = {}  # per StrictFIFO queue: its head, while it waits
+
+    def queue_of(self, qp: QueuedPod) -> str | None:
+        """The pod's queue when that queue is StrictFIFO, else None (nothing to check)."""
+        config = self.config()
+        if not config.queues:
+            return None
+        name = self.tenancy.tenant_of(qp.pod).queue
+        spec = config.queue(name)
+        return name if spec is not None and spec.queueing_strategy == STRICT_FIFO else None
+
+    def head_before(self, qp: QueuedPod, queue: str) -> QueuedPod | None:
+        """The head `qp` must wait behind: its queue's head when it still waits, is not `qp` nor of its
+        gang, and comes before it; else None (the pod is tried)."""
+        head = self.heads.get(queue)
+        if head is None:
+            return None
+        uid = head.pod.uid
+        if uid not in self.queue or self.cache.is_assumed(uid):
+            del self.heads[queue]  # it left (its leaving released the pods parked behind it)
+            return None
+        if head is qp or uid == qp.pod.uid:
+            return None
+        if self.tenancy.tenant_of(head.pod).queue != queue:  # it moved to another queue: it blocks no more
+            del self.heads[queue]
+            self.queue.release(uid)
+            return None
+        gang = self.gangs.gang_of(qp.pod)
+        if gang is not None and uid in gang.members:
+            return None
+        return head if self._order(head) < self._order(qp) else None
+
+    def tried(self, qp: QueuedPod, queue: str, *, blocks: bool = True) -> None:
+        """After an attempt: a pod that still waits becomes its queue's head if it comes first, unless it
+        failed on its own error (`blocks` False: invalid as written, an unknown queue, a broken gang),
+        which no change of the cluster mends: it must not block its queue."""
+        uid = qp.pod.uid
+        if not blocks or uid not in self.queue or self.cache.is_assumed(uid):
+            if (head := self.heads.get(queue)) is not None and head.pod.uid == uid:
+                del self.heads[queue]
+                self.queue.release(uid)  # placed (its binding may still run), or it blocks no more
+            return
+        head = self.heads.get(queue)
+        if (
+            head is None
+            or head.pod.uid not in self.queue
+            or self.cache.is_assumed(head.pod.uid)
+            or self._order(qp) < self._order(head)
+        ):
+            self.heads[queue] = qp
+
+    def forget(self) -> None:
+        """A reload may change which queues are strict: heads are found again by the next attempts."""
+        self.heads.clear()
+
+    def _order(self, qp: QueuedPod) -> tuple[Any, ...]:
+        """The queue's order: the policy's key, then arrival (as activeQ breaks ties)."""
+        return (*self.sort_key(qp), qp.initial_attempt, qp.seq, qp.pod.uid)
