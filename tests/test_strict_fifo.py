@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from test_gang_shapes import Recorded
 
 from ai_scheduler.config import Config, parse_config
