@@ -1,4 +1,5 @@
-"""JSON-line logging on stdout, one object per line (README, "The decision log": `ts`, `level`, `event`).
+"""JSON-line logging on stdout, one object per line (README, "The decision log": `ts`, `level`, `event`,
+and the format's version `v` on every line, `SCHEMA_VERSION`).
 
 Decision lines are written for every scheduling attempt, so the writer is a
 thin orjson call rather than the stdlib logging machinery.
@@ -15,6 +16,9 @@ from typing import Any, Protocol
 import orjson
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+# The log's format, `v` on every line: what `ai-scheduler replay` and `learn` read back (the decision
+# lines, pods' and nodes' specs, completions: scheduler/history.py) changes only with a new version.
+SCHEMA_VERSION = 1
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
@@ -79,10 +83,16 @@ class JsonLogger:
     def enabled(self, level: str) -> bool:
         return LEVELS[level] >= self._threshold
 
+    def wants(self, event: str, level: str) -> bool:
+        """Whether a line of `event` at `level` is read by anyone (written, or kept: visibility's
+        RecentDecisions keeps decisions whatever the level), so worth building."""
+        return self.enabled(level)
+
     def log(self, level: str, event: str, **fields: Any) -> None:
         if LEVELS[level] < self._threshold:
             return
-        record = {"ts": rfc3339(), "level": level, "event": event, **self._context, **fields}
+        record = {"ts": rfc3339(), "level": level, "event": event, "v": SCHEMA_VERSION, **self._context,
+                  **fields}
         try:
             line = orjson.dumps(record, option=_DUMP_OPTIONS, default=str)
         except TypeError:

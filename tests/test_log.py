@@ -6,8 +6,15 @@ import asyncio
 import io
 
 import orjson
+from test_gang_shapes import Recorded
 
-from ai_scheduler.log import JsonLogger
+from ai_scheduler.config import default_config
+from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
+from ai_scheduler.scheduler.core import SchedulerCore
+from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.outbox import Outbox
+from ai_scheduler.scheduler.visibility import RecentDecisions, decision_items
+from ai_scheduler.sim import make_node, make_pod
 
 
 class CountingSink(io.BytesIO):
@@ -91,3 +98,38 @@ def test_flush_writes_the_last_step_when_the_loop_is_gone() -> None:
     logger.info("outside a loop")  # written at once
     logger.flush()
     assert events(sink) == ["last", "outside a loop"]
+
+
+def test_every_line_carries_the_schema_version() -> None:
+    sink = io.BytesIO()
+    log = JsonLogger(stream=sink, component="x")
+    log.info("a")
+    log.warning("b", detail=1)
+    lines = [orjson.loads(line) for line in sink.getvalue().splitlines()]
+    assert [(line["event"], line["v"]) for line in lines] == [("a", SCHEMA_VERSION), ("b", SCHEMA_VERSION)]
+
+
+def test_recent_decisions_are_kept_whatever_the_log_level() -> None:
+    """The visibility API and the web page read the last decisions from RecentDecisions: a daemon run at
+    --log-level warning still builds them (and writes none of them)."""
+    sink = io.BytesIO()
+    recent = RecentDecisions(JsonLogger(stream=sink, level="warning"))
+    core = SchedulerCore(default_config(), recent, Metrics(), lambda core: Outbox(*[Recorded(core)] * 3),
+                         seed=0)
+    node = make_node("n0", cpu="4", memory="16Gi")
+    node["metadata"].update(uid="n0", resourceVersion="1")
+    core.handlers.on_node_event("ADDED", node)
+    for name, cpu in (("fits", "1"), ("too-big", "8")):
+        pod = make_pod(name, cpu=cpu)
+        pod["metadata"].update(uid=name, resourceVersion="1", creationTimestamp="2026-11-26T00:00:00Z")
+        pod["status"] = {"phase": "Pending"}
+        core.handlers.on_pod_event("ADDED", pod)
+    guard = core.cycle.guard
+    assert guard is not None
+    while (qp := core.queue.pop_nowait()) is not None:
+        guard.run(qp, core.cycle.schedule_one)
+    items = {item["pod"]: item for item in decision_items(recent)}
+    assert items["default/fits"]["result"] == "scheduled" and items["default/fits"]["node"] == "n0"
+    assert items["default/too-big"]["result"] == "unschedulable"
+    assert "Insufficient cpu" in items["default/too-big"]["message"]
+    assert b"decision" not in sink.getvalue(), "below the log level: kept, not written"

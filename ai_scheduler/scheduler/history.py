@@ -45,9 +45,9 @@ import orjson
 
 from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION, UPDATED_ANNOTATION
 from ai_scheduler.cache.records import TERMINAL_PHASES
-from ai_scheduler.log import JsonLogger, parse_time, rfc3339
+from ai_scheduler.log import SCHEMA_VERSION, JsonLogger, parse_time, rfc3339
 
-VERSION = 1
+VERSION = SCHEMA_VERSION  # the lines' format (log.py), which replay reads back
 ANNOTATION_PREFIX = "ai-scheduler.io/"
 # Volume sources a volume plugin reads (VolumeBinding, VolumeRestrictions, NodeVolumeLimits, VolumeZone).
 VOLUME_SOURCES = frozenset({

@@ -53,11 +53,10 @@ from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, Tenant
 from ai_scheduler.config import Config
-from ai_scheduler.log import JsonLogger
+from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang import GangScheduler
-from ai_scheduler.scheduler.history import VERSION as HISTORY_VERSION
 from ai_scheduler.scheduler.metrics import ERROR, UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
@@ -320,12 +319,12 @@ class SchedulingCycle:
         if result not in ("scheduled", PARKED):  # a placement is counted once its binding succeeds (Binder)
             outcome = ERROR if result == "error" else UNSCHEDULABLE
             self.metrics.attempt(outcome, pod.scheduler_name, decision.duration)
-        if not self.log.enabled("info"):  # nobody reads it: not worth building (the simulator's default)
+        if not self.log.wants("decision", "info"):  # nobody reads it: not worth building (the simulator's)
             return
         tenant = self.tenancy.tenant_of(pod)
         explained = self.priorities.explain(pod.uid)  # read once: the factors and the run time share it
         fields: dict[str, Any] = {
-            "v": HISTORY_VERSION,  # the replayable log's format (history.py)
+            "v": SCHEMA_VERSION,  # the replayable log's format (log.py; history.py writes the rest)
             "pod": pod.key,
             "uid": pod.uid,
             "profile": pod.scheduler_name,

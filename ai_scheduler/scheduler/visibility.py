@@ -248,9 +248,9 @@ DECISIONS_KEPT = 200
 
 
 class RecentDecisions(JsonLogger):
-    """The core's logger: every line goes to `inner` as it would have, and the last DECISIONS_KEPT
-    `decision` lines (schedule_one.py: one per attempt, whatever the log level) are kept, with their wall
-    time, for the visibility API's `decisions`."""
+    """The core's logger: every line goes to `inner` as it would have (written if its level is), and the
+    last DECISIONS_KEPT `decision` lines (schedule_one.py: one per attempt) are kept whatever the log
+    level, with their wall time, for the visibility API's `decisions` and the web page."""
 
     def __init__(self, inner: JsonLogger, keep: int = DECISIONS_KEPT) -> None:
         # No JsonLogger.__init__: nothing is written here, every line goes to `inner`.
@@ -259,6 +259,9 @@ class RecentDecisions(JsonLogger):
 
     def enabled(self, level: str) -> bool:
         return self.inner.enabled(level)
+
+    def wants(self, event: str, level: str) -> bool:
+        return event == "decision" or self.inner.enabled(level)  # kept here whatever the level
 
     def log(self, level: str, event: str, **fields: Any) -> None:
         if event == "decision":
