@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     import uvloop
 
-    from ai_scheduler.scheduler.daemon import run_scheduler
+    from ai_scheduler.daemon.app import run_scheduler
     from ai_scheduler.tracesim.forecast import forecaster
 
     logger = JsonLogger(level=args.log_level, batch=True)

@@ -16,9 +16,9 @@ from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import default_config
+from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.quantity import to_units
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer, make_node, make_pod, priority_classes_for
 
 GPU = "nvidia.com/gpu"

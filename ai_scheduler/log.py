@@ -17,7 +17,7 @@ import orjson
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 # The log's format, `v` on every line: what `ai-scheduler replay` and `learn` read back (the decision
-# lines, pods' and nodes' specs, completions: scheduler/history.py) changes only with a new version.
+# lines, pods' and nodes' specs, completions: daemon/history.py) changes only with a new version.
 SCHEMA_VERSION = 1
 _DUMP_OPTIONS = orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 

@@ -1,7 +1,7 @@
 """Keys and X.509 certificates, one small builder over `cryptography` for every place that needs them.
 
 Three do: the daemon's visibility API serves HTTPS with a self-signed certificate when none is given
-(scheduler/visibility_api.py); the test control plane makes its CA, the API server's serving
+(visibility/server.py); the test control plane makes its CA, the API server's serving
 certificate and the aggregation layer's front proxy (sim/controlplane.py); the simulated API server's
 aggregation layer makes a front proxy of its own (sim/aggregation.py). Certificates are valid from an
 hour ago (clock skew) for `days`; a CA is marked as one; a client certificate carries the client-auth

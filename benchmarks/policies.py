@@ -23,8 +23,8 @@ import numpy as np
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
+from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger, NullStream
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer, make_node, make_pod, priority_classes_for
 
 NODES, GPUS_PER_NODE = 4, 8

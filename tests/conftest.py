@@ -24,8 +24,8 @@ from kubernetes_asyncio import client
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, parse_config
+from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer, priority_classes_for
 from ai_scheduler.sim.controlplane import ControlPlane, ControlPlaneError, build_binaries
 from ai_scheduler.sim.faultproxy import FaultProxy

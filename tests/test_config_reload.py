@@ -36,11 +36,11 @@ from ai_scheduler.cache.tenancy import Tenant
 from ai_scheduler.config import Config, parse_config
 from ai_scheduler.config import schema as config_schema
 from ai_scheduler.config.keys import ANY_INDEX, ANY_NAME, changed_keys, leaf_keys, within, yaml_key
+from ai_scheduler.daemon.app import Scheduler
+from ai_scheduler.daemon.config_reload import RESTART_REQUIRED
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.prediction import Features, RunTimeModel
 from ai_scheduler.queue import SchedulingQueue
-from ai_scheduler.scheduler.config_reload import RESTART_REQUIRED
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.plugins.gpu import GpuFilter
 from ai_scheduler.scheduler.runtimes import PredictedRunTimes
 from ai_scheduler.sim import SimApiServer, make_node, make_pod

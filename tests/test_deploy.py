@@ -360,7 +360,7 @@ def test_agent_policy_limits_the_agent_to_its_own_nodes_gpu_annotations() -> Non
 def test_visibility_api_is_registered_for_the_daemon() -> None:
     """deploy/visibility/: the APIService reaches the daemon's visibility port through its Service, the
     daemon may delegate authentication and authorization, and the users' roles name the API's resources."""
-    from ai_scheduler.scheduler.visibility_api import GROUP, RESOURCES, VERSION
+    from ai_scheduler.visibility.server import GROUP, RESOURCES, VERSION
 
     apiservice = _find("APIService", f"{VERSION}.{GROUP}")
     spec = apiservice["spec"]
@@ -372,7 +372,7 @@ def test_visibility_api_is_registered_for_the_daemon() -> None:
     assert port["targetPort"] == default_config().server.visibility_port
     deployment = _find("Deployment", "ai-scheduler")
     # The Deployment's pods, and of them the leader alone: the role label is the daemon's own to write.
-    from ai_scheduler.scheduler.leader import ROLE_LABEL
+    from ai_scheduler.daemon.leader import ROLE_LABEL
 
     selector = dict(service["spec"]["selector"])
     assert selector.pop(ROLE_LABEL) == "leader"

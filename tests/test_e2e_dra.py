@@ -25,7 +25,6 @@ from test_e2e_scheduling import pod_condition
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.config.schema import FILTER_PLUGINS
-from ai_scheduler.scheduler.visibility import gpu_node_items
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.sim.objects import (
     NVIDIA_DRIVER,
@@ -36,6 +35,7 @@ from ai_scheduler.sim.objects import (
     pod_claim,
 )
 from ai_scheduler.status.tables import gpus_table
+from ai_scheduler.visibility.resources import gpu_node_items
 
 EXTENDED_CLASS = "gpu.nvidia.com-extended"
 FINALIZER = "resource.kubernetes.io/delete-protection"

@@ -33,7 +33,7 @@ from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, parse_config
-from ai_scheduler.scheduler.leader import ROLE_LABEL
+from ai_scheduler.daemon.leader import ROLE_LABEL
 from ai_scheduler.sim import make_node, make_pod
 
 COMMAND = [sys.executable, "-m", "ai_scheduler"]
@@ -173,7 +173,7 @@ def cut_off(cluster: Cluster) -> set[str]:
 
 
 def role(cluster: Cluster, pod: str) -> str | None:
-    """The role label a replica wrote on its own pod (scheduler/leader.py)."""
+    """The role label a replica wrote on its own pod (daemon/leader.py)."""
     obj = cluster.store.get("pods", NAMESPACE, pod)
     value = ((obj or {}).get("metadata") or {}).get("labels", {}).get(ROLE_LABEL)
     return str(value) if value is not None else None

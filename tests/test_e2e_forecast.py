@@ -14,9 +14,9 @@ from conftest import StartScheduler, create_all, wait_for
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.log import parse_time
-from ai_scheduler.scheduler.visibility import queue_view
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.tracesim.forecast import forecaster
+from ai_scheduler.visibility.resources import queue_view
 
 pytestmark = pytest.mark.e2e
 

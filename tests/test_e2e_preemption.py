@@ -15,8 +15,8 @@ from test_e2e_scheduling import assert_not_overcommitted, events_for, pod_condit
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
+from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger, NullStream
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.preemption import NO_VICTIMS, NOT_ELIGIBLE_NEVER
 from ai_scheduler.sim import SimApiServer, make_node, make_pdb, make_pod
 

@@ -14,9 +14,9 @@ from conftest import StartScheduler, create_all, fast_config, stored_pod, wait_f
 
 from ai_scheduler.api.kube import KubeClient, WatchExpired
 from ai_scheduler.config.schema import Profile
+from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.quantity import to_units
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.preemption import NO_VICTIMS, NOT_HELPFUL
 from ai_scheduler.sim import make_node, make_pod
 

@@ -1,4 +1,4 @@
-"""The web page (scheduler/webui.py) in headless Chromium, through the API server as a user reaches it.
+"""The web page (visibility/webui.py) in headless Chromium, through the API server as a user reaches it.
 
 The visibility API is set up as in tests/test_e2e_visibility.py (deploy/visibility/ applied, the users'
 roles, the daemon behind the aggregation layer); the browser opens the page's address on the API server

@@ -10,9 +10,9 @@ import pytest
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.daemon import feedback as feedback_module
+from ai_scheduler.daemon.feedback import Feedback
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler import feedback as feedback_module
-from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.sim import make_pod
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ai_scheduler.scheduler.daemon import forecast_now
+from ai_scheduler.daemon.app import forecast_now
 
 
 def test_a_due_forecast_waits_for_the_active_queue_to_drain_at_most_one_interval() -> None:

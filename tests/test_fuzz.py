@@ -98,16 +98,16 @@ from ai_scheduler.cache.records import (
 from ai_scheduler.cache.tenancy import QUEUE_LABEL, USER_LABEL, Tenancy, quota_amounts
 from ai_scheduler.config import POLICY_FACTORS, Config, ConfigError, load_config, parse_config
 from ai_scheduler.config.schema import _GPU_MEMORY_RESOURCE
+from ai_scheduler.daemon.app import Scheduler
+from ai_scheduler.daemon.leader import ROLE_LABEL
 from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import build_frameworks
-from ai_scheduler.scheduler.daemon import Scheduler
-from ai_scheduler.scheduler.leader import ROLE_LABEL
 from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION, PriorityEngine
-from ai_scheduler.scheduler.visibility import API_VERSION
-from ai_scheduler.scheduler.visibility_api import GROUP as API_GROUP
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.visibility.resources import API_VERSION
+from ai_scheduler.visibility.server import GROUP as API_GROUP
 
 # ----------------------------------------------------------------------------------------- the keys
 POD_LABELS = (
@@ -183,7 +183,7 @@ CONTRACT_KEYS = frozenset({
     ESTIMATE_ANNOTATION, "ai-scheduler.io/task-type", "ai-scheduler.io/workload-class",
 })
 # Packages that read objects of the cluster (agent/ and sim/ write theirs; demo and cli only drive).
-READING_PACKAGES = ("api", "cache", "config", "queue", "scheduler")
+READING_PACKAGES = ("api", "cache", "config", "queue", "scheduler", "daemon", "visibility")
 _KEY_LIKE = re.compile(r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?\.)+[a-z]{2,}(?:/[-A-Za-z0-9_.]+)?")
 
 # ----------------------------------------------------------------------------------------- budget

@@ -18,7 +18,7 @@ from ai_scheduler.cache.gangs import (
     gang_ref,
 )
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.gang_status import podgroup_status
+from ai_scheduler.daemon.gang_status import podgroup_status
 
 
 def pod(

@@ -10,9 +10,9 @@ from typing import Any, cast
 import aiohttp
 
 from ai_scheduler.api.kube import ApiResult, KubeClient, Reachability
+from ai_scheduler.daemon.health import PROBE_QUIET_SECONDS, ApiMonitor, HealthServer
+from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.health import PROBE_QUIET_SECONDS, ApiMonitor, HealthServer
-from ai_scheduler.scheduler.informer import Informer
 
 ANSWER = ApiResult(200, {})
 NO_ANSWER = ApiResult(0, {"message": "no answer within 10 s (apiRequestTimeoutSeconds)"})

@@ -12,8 +12,8 @@ import orjson
 from conftest import wait_for
 
 from ai_scheduler.api.kube import KubeClient, ResourceMissing, WatchBroken, WatchIdle
+from ai_scheduler.daemon.informer import RELIST_BACKOFF_MAX_SECONDS, Informer
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.informer import RELIST_BACKOFF_MAX_SECONDS, Informer
 
 
 class ScriptedClient:
@@ -91,7 +91,7 @@ async def test_a_silent_watch_is_taken_for_dead_and_relisted() -> None:
 
 
 async def test_an_optional_resource_that_is_not_served_is_no_failure(monkeypatch: Any) -> None:
-    monkeypatch.setattr("ai_scheduler.scheduler.informer.ABSENT_RECHECK_SECONDS", 0.01)
+    monkeypatch.setattr("ai_scheduler.daemon.informer.ABSENT_RECHECK_SECONDS", 0.01)
     client = ScriptedClient([ResourceMissing("list podgroups: 404")], [])
     inf = informer(client, io.BytesIO(), optional=True)
     task = asyncio.create_task(inf.run())

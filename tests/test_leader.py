@@ -1,4 +1,4 @@
-"""Leader election (scheduler/leader.py) against the simulated API server's Leases, with short timings.
+"""Leader election (daemon/leader.py) against the simulated API server's Leases, with short timings.
 
 Two electors contend for one Lease: one wins; the other takes over once the winner stops renewing (after
 the Lease's duration, not before), at once when it releases the Lease; a 409 between a read and a write is
@@ -20,8 +20,8 @@ from conftest import wait_for
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.config import LeaderElectionSettings, parse_config
+from ai_scheduler.daemon.leader import LeaderElector, Outcome, Role, lease_namespace, micro_time
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.leader import LeaderElector, Outcome, Role, lease_namespace, micro_time
 from ai_scheduler.sim import SimApiServer
 
 FAST = LeaderElectionSettings(lease_namespace="kube-system", lease_duration_seconds=1.0,

@@ -13,8 +13,8 @@ from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.scheduler.visibility import RecentDecisions, decision_items
 from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.visibility.resources import RecentDecisions, decision_items
 
 
 class CountingSink(io.BytesIO):

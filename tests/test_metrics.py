@@ -17,11 +17,11 @@ from test_scheduling_queue import FakeClock
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import parse_config
+from ai_scheduler.daemon.app import Scheduler
+from ai_scheduler.daemon.binder import Binder
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.binder import Binder
 from ai_scheduler.scheduler.cycle import Decision
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector, attempts_label
 from ai_scheduler.scheduler.recovery import CycleGuard

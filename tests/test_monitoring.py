@@ -23,8 +23,8 @@ import yaml
 from conftest import fast_config, wait_for
 
 from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.daemon import Scheduler
 from ai_scheduler.sim import SimApiServer
 
 MONITORING = Path(__file__).resolve().parent.parent / "deploy" / "monitoring"

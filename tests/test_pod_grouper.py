@@ -1,5 +1,5 @@
 """Gangs inferred from the owner (cache/pod_grouper.py), native PodGroups and the precedence of the keys
-(cache/gangs.py), and the PodGroupInitiallyScheduled condition (scheduler/gang_status.py).
+(cache/gangs.py), and the PodGroupInitiallyScheduled condition (daemon/gang_status.py).
 
 Pods are shaped as their controllers make them (labels, annotations, owner references, read from the
 LeaderWorkerSet, JobSet, training-operator, KubeRay and Job controllers' sources)."""
@@ -13,7 +13,7 @@ import pytest
 from ai_scheduler.cache.gangs import GangRegistry, gang_ref, owner_key
 from ai_scheduler.cache.pod_grouper import OwnerSpec, infer_gang, parse_owner
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.gang_status import native_conditions
+from ai_scheduler.daemon.gang_status import native_conditions
 
 NS = "team"
 

@@ -1,4 +1,4 @@
-"""The replayable history (scheduler/history.py) and its reader (tracesim/replay.py), without a cluster.
+"""The replayable history (daemon/history.py) and its reader (tracesim/replay.py), without a cluster.
 
 History is fed API objects as the informers would hand them, and its lines are read back by the
 replay's reader: what is logged when (once per object, again on a change that matters, never for a
@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, UPDATED_ANNOTATION
+from ai_scheduler.daemon.history import History, node_spec, pod_spec
 from ai_scheduler.log import JsonLogger, parse_time, rfc3339
-from ai_scheduler.scheduler.history import History, node_spec, pod_spec
 from ai_scheduler.sim import make_pod
 from ai_scheduler.trace import NodeSpec
 from ai_scheduler.tracesim.replay import (

@@ -1,4 +1,4 @@
-"""The visibility API's server (scheduler/visibility_api.py) over real TLS, with a front proxy played by the
+"""The visibility API's server (visibility/server.py) over real TLS, with a front proxy played by the
 test: a CA of its own that signs the proxy's client certificate, as kube-apiserver's requestheader CA does.
 
 What the API server would decide (SubjectAccessReview) is a table of allowed questions here; the real
@@ -24,14 +24,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler import visibility_api
-from ai_scheduler.scheduler.visibility import RecentDecisions, decision_items
-from ai_scheduler.scheduler.visibility_api import (
+from ai_scheduler.visibility.resources import RecentDecisions, decision_items
+from ai_scheduler.visibility.server import (
     Identity,
     RequestHeaderSettings,
     VisibilityServer,
     VisibilitySource,
 )
+from ai_scheduler.visibility.webui import page
 
 API = "/apis/visibility.ai-scheduler.io/v1alpha1"
 
@@ -228,30 +228,18 @@ async def test_a_viewer_sees_everything(served: tuple[VisibilityServer, Rules, A
     assert status == 404
 
 
-async def test_the_web_page_is_absent_without_its_module(
-    served: tuple[VisibilityServer, Rules, Any], monkeypatch: pytest.MonkeyPatch,
+async def test_the_web_page_is_served_under_the_rule_of_pendingpods(
+    served: tuple[VisibilityServer, Rules, Any],
 ) -> None:
     _, _, (folder, ca, port) = served
-    monkeypatch.setattr(visibility_api, "WEBUI_MODULE", "ai_scheduler.scheduler.no_such_page")
-    status, body = await call(client_context(folder, ca), port, f"{API}/ui")
-    assert status == 404 and body["reason"] == "NotFound"
-    status, _ = await call(client_context(folder, ca), port, f"{API}/ui", user="bob")
-    assert status == 403  # bob may not list the queue: no page either
-
-
-async def test_the_web_page_is_served_from_its_module(
-    served: tuple[VisibilityServer, Rules, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-) -> None:
-    _, _, (folder, ca, port) = served
-    (tmp_path / "fake_webui_page.py").write_text("def page() -> str:\n    return '<html>queue</html>'\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(visibility_api, "WEBUI_MODULE", "fake_webui_page")
     async with aiohttp.ClientSession() as session, session.get(
         f"https://127.0.0.1:{port}{API}/ui/", ssl=client_context(folder, ca),
         headers={"X-Remote-User": "alice"},
     ) as reply:
         assert reply.status == 200 and reply.content_type == "text/html"
-        assert await reply.text() == "<html>queue</html>"
+        assert await reply.text() == page()
+    status, _ = await call(client_context(folder, ca), port, f"{API}/ui", user="bob")
+    assert status == 403  # bob may not list the queue: no page either
 
 
 def test_requestheader_settings_come_from_the_configmap() -> None:

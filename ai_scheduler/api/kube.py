@@ -610,7 +610,7 @@ class KubeClient:
     async def create_event(self, namespace: str, event: dict[str, Any]) -> ApiResult:
         return await self._call(self._send("POST", f"/api/v1/namespaces/{_q(namespace)}/events", event))
 
-    # The leader election's Lease (scheduler/leader.py): read, create, and replace under the read one's
+    # The leader election's Lease (daemon/leader.py): read, create, and replace under the read one's
     # resourceVersion, so that of two replicas writing it at once one gets 409 Conflict.
     async def get_lease(self, namespace: str, name: str) -> ApiResult:
         return await self._call(
@@ -719,7 +719,7 @@ class KubeClient:
         )
 
     # ------------------------------------------------------------------ delegated authn and authz
-    # What the visibility API (scheduler/visibility_api.py) asks as an aggregated API server does: the
+    # What the visibility API (visibility/server.py) asks as an aggregated API server does: the
     # requestheader CA and names of the front proxy, and whether a user may do something.
     async def get_config_map(self, namespace: str, name: str) -> ApiResult:
         return await self._call(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))

@@ -229,7 +229,7 @@ class GpuSettings:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """Where /healthz, /readyz and /metrics listen, and the visibility API (scheduler/visibility_api.py):
+    """Where /healthz, /readyz and /metrics listen, and the visibility API (visibility/server.py):
     HTTPS on ``visibility_port`` when ``visibility_enabled``, behind the API server's aggregation layer,
     with the serving certificate from ``visibility_cert_file``/``visibility_key_file`` ("": self-signed,
     made at start)."""
@@ -244,7 +244,7 @@ class ServerSettings:
 
 @dataclass(frozen=True, slots=True)
 class LeaderElectionSettings:
-    """Leader election between replicas on a coordination.k8s.io Lease (scheduler/leader.py), with
+    """Leader election between replicas on a coordination.k8s.io Lease (daemon/leader.py), with
     kube-scheduler's timings. ``lease_namespace`` "" is the namespace the daemon runs in (POD_NAMESPACE,
     from the downward API), else kube-system. Only `ai-scheduler run` elects; a Scheduler built without
     these settings (tests, the demo) leads at once."""

@@ -1,6 +1,6 @@
 """The scheduling core: everything that decides, nothing that talks to Kubernetes.
 
-Two drivers run it: the daemon (daemon.py), which feeds it list/watch events
+Two drivers run it: the daemon (daemon/app.py), which feeds it list/watch events
 and turns its intents into API calls, and the trace simulator
 (ai_scheduler.tracesim), which feeds it a trace's arrivals and departures on a
 simulated clock and applies its intents to its own state. Both drive the same

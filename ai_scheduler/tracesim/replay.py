@@ -1,6 +1,6 @@
 """`ai-scheduler replay`: rebuild a cluster and its workload from the daemon's log and run them again.
 
-The daemon's JSON-lines log (format v1, scheduler/history.py) holds every Node and Pod as the
+The daemon's JSON-lines log (format v1, daemon/history.py) holds every Node and Pod as the
 scheduler read them (`node.spec`, `pod.spec`), each decision (`decision`), each pod's end
 (`pod.finished`) and the config in force (`config.active`). A replay reads it back:
 

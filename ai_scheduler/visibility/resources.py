@@ -5,7 +5,7 @@ scheduler orders them (queue level, queue fairness, the policy's score, `spec.pr
 each with its position overall and in its queue, its priority with each factor of the formula, the run
 time the hook gives it, the last Unschedulable reason, and its expected start from the last forecast.
 
-The same data reaches users through the Kubernetes API (`visibility_api.py`, the aggregated API
+The same data reaches users through the Kubernetes API (`visibility/server.py`, the aggregated API
 `visibility.ai-scheduler.io/v1alpha1`) as Kubernetes-style objects: `pending_pod_items` (one PendingPod
 per waiting pod, with its gang's completeness and the reservation that holds room for it),
 `quota_items` (each group's and user's min, max and use), `gpu_node_items` (each managed GPU, its

@@ -28,10 +28,10 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import RESOURCES as VOLUME_RESOURCES
 from ai_scheduler.cache.workloads import RESOURCES as WORKLOAD_RESOURCES
 from ai_scheduler.config import Config
+from ai_scheduler.daemon.history import History
+from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
-from ai_scheduler.scheduler.history import History
-from ai_scheduler.scheduler.informer import Informer
 from ai_scheduler.scheduler.plugins import reads_dra, reads_volumes, reads_workloads
 
 # Dynamic Resource Allocation (resource.k8s.io/v1): what kube-scheduler's DynamicResources plugin lists and

@@ -35,8 +35,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ai_scheduler.api.kube import UNREACHABLE, KubeClient
+from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.informer import Informer
 
 # A probe is sent when no request has been answered for this long (or apiRequestTimeoutSeconds if shorter).
 PROBE_QUIET_SECONDS = 5.0

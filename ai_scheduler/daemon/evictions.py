@@ -13,8 +13,8 @@ import asyncio
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.daemon.feedback import pod_reference
 from ai_scheduler.log import JsonLogger, rfc3339
-from ai_scheduler.scheduler.feedback import pod_reference
 from ai_scheduler.scheduler.outbox import Reports
 from ai_scheduler.scheduler.preemption import Plan, VictimKind
 

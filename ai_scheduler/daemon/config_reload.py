@@ -22,8 +22,8 @@ import yaml
 
 from ai_scheduler.config import Config, ConfigError, ConfigWatcher
 from ai_scheduler.config.keys import changed_keys, within
+from ai_scheduler.daemon.history import History
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.history import History
 from ai_scheduler.scheduler.metrics import Metrics
 
 # The config keys a reload cannot apply: they take effect at the next start, and a reload that finds them

@@ -44,15 +44,15 @@ from ai_scheduler.api.kube import UNREACHABLE, ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import gpu_annotations
 from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.daemon.feedback import Feedback
+from ai_scheduler.daemon.volume_prebind import VolumePreBind
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
 from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.dra_prebind import DraPreBind
-from ai_scheduler.scheduler.feedback import Feedback
 from ai_scheduler.scheduler.metrics import ERROR, Metrics
 from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
 from ai_scheduler.scheduler.plugins.volume_binding import NodeVolumes
-from ai_scheduler.scheduler.volume_prebind import VolumePreBind
 
 BIND_RETRY_INITIAL_SECONDS = 0.1
 BIND_RETRY_MAX_SECONDS = 2.0

@@ -42,22 +42,23 @@ from typing import Any
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, LeaderElectionSettings
 from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
+from ai_scheduler.daemon.binder import Binder
+from ai_scheduler.daemon.config_reload import ConfigReload
+from ai_scheduler.daemon.evictions import KubeEvictions
+from ai_scheduler.daemon.feedback import Feedback
+from ai_scheduler.daemon.gang_status import GangStatusWriter
+from ai_scheduler.daemon.health import ApiMonitor, HealthServer
+from ai_scheduler.daemon.informer import Informer
+from ai_scheduler.daemon.leader import LeaderElector, Role, label_own_pod
+from ai_scheduler.daemon.watches import Watches
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue.scheduling_queue import ACTIVE
-from ai_scheduler.scheduler.binder import Binder
-from ai_scheduler.scheduler.config_reload import ConfigReload
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.evictions import KubeEvictions
-from ai_scheduler.scheduler.feedback import Feedback
-from ai_scheduler.scheduler.gang_status import GangStatusWriter
-from ai_scheduler.scheduler.health import ApiMonitor, HealthServer
 from ai_scheduler.scheduler.heap import trim_forever
-from ai_scheduler.scheduler.informer import Informer
-from ai_scheduler.scheduler.leader import LeaderElector, Role, label_own_pod
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.scheduler.visibility import (
+from ai_scheduler.visibility.resources import (
     ExpectedStarts,
     Forecaster,
     RecentDecisions,
@@ -66,13 +67,12 @@ from ai_scheduler.scheduler.visibility import (
     pending_pod_items,
     quota_items,
 )
-from ai_scheduler.scheduler.visibility_api import (
+from ai_scheduler.visibility.server import (
     SubjectAccessReviews,
     VisibilityServer,
     VisibilitySource,
     trust_front_proxy,
 )
-from ai_scheduler.scheduler.watches import Watches
 
 HOUSEKEEPING_SECONDS = 1.0
 FORECAST_POLL_SECONDS = 1.0  # how often the forecast loop looks whether one is due
@@ -257,7 +257,7 @@ class Scheduler:
         self.log.info("scheduler.stopped")
 
     async def _start_visibility(self) -> None:
-        """The visibility API (visibility_api.py): HTTPS for the aggregation layer, over the core's state."""
+        """The visibility API (visibility/server.py): HTTPS for the aggregation layer, over the core state."""
         source = VisibilitySource(
             pending=lambda: pending_pod_items(self.core, self.expected),
             quotas=lambda: quota_items(self.tenancy),

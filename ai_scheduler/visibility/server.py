@@ -30,7 +30,7 @@ What a user sees of a waiting pod is decided per namespace by `get pendingpods` 
   `get gpus`), the pods holding GPUs anonymous as above;
 - `decisions` (DecisionList, `list decisions`): the last scheduling decisions, newest first, anonymous
   as the pending pods are;
-- `ui`: the web page of `scheduler/webui.py` when that module exists, under the rule of `pendingpods`.
+- `ui`: the web page (`visibility/webui.py`), under the rule of `pendingpods`.
 Discovery (`/apis`, `/apis/visibility.ai-scheduler.io`, `/apis/visibility.ai-scheduler.io/v1alpha1`)
 needs only an authenticated proxy: the aggregator reads it to register the resources and to check health.
 Why `get` and not `list` decides a namespace: to call the cluster-scope path at all, a user needs `list
@@ -49,7 +49,6 @@ each answer is one consistent state.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import ssl
 import tempfile
 import time
@@ -65,6 +64,7 @@ from aiohttp import web
 from ai_scheduler import pki
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.log import JsonLogger
+from ai_scheduler.visibility.webui import page
 
 GROUP = "visibility.ai-scheduler.io"
 VERSION = "v1alpha1"
@@ -74,7 +74,6 @@ AUTH_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
 AUTHORIZATION_TTL_SECONDS = 10.0  # as the delegated authorizer of k8s.io/apiserver caches its answers
 AUTHORIZATION_CACHE_SIZE = 10_000
 CONFIGMAP_RETRY_SECONDS = 10.0
-WEBUI_MODULE = "ai_scheduler.scheduler.webui"
 # The front proxy's headers when the ConfigMap names none (kube-apiserver's usual flags).
 USERNAME_HEADERS = ("X-Remote-User",)
 UID_HEADERS = ("X-Remote-Uid",)
@@ -451,11 +450,6 @@ class VisibilityServer:
         who = await self._allowed(request, "list", "pendingpods")
         if isinstance(who, web.Response):
             return who
-        try:
-            module = importlib.import_module(WEBUI_MODULE)
-        except ImportError:
-            return status(404, "NotFound", "this build has no web page")
-        page: Callable[[], str] = module.page
         return web.Response(text=page(), content_type="text/html")
 
 
