@@ -42,7 +42,8 @@ from ai_scheduler.scheduler.core import build_frameworks
 from ai_scheduler.scheduler.gang_preemption import GangPreemptor
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Evictions
-from ai_scheduler.scheduler.preemption import Plan, Preemptor
+from ai_scheduler.scheduler.preemption import Preemptor
+from ai_scheduler.scheduler.victims import Plan
 
 
 class NoEvictions:

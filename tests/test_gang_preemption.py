@@ -31,9 +31,9 @@ from ai_scheduler.scheduler.preemption import (
     NOT_ELIGIBLE_NEVER,
     NOT_ELIGIBLE_TERMINATING,
     POST_FILTER_PREFIX,
-    Plan,
     Preemptor,
 )
+from ai_scheduler.scheduler.victims import Plan
 from ai_scheduler.sim import make_node, make_pdb, make_pod
 from ai_scheduler.trace import NodeSpec
 

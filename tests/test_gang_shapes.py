@@ -25,7 +25,7 @@ from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.gang_shapes import MemberShape
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.scheduler.preemption import Plan
+from ai_scheduler.scheduler.victims import Plan
 from ai_scheduler.sim import make_node, make_pod
 
 ZONE = "topology.kubernetes.io/zone"

@@ -30,14 +30,13 @@ from ai_scheduler.scheduler.preemption import (
     NO_VICTIMS,
     NOT_ELIGIBLE_NEVER,
     NOT_HELPFUL,
-    Plan,
     Preemptor,
     ResourceRoom,
     VictimGroup,
-    VictimKind,
     pick_one_node,
     select_victims,
 )
+from ai_scheduler.scheduler.victims import Plan, VictimKind
 from ai_scheduler.sim import make_node, make_pdb, make_pod
 from ai_scheduler.trace import NodeSpec
 

@@ -67,9 +67,9 @@ from ai_scheduler.scheduler.preemption import (
     NOT_ELIGIBLE_TERMINATING,
     NOT_HELPFUL,
     POST_FILTER_PREFIX,
-    Plan,
     Preemptor,
 )
+from ai_scheduler.scheduler.victims import Plan
 
 # kube-scheduler's words for a pod group (podgrouppreemption.go).
 NO_GROUP_VICTIMS = "No preemption victims found for incoming preemptor"

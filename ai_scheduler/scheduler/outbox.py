@@ -40,7 +40,7 @@ from ai_scheduler.queue import QueuedPod
 
 if TYPE_CHECKING:
     from ai_scheduler.scheduler.cycle import Decision
-    from ai_scheduler.scheduler.preemption import Plan
+    from ai_scheduler.scheduler.victims import Plan
 
 Clock = Callable[[], float]
 

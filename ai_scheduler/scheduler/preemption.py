@@ -57,12 +57,9 @@ carried out observes its number of victims in `scheduler_preemption_victims`.
 
 from __future__ import annotations
 
-import enum
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -86,6 +83,7 @@ from ai_scheduler.scheduler.plugins.inter_pod_affinity import AFFINITY_RULES, In
 from ai_scheduler.scheduler.plugins.node_ports import NodePorts
 from ai_scheduler.scheduler.plugins.pod_topology_spread import MISSING_LABEL, PodTopologySpreadFilter
 from ai_scheduler.scheduler.plugins.resource_fit import TOO_MANY_PODS, NodeResourcesFit, insufficient
+from ai_scheduler.scheduler.victims import Plan, VictimKind, start_seconds
 
 # The filters that removing pods from a node can satisfy (kube's Unschedulable, as opposed to
 # UnschedulableAndUnresolvable): resources and pod slots, host ports, pod anti-affinity (the pod's and
@@ -110,14 +108,6 @@ NOT_ELIGIBLE_TERMINATING = "not eligible due to a terminating pod on the nominat
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 POST_FILTER_PREFIX = "preemption: "
-_PRIORITY_OFFSET = 2**31  # kube adds MaxInt32+1 to each victim's priority in the sum: never negative
-
-
-class VictimKind(enum.Enum):
-    PRIORITY = "priority"  # lower priority, same group (or none)
-    RECLAIM = "reclaim"  # another group's borrowed quota, taken back for a group below its min
-
-
 @dataclass(slots=True)
 class VictimGroup:
     """Pods evicted together: a pod on the node, with the rest of its gang wherever they run."""
@@ -137,19 +127,9 @@ class Selection:
     reasons: tuple[str, ...] = ()
 
 
-def _start_seconds(pod: PodRecord) -> float:
-    """kube's GetPodStartTime: status.startTime; a pod not started yet counts as started now (latest)."""
-    if not pod.started:
-        return math.inf
-    try:
-        return datetime.fromisoformat(pod.started).timestamp()
-    except ValueError:
-        return math.inf
-
-
 def importance(pod: PodRecord) -> tuple[int, float]:
     """Sort key, most important first: kube's MoreImportantPod (higher priority, then started earlier)."""
-    return (-pod.priority, _start_seconds(pod))
+    return (-pod.priority, start_seconds(pod))
 
 
 class Room(Protocol):
@@ -254,27 +234,6 @@ def select_victims(groups: Sequence[VictimGroup], budgets: DisruptionBudgets, ro
         selection.violations += breaks[i]
     selection.victims.sort(key=lambda g: importance(g.pods[0]))
     return selection
-
-
-@dataclass(slots=True)
-class Plan:
-    node: str
-    victims: list[PodRecord] = field(default_factory=list)
-    reason: VictimKind = VictimKind.PRIORITY
-    violations: int = 0  # victims whose eviction breaks a PodDisruptionBudget
-
-    def cost(self) -> tuple[int, int, int, int, float]:
-        """pickOneNodeForPreemption's criteria, in its order; the lowest cost wins."""
-        priorities = [v.priority for v in self.victims]
-        highest = max(priorities, default=-(2**31))
-        starts = [_start_seconds(v) for v in self.victims if v.priority == highest]
-        return (
-            self.violations,
-            highest,
-            sum(p + _PRIORITY_OFFSET for p in priorities),
-            len(priorities),
-            -min(starts, default=-math.inf),  # the latest earliest start among the highest-priority victims
-        )
 
 
 def pick_one_node(plans: Sequence[Plan]) -> Plan | None:

@@ -58,8 +58,8 @@ from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
 from ai_scheduler.scheduler.plugins.gpu_fragmentation import GpuFragmentation, row_state
-from ai_scheduler.scheduler.preemption import Plan
 from ai_scheduler.scheduler.runtimes import RunTimes
+from ai_scheduler.scheduler.victims import Plan
 from ai_scheduler.trace.cluster import NodeSpec
 from ai_scheduler.trace.pods import dns_label, pod_of
 from ai_scheduler.trace.records import TraceJob
