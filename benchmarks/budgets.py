@@ -34,7 +34,7 @@ from common import bench_pod, kwok_node
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import default_config
-from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.schedule_one import SchedulingCycle
 from ai_scheduler.trace.cluster import NodeSpec

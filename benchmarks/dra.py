@@ -16,9 +16,9 @@ from typing import Any
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
-from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DraPlan, DynamicResources
+from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 

@@ -164,7 +164,7 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     from ai_scheduler.log import JsonLogger, NullStream
     from ai_scheduler.queue import QueuedPod
     from ai_scheduler.scheduler.core import SchedulerCore
-    from ai_scheduler.scheduler.cycle import Decision
+    from ai_scheduler.scheduler.framework.runtime import Decision
     from ai_scheduler.scheduler.gang import GangScheduler
     from ai_scheduler.scheduler.metrics import Metrics
     from ai_scheduler.scheduler.outbox import Outbox

@@ -49,15 +49,15 @@ from ai_scheduler.config import default_config, parse_config
 from ai_scheduler.config.schema import DEFAULT_SCORE_RESOURCES
 from ai_scheduler.log import rfc3339
 from ai_scheduler.scheduler.core import build_frameworks
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.framework import ScorePlugin
-from ai_scheduler.scheduler.plugins import build_filters, build_scores
-from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
-from ai_scheduler.scheduler.plugins.resource_allocation import (
+from ai_scheduler.scheduler.framework.interface import ScorePlugin
+from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
+from ai_scheduler.scheduler.framework.plugins.resource_allocation import (
     GpuAwareAllocation,
     LeastAllocated,
     MostAllocated,
 )
+from ai_scheduler.scheduler.framework.runtime import Framework
 
 GIB = 2**30
 ISLANDS = [[0, 1, 2, 3], [4, 5, 6, 7]]

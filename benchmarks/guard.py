@@ -67,7 +67,7 @@ import simulate_speed  # noqa: E402
 import throughput  # noqa: E402
 from common import bench_pod, cpu_count, kwok_node  # noqa: E402
 
-from ai_scheduler.scheduler.cycle import Framework  # noqa: E402
+from ai_scheduler.scheduler.framework.runtime import Framework  # noqa: E402
 from ai_scheduler.scheduler.gang import GangScheduler  # noqa: E402
 from ai_scheduler.trace import openb  # noqa: E402
 

@@ -17,14 +17,14 @@ import pytest
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config, parse_config
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.framework import StaticResults
-from ai_scheduler.scheduler.plugins import build_scores
-from ai_scheduler.scheduler.plugins.resource_allocation import (
+from ai_scheduler.scheduler.framework.interface import StaticResults
+from ai_scheduler.scheduler.framework.plugins import build_scores
+from ai_scheduler.scheduler.framework.plugins.resource_allocation import (
     BalancedAllocation,
     _two_resource_balances,
     balance,
 )
+from ai_scheduler.scheduler.framework.runtime import Framework
 
 GPU = "nvidia.com/gpu"
 CPU_MEMORY = {"cpu": 1, "memory": 1}

@@ -17,7 +17,7 @@ from ai_scheduler.daemon.binder import BIND_RETRY_MAX_SECONDS, Binder
 from ai_scheduler.daemon.feedback import Feedback
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
-from ai_scheduler.scheduler.cycle import Decision
+from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.metrics import Metrics
 
 NO_ANSWER = ApiResult(0, {"message": "no answer within 1 s (apiRequestTimeoutSeconds)"})

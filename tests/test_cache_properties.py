@@ -30,9 +30,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import DEFAULT_SCORE_CPU_MILLI, DEFAULT_SCORE_MEMORY, NodeRecord, PodRecord
 from ai_scheduler.config import default_config
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.plugins import build_filters
-from ai_scheduler.scheduler.plugins.resource_allocation import LeastAllocated
+from ai_scheduler.scheduler.framework.plugins import build_filters
+from ai_scheduler.scheduler.framework.plugins.resource_allocation import LeastAllocated
+from ai_scheduler.scheduler.framework.runtime import Framework
 
 Mi = 2**20
 GPU = "nvidia.com/gpu"

@@ -41,7 +41,7 @@ from ai_scheduler.daemon.config_reload import RESTART_REQUIRED
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.prediction import Features, RunTimeModel
 from ai_scheduler.queue import SchedulingQueue
-from ai_scheduler.scheduler.plugins.gpu import GpuFilter
+from ai_scheduler.scheduler.framework.plugins.gpu import GpuFilter
 from ai_scheduler.scheduler.runtimes import PredictedRunTimes
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 

@@ -21,8 +21,8 @@ from budgets import decision_counts, gang_counts
 
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import default_config
+from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.gang import GangScheduler
-from ai_scheduler.scheduler.plugins import build_filters, build_scores
 
 
 def _profile_sizes() -> tuple[int, int]:

@@ -8,9 +8,9 @@ from typing import Any
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.dra import Claim
 from ai_scheduler.cache.records import NodeRecord, PodRecord
-from ai_scheduler.scheduler.cycle import Decision, Framework
-from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
-from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DraPlan, DynamicResources
+from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
@@ -300,7 +300,7 @@ def test_a_shared_claim_allocated_in_flight_makes_the_second_pod_wait() -> None:
 
 
 def test_extended_resource_requests_follow_kubes_container_rules() -> None:
-    from ai_scheduler.scheduler.plugins.dynamic_resources import extended_spec
+    from ai_scheduler.scheduler.framework.plugins.dynamic_resources import extended_spec
 
     cache = cluster({"n1": 8}, extended=True)
     gpu = {"requests": {"nvidia.com/gpu": "2"}}
@@ -323,7 +323,7 @@ def test_extended_resource_requests_follow_kubes_container_rules() -> None:
 
 
 def test_first_available_prefers_nodes_meeting_an_earlier_alternative() -> None:
-    from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResourcesScore
+    from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DynamicResourcesScore
 
     cache = cluster({"n1": 1, "n2": 2})
     cache.dra.apply("ResourceClaim", "ADDED", {

@@ -17,12 +17,16 @@ from conftest import StartScheduler, create_all, stored_pod, wait_for
 from test_e2e_scheduling import events_for, pod_condition
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.scheduler.plugins.inter_pod_affinity import AFFINITY_RULES, ANTI_AFFINITY_RULES
-from ai_scheduler.scheduler.plugins.node_ports import NO_FREE_PORTS
-from ai_scheduler.scheduler.plugins.node_volume_limits import MAX_VOLUME_COUNT
-from ai_scheduler.scheduler.plugins.pod_topology_spread import CONSTRAINTS_NOT_MATCH
-from ai_scheduler.scheduler.plugins.volume_binding import BIND_CONFLICT, UNBOUND_IMMEDIATE, claim_not_found
-from ai_scheduler.scheduler.plugins.volume_restrictions import READ_WRITE_ONCE_POD_CONFLICT
+from ai_scheduler.scheduler.framework.plugins.inter_pod_affinity import AFFINITY_RULES, ANTI_AFFINITY_RULES
+from ai_scheduler.scheduler.framework.plugins.node_ports import NO_FREE_PORTS
+from ai_scheduler.scheduler.framework.plugins.node_volume_limits import MAX_VOLUME_COUNT
+from ai_scheduler.scheduler.framework.plugins.pod_topology_spread import CONSTRAINTS_NOT_MATCH
+from ai_scheduler.scheduler.framework.plugins.volume_binding import (
+    BIND_CONFLICT,
+    UNBOUND_IMMEDIATE,
+    claim_not_found,
+)
+from ai_scheduler.scheduler.framework.plugins.volume_restrictions import READ_WRITE_ONCE_POD_CONFLICT
 from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
 
 PREEMPTION_PART = " preemption: "

@@ -25,7 +25,7 @@ from ai_scheduler.cache.gangs import KOORDINATOR_MIN, KOORDINATOR_NAME, POD_GROU
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.messages import MAX_MESSAGE
 from ai_scheduler.queue import QueuedPod
-from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.scheduler.preemption import NO_VICTIMS
 from ai_scheduler.scheduler.schedule_one import SchedulingCycle
 from ai_scheduler.sim import make_node, make_pod

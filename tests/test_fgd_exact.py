@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ai_scheduler.cache.fragmentation import PodShape, Shapes, placement, typical_shapes
-from ai_scheduler.scheduler.plugins.gpu_fragmentation import sigmoid_scores
+from ai_scheduler.scheduler.framework.plugins.gpu_fragmentation import sigmoid_scores
 from ai_scheduler.trace import read_cluster
 
 SHAPES = Shapes(cpu=np.array([3152, 11300, 12500, 8000, 4000]), memory=np.zeros(5, dtype=np.int64),

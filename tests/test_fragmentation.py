@@ -36,16 +36,16 @@ from ai_scheduler.cache.fragmentation import (
 from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_FRACTION_ANNOTATION, GPU_IDS_ANNOTATION, MIB
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.framework import StaticResults
-from ai_scheduler.scheduler.plugins import SCORES, build_filters
-from ai_scheduler.scheduler.plugins.gpu_fragmentation import (
+from ai_scheduler.scheduler.framework.interface import StaticResults
+from ai_scheduler.scheduler.framework.plugins import SCORES, build_filters
+from ai_scheduler.scheduler.framework.plugins.gpu_fragmentation import (
     GpuFragmentation,
     GpuFragmentationCoupled,
     normalize,
     pod_shape,
     row_state,
 )
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.sim import make_pod
 from ai_scheduler.trace import NodeSpec
 

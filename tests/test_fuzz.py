@@ -103,7 +103,7 @@ from ai_scheduler.daemon.leader import ROLE_LABEL
 from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import build_frameworks
-from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION, PriorityEngine
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 from ai_scheduler.visibility.resources import API_VERSION

@@ -23,10 +23,10 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import default_config
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.framework.plugins import build_filters
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.scheduler.gang_preemption import NO_GROUP_VICTIMS, GangPreemptor, GangVerdict
 from ai_scheduler.scheduler.metrics import Metrics
-from ai_scheduler.scheduler.plugins import build_filters
 from ai_scheduler.scheduler.preemption import (
     NOT_ELIGIBLE_NEVER,
     NOT_ELIGIBLE_TERMINATING,

@@ -21,7 +21,7 @@ from ai_scheduler.config import parse_config
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import SchedulerCore
-from ai_scheduler.scheduler.cycle import Decision
+from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.gang_shapes import MemberShape
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox

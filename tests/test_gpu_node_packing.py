@@ -26,15 +26,15 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.config.schema import DEFAULT_SCORE_RESOURCES
 from ai_scheduler.log import rfc3339
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.framework import ScorePlugin, StaticResults
-from ai_scheduler.scheduler.plugins import build_filters, build_scores
-from ai_scheduler.scheduler.plugins.gpu import gpu_nodes
-from ai_scheduler.scheduler.plugins.resource_allocation import (
+from ai_scheduler.scheduler.framework.interface import ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.framework.plugins.gpu import gpu_nodes
+from ai_scheduler.scheduler.framework.plugins.resource_allocation import (
     GpuAwareAllocation,
     LeastAllocated,
     MostAllocated,
 )
+from ai_scheduler.scheduler.framework.runtime import Framework
 
 GPU = "nvidia.com/gpu"
 RESOURCES = {"cpu": 1, "memory": 1, GPU: 1}

@@ -27,8 +27,7 @@ from ai_scheduler.cache.gpus import (
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import GPU_FRACTION, quota_amounts
 from ai_scheduler.log import rfc3339
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.plugins.gpu import (
+from ai_scheduler.scheduler.framework.plugins.gpu import (
     NOT_MANAGED,
     GpuAvoidance,
     GpuBinpack,
@@ -36,7 +35,8 @@ from ai_scheduler.scheduler.plugins.gpu import (
     best_fit,
     choose_whole,
 )
-from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.runtime import Framework
 
 GI = 2**30
 
@@ -343,7 +343,7 @@ def test_gpu_less_pods_avoid_gpu_nodes_and_device_plugin_gpus_binpack() -> None:
 
 
 def test_spread_profile_takes_the_emptiest_node_and_device() -> None:
-    from ai_scheduler.scheduler.plugins.gpu import GpuSpread
+    from ai_scheduler.scheduler.framework.plugins.gpu import GpuSpread
 
     cache = SchedulerCache()
     cache.set_node(managed_node("busy", report(2)))

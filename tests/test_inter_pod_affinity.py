@@ -17,9 +17,8 @@ import pytest
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.selectors import SelectorError, parse_selector, pod_affinity_terms
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.framework import StaticResults
-from ai_scheduler.scheduler.plugins.inter_pod_affinity import (
+from ai_scheduler.scheduler.framework.interface import StaticResults
+from ai_scheduler.scheduler.framework.plugins.inter_pod_affinity import (
     AFFINITY_RULES,
     ANTI_AFFINITY_RULES,
     EXISTING_ANTI_AFFINITY_RULES,
@@ -27,6 +26,7 @@ from ai_scheduler.scheduler.plugins.inter_pod_affinity import (
     InterPodAffinityScore,
     normalize_min_max,
 )
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.sim import make_node, make_pod
 
 HOST = "kubernetes.io/hostname"

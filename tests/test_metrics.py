@@ -21,7 +21,7 @@ from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.daemon.binder import Binder
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.cycle import Decision
+from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector, attempts_label
 from ai_scheduler.scheduler.recovery import CycleGuard

@@ -16,10 +16,10 @@ import pytest
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord, pod_host_ports
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.framework import StaticResults
-from ai_scheduler.scheduler.plugins.node_ports import NO_FREE_PORTS, NodePorts
-from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.interface import StaticResults
+from ai_scheduler.scheduler.framework.plugins.node_ports import NO_FREE_PORTS, NodePorts
+from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.sim import make_node, make_pod
 
 

@@ -18,8 +18,8 @@ from ai_scheduler.cache.volumes import (
     PERSISTENT_VOLUMES,
     STORAGE_CLASSES,
 )
-from ai_scheduler.scheduler.cycle import Decision, Framework
-from ai_scheduler.scheduler.plugins.node_volume_limits import MAX_VOLUME_COUNT, NodeVolumeLimits
+from ai_scheduler.scheduler.framework.plugins.node_volume_limits import MAX_VOLUME_COUNT, NodeVolumeLimits
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
 
 EBS = "ebs.csi.aws.com"

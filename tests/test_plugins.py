@@ -19,16 +19,28 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.selectors import requirement_matches
 from ai_scheduler.config import default_config
-from ai_scheduler.scheduler.cycle import Framework, fit_error_message, num_feasible_nodes_to_find, top_scores
-from ai_scheduler.scheduler.framework import ScorePlugin, default_normalize, position_in_window
-from ai_scheduler.scheduler.plugins import build_filters
-from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore, term_matches
-from ai_scheduler.scheduler.plugins.node_name import NodeName
-from ai_scheduler.scheduler.plugins.node_ready import NodeReady
-from ai_scheduler.scheduler.plugins.node_unschedulable import NodeUnschedulable
-from ai_scheduler.scheduler.plugins.resource_allocation import LeastAllocated, MostAllocated
-from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
-from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter, TaintTolerationScore
+from ai_scheduler.scheduler.framework.interface import ScorePlugin, default_normalize, position_in_window
+from ai_scheduler.scheduler.framework.plugins import build_filters
+from ai_scheduler.scheduler.framework.plugins.node_affinity import (
+    NodeAffinityFilter,
+    NodeAffinityScore,
+    term_matches,
+)
+from ai_scheduler.scheduler.framework.plugins.node_name import NodeName
+from ai_scheduler.scheduler.framework.plugins.node_ready import NodeReady
+from ai_scheduler.scheduler.framework.plugins.node_unschedulable import NodeUnschedulable
+from ai_scheduler.scheduler.framework.plugins.resource_allocation import LeastAllocated, MostAllocated
+from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.plugins.taint_toleration import (
+    TaintTolerationFilter,
+    TaintTolerationScore,
+)
+from ai_scheduler.scheduler.framework.runtime import (
+    Framework,
+    fit_error_message,
+    num_feasible_nodes_to_find,
+    top_scores,
+)
 
 Gi, Mi = 2**30, 2**20
 GPU = "nvidia.com/gpu"

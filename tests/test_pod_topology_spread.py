@@ -27,16 +27,16 @@ from ai_scheduler.cache.selectors import LabelSelector, Requirement
 from ai_scheduler.cache.spread import NO_SPREAD, SYSTEM_DEFAULT_CONSTRAINTS, SpreadConstraint
 from ai_scheduler.cache.workloads import REPLICA_SETS, REPLICATION_CONTROLLERS, SERVICES, STATEFUL_SETS
 from ai_scheduler.config import default_config
-from ai_scheduler.scheduler.cycle import Framework
-from ai_scheduler.scheduler.plugins import build_filters, build_scores
-from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter
-from ai_scheduler.scheduler.plugins.pod_topology_spread import (
+from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.framework.plugins.node_affinity import NodeAffinityFilter
+from ai_scheduler.scheduler.framework.plugins.pod_topology_spread import (
     CONSTRAINTS_NOT_MATCH,
     MISSING_LABEL,
     PodTopologySpreadFilter,
     PodTopologySpreadScore,
 )
-from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter
+from ai_scheduler.scheduler.framework.plugins.taint_toleration import TaintTolerationFilter
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.sim import make_node, make_pod
 
 HOSTNAME = "kubernetes.io/hostname"

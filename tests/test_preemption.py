@@ -22,10 +22,10 @@ from ai_scheduler.cache.records import PODS, NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import default_config
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.cycle import Decision, Framework
+from ai_scheduler.scheduler.framework.plugins import build_filters
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Evictions
-from ai_scheduler.scheduler.plugins import build_filters
 from ai_scheduler.scheduler.preemption import (
     NO_VICTIMS,
     NOT_ELIGIBLE_NEVER,

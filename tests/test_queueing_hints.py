@@ -25,7 +25,7 @@ import pytest
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.config import Config, parse_config
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.trace import NodeSpec, TraceJob, read_workload
 from ai_scheduler.tracesim.engine import Simulation
 from ai_scheduler.tracesim.records import Mode, SimResult

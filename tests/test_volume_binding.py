@@ -28,8 +28,7 @@ from ai_scheduler.cache.volumes import (
 )
 from ai_scheduler.daemon.volume_prebind import VolumePreBind, claim_ref_patch, selected_node_patch
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.cycle import Decision, Framework
-from ai_scheduler.scheduler.plugins.volume_binding import (
+from ai_scheduler.scheduler.framework.plugins.volume_binding import (
     BIND_CONFLICT,
     NODE_CONFLICT,
     PV_NOT_EXIST,
@@ -39,6 +38,7 @@ from ai_scheduler.scheduler.plugins.volume_binding import (
     claim_not_found,
     prebind_plan,
 )
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
 
 NODES = {"node1": "bar", "node2": "baz"}

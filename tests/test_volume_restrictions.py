@@ -13,12 +13,12 @@ import pytest
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import PERSISTENT_VOLUME_CLAIMS
-from ai_scheduler.scheduler.cycle import Decision, Framework
-from ai_scheduler.scheduler.plugins.volume_restrictions import (
+from ai_scheduler.scheduler.framework.plugins.volume_restrictions import (
     DISK_CONFLICT,
     READ_WRITE_ONCE_POD_CONFLICT,
     VolumeRestrictions,
 )
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.sim import make_node, make_pod, make_pvc
 
 

@@ -16,8 +16,7 @@ import pytest
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, STORAGE_CLASSES
-from ai_scheduler.scheduler.cycle import Decision, Framework
-from ai_scheduler.scheduler.plugins.volume_zone import (
+from ai_scheduler.scheduler.framework.plugins.volume_zone import (
     BETA_REGION,
     BETA_ZONE,
     NO_VOLUME_ZONE,
@@ -25,6 +24,7 @@ from ai_scheduler.scheduler.plugins.volume_zone import (
     ZONE,
     VolumeZone,
 )
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
 
 VOLUMES = {

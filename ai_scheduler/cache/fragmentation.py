@@ -32,7 +32,7 @@ their counts renormalised into probabilities.
 `ShapeDistribution` learns the shapes from what the scheduler sees: a bounded table of shape keys
 (GPU thousandths, cpu and memory rounded up to three significant bits) with exponentially decayed
 counts (a half-life in observations), the least popular key evicted when a new one arrives at the
-cap. The same functions serve the score plugin (scheduler/plugins/gpu_fragmentation.py) and a
+cap. The same functions serve the score plugin (scheduler/framework/plugins/gpu_fragmentation.py) and a
 simulator's metrics (`fragmentation`, the cluster total in GPU thousandths).
 """
 

@@ -54,7 +54,7 @@ from ai_scheduler.daemon.watches import Watches
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue.scheduling_queue import ACTIVE
 from ai_scheduler.scheduler.core import SchedulerCore
-from ai_scheduler.scheduler.cycle import Framework
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.scheduler.heap import trim_forever
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.outbox import Outbox

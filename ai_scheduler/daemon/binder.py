@@ -48,11 +48,11 @@ from ai_scheduler.daemon.feedback import Feedback
 from ai_scheduler.daemon.volume_prebind import VolumePreBind
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.cycle import Decision
 from ai_scheduler.scheduler.dra_prebind import DraPreBind
+from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DraPlan, DynamicResources
+from ai_scheduler.scheduler.framework.plugins.volume_binding import NodeVolumes
+from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.metrics import ERROR, Metrics
-from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources
-from ai_scheduler.scheduler.plugins.volume_binding import NodeVolumes
 
 BIND_RETRY_INITIAL_SECONDS = 0.1
 BIND_RETRY_MAX_SECONDS = 2.0

@@ -46,7 +46,7 @@ from ai_scheduler.cache.volumes import (
     Volume,
 )
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.plugins.volume_binding import NodeVolumes, affinity_allows, prebind_plan
+from ai_scheduler.scheduler.framework.plugins.volume_binding import NodeVolumes, affinity_allows, prebind_plan
 
 BIND_TIMEOUT_SECONDS = 600.0  # kube's VolumeBindingArgs.bindTimeoutSeconds default
 POLL_SECONDS = 1.0  # kube's checkBindings period

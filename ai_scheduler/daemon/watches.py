@@ -32,7 +32,7 @@ from ai_scheduler.daemon.history import History
 from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
-from ai_scheduler.scheduler.plugins import reads_dra, reads_volumes, reads_workloads
+from ai_scheduler.scheduler.framework.plugins import reads_dra, reads_volumes, reads_workloads
 
 # Dynamic Resource Allocation (resource.k8s.io/v1): what kube-scheduler's DynamicResources plugin lists and
 # watches, read only while a profile filters with it (kube-scheduler starts them when the plugin is on).

@@ -50,13 +50,13 @@ from ai_scheduler.config import Config, PredictionSettings
 from ai_scheduler.log import JsonLogger, parse_time
 from ai_scheduler.prediction import ModelError, RunTimeModel, RunTimePredictor
 from ai_scheduler.queue import SchedulingQueue
-from ai_scheduler.scheduler.cycle import Framework
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
+from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
+from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.gang_preemption import GangPreemptor
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Clock, Outbox
-from ai_scheduler.scheduler.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard

@@ -31,7 +31,7 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.dra import EXTENDED_CLAIM_ANNOTATION, Claim
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.plugins.dynamic_resources import DraPlan, DynamicResources, _allocation
+from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DraPlan, DynamicResources, _allocation
 
 FINALIZER = "resource.kubernetes.io/delete-protection"
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"

@@ -38,9 +38,9 @@ from ai_scheduler.cache.gangs import NATIVE, GangRegistry, NativePodGroupSpec, g
 from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, NodeRecord, PodRecord
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
+from ai_scheduler.scheduler.framework.plugins import waits_for_other_pods
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Reports
-from ai_scheduler.scheduler.plugins import waits_for_other_pods
 from ai_scheduler.scheduler.reservation import Reserver
 
 # The informers' resource names (watches.py) -> DraState's kinds.

@@ -44,7 +44,7 @@ from ai_scheduler.cache.tenancy import quota_amounts
 from ai_scheduler.config import SchedulingSettings
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang_preemption import GangPreemptor
 from ai_scheduler.scheduler.gang_shapes import MemberShape
 from ai_scheduler.scheduler.metrics import Metrics

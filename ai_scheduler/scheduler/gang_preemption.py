@@ -60,8 +60,8 @@ from ai_scheduler.cache.gangs import PREEMPTION_POLICY_ANNOTATION, Gang
 from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.messages import echo
-from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
-from ai_scheduler.scheduler.plugins.resource_fit import TOO_MANY_PODS, insufficient
+from ai_scheduler.scheduler.framework.plugins.resource_fit import TOO_MANY_PODS, insufficient
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework, fit_error_message, resourceless
 from ai_scheduler.scheduler.preemption import (
     NOT_ELIGIBLE_NEVER,
     NOT_ELIGIBLE_TERMINATING,

@@ -40,8 +40,7 @@ import numpy as np
 
 from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.cycle import Framework, past_blocked
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     MAX_NODE_SCORE,
     NO_OPINION,
     PER_NODE,
@@ -52,6 +51,7 @@ from ai_scheduler.scheduler.framework import (
     Window,
     default_normalize,
 )
+from ai_scheduler.scheduler.framework.runtime import Framework, past_blocked
 
 _NO_ROWS = np.zeros(0, dtype=np.intp)
 _ONE = np.ones(1, dtype=bool)

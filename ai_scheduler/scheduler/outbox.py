@@ -39,7 +39,7 @@ from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.queue import QueuedPod
 
 if TYPE_CHECKING:
-    from ai_scheduler.scheduler.cycle import Decision
+    from ai_scheduler.scheduler.framework.runtime import Decision
     from ai_scheduler.scheduler.victims import Plan
 
 Clock = Callable[[], float]

@@ -71,18 +71,25 @@ from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.log import JsonLogger
-from ai_scheduler.scheduler.cycle import Decision, Framework, fit_error_message, resourceless
-from ai_scheduler.scheduler.metrics import Metrics
-from ai_scheduler.scheduler.outbox import Clock, Evictions
-from ai_scheduler.scheduler.plugins.dynamic_resources import (
+from ai_scheduler.scheduler.framework.plugins.dynamic_resources import (
     CANNOT_SCHEDULE_EXTENDED,
     NOT_AVAILABLE,
     DynamicResources,
 )
-from ai_scheduler.scheduler.plugins.inter_pod_affinity import AFFINITY_RULES, InterPodAffinityFilter
-from ai_scheduler.scheduler.plugins.node_ports import NodePorts
-from ai_scheduler.scheduler.plugins.pod_topology_spread import MISSING_LABEL, PodTopologySpreadFilter
-from ai_scheduler.scheduler.plugins.resource_fit import TOO_MANY_PODS, NodeResourcesFit, insufficient
+from ai_scheduler.scheduler.framework.plugins.inter_pod_affinity import AFFINITY_RULES, InterPodAffinityFilter
+from ai_scheduler.scheduler.framework.plugins.node_ports import NodePorts
+from ai_scheduler.scheduler.framework.plugins.pod_topology_spread import (
+    MISSING_LABEL,
+    PodTopologySpreadFilter,
+)
+from ai_scheduler.scheduler.framework.plugins.resource_fit import (
+    TOO_MANY_PODS,
+    NodeResourcesFit,
+    insufficient,
+)
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework, fit_error_message, resourceless
+from ai_scheduler.scheduler.metrics import Metrics
+from ai_scheduler.scheduler.outbox import Clock, Evictions
 from ai_scheduler.scheduler.victims import Plan, VictimKind, start_seconds
 
 # The filters that removing pods from a node can satisfy (kube's Unschedulable, as opposed to

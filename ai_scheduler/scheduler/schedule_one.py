@@ -55,7 +55,7 @@ from ai_scheduler.cache.tenancy import Tenancy, Tenant
 from ai_scheduler.config import Config
 from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
 from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.cycle import Decision, Framework, resourceless
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import ERROR, UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports

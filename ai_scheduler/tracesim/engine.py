@@ -54,10 +54,10 @@ from ai_scheduler.config import Config
 from ai_scheduler.log import JsonLogger, NullStream, rfc3339
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import SchedulerCore
-from ai_scheduler.scheduler.cycle import Decision
+from ai_scheduler.scheduler.framework.plugins.gpu_fragmentation import GpuFragmentation, row_state
+from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.scheduler.plugins.gpu_fragmentation import GpuFragmentation, row_state
 from ai_scheduler.scheduler.runtimes import RunTimes
 from ai_scheduler.scheduler.victims import Plan
 from ai_scheduler.trace.cluster import NodeSpec

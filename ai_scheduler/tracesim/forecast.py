@@ -63,7 +63,7 @@ from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config
 from ai_scheduler.log import parse_time
 from ai_scheduler.scheduler.core import SchedulerCore
-from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.runtimes import FixedRunTimes, RunTime
 from ai_scheduler.trace.records import TraceJob
 from ai_scheduler.tracesim.engine import LiveState, Simulation

@@ -47,7 +47,7 @@ from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import ESTIMATE_ANNOTATION, PodRecord
 from ai_scheduler.cache.tenancy import QUEUE_LABEL, USER_LABEL
 from ai_scheduler.config import Config, ConfigError, default_config, load_config, parse_config
-from ai_scheduler.log import parse_time
+from ai_scheduler.log import SCHEMA_VERSION, parse_time
 from ai_scheduler.prediction import TASK_TYPE_LABEL, WORKLOAD_CLASS_LABEL
 from ai_scheduler.quantity import parse_duration
 from ai_scheduler.trace.cluster import NodeSpec
@@ -55,7 +55,7 @@ from ai_scheduler.trace.records import JobStatus, TraceJob
 from ai_scheduler.tracesim.command import missing_extras
 from ai_scheduler.tracesim.records import Mode
 
-VERSION = 1
+VERSION = SCHEMA_VERSION  # the lines' format, as the daemon writes it (log.py)
 HISTORY_EVENTS = frozenset({"node.spec", "node.removed", "pod.spec", "pod.finished", "config.active",
                             "dra.object", "dra.removed"})
 

@@ -33,7 +33,7 @@ from ai_scheduler.cache.gpus import (
 )
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.quantity import format_units
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     ALL_ROWS,
     MAX_NODE_SCORE,
     NO_OPINION,

@@ -6,33 +6,42 @@ from collections.abc import Callable, Mapping
 
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import Config, Profile
-from ai_scheduler.scheduler.framework import FilterPlugin, ScorePlugin
-from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
-from ai_scheduler.scheduler.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
-from ai_scheduler.scheduler.plugins.gpu_fragmentation import (
+from ai_scheduler.scheduler.framework.interface import FilterPlugin, ScorePlugin
+from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
+from ai_scheduler.scheduler.framework.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
+from ai_scheduler.scheduler.framework.plugins.gpu_fragmentation import (
     FgdScore,
     GpuFragmentation,
     GpuFragmentationCoupled,
 )
-from ai_scheduler.scheduler.plugins.inter_pod_affinity import InterPodAffinityFilter, InterPodAffinityScore
-from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
-from ai_scheduler.scheduler.plugins.node_name import NodeName
-from ai_scheduler.scheduler.plugins.node_ports import NodePorts
-from ai_scheduler.scheduler.plugins.node_ready import NodeReady
-from ai_scheduler.scheduler.plugins.node_unschedulable import NodeUnschedulable
-from ai_scheduler.scheduler.plugins.node_volume_limits import NodeVolumeLimits
-from ai_scheduler.scheduler.plugins.pod_topology_spread import PodTopologySpreadFilter, PodTopologySpreadScore
-from ai_scheduler.scheduler.plugins.resource_allocation import (
+from ai_scheduler.scheduler.framework.plugins.inter_pod_affinity import (
+    InterPodAffinityFilter,
+    InterPodAffinityScore,
+)
+from ai_scheduler.scheduler.framework.plugins.node_affinity import NodeAffinityFilter, NodeAffinityScore
+from ai_scheduler.scheduler.framework.plugins.node_name import NodeName
+from ai_scheduler.scheduler.framework.plugins.node_ports import NodePorts
+from ai_scheduler.scheduler.framework.plugins.node_ready import NodeReady
+from ai_scheduler.scheduler.framework.plugins.node_unschedulable import NodeUnschedulable
+from ai_scheduler.scheduler.framework.plugins.node_volume_limits import NodeVolumeLimits
+from ai_scheduler.scheduler.framework.plugins.pod_topology_spread import (
+    PodTopologySpreadFilter,
+    PodTopologySpreadScore,
+)
+from ai_scheduler.scheduler.framework.plugins.resource_allocation import (
     BalancedAllocation,
     GpuAwareAllocation,
     LeastAllocated,
     MostAllocated,
 )
-from ai_scheduler.scheduler.plugins.resource_fit import NodeResourcesFit
-from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter, TaintTolerationScore
-from ai_scheduler.scheduler.plugins.volume_binding import VolumeBinding
-from ai_scheduler.scheduler.plugins.volume_restrictions import VolumeRestrictions
-from ai_scheduler.scheduler.plugins.volume_zone import VolumeZone
+from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
+from ai_scheduler.scheduler.framework.plugins.taint_toleration import (
+    TaintTolerationFilter,
+    TaintTolerationScore,
+)
+from ai_scheduler.scheduler.framework.plugins.volume_binding import VolumeBinding
+from ai_scheduler.scheduler.framework.plugins.volume_restrictions import VolumeRestrictions
+from ai_scheduler.scheduler.framework.plugins.volume_zone import VolumeZone
 
 FILTERS: dict[str, Callable[[Config, Profile], FilterPlugin]] = {
     "NodeUnschedulable": lambda _config, _profile: NodeUnschedulable(),

@@ -63,7 +63,7 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.selectors import LabelSelector
 from ai_scheduler.cache.spread import HOSTNAME_KEY, NO_SPREAD, SYSTEM_DEFAULT_CONSTRAINTS, SpreadConstraint
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     ALL_ROWS,
     MAX_NODE_SCORE,
     NO_OPINION,
@@ -73,8 +73,8 @@ from ai_scheduler.scheduler.framework import (
     StaticResults,
     Window,
 )
-from ai_scheduler.scheduler.plugins.node_affinity import NodeAffinityFilter
-from ai_scheduler.scheduler.plugins.taint_toleration import TaintTolerationFilter
+from ai_scheduler.scheduler.framework.plugins.node_affinity import NodeAffinityFilter
+from ai_scheduler.scheduler.framework.plugins.taint_toleration import TaintTolerationFilter
 
 CONSTRAINTS_NOT_MATCH = "node(s) didn't match pod topology spread constraints"
 MISSING_LABEL = CONSTRAINTS_NOT_MATCH + " (missing required label)"

@@ -27,7 +27,7 @@ from collections.abc import Hashable
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.volumes import BindingMode, VolumeIndex
-from ai_scheduler.scheduler.framework import StaticClaimFilterPlugin
+from ai_scheduler.scheduler.framework.interface import StaticClaimFilterPlugin
 
 NO_VOLUME_ZONE = "node(s) had no available volume zone"
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"

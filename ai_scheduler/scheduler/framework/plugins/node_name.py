@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from ai_scheduler.cache.records import NodeRecord, PodRecord
-from ai_scheduler.scheduler.framework import StaticFilterPlugin
+from ai_scheduler.scheduler.framework.interface import StaticFilterPlugin
 
 REASON = "node(s) didn't match the requested node name"
 

@@ -25,8 +25,8 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, PER_NODE, ScorePlugin, StaticResults
-from ai_scheduler.scheduler.plugins.gpu import gpu_nodes
+from ai_scheduler.scheduler.framework.interface import MAX_NODE_SCORE, PER_NODE, ScorePlugin, StaticResults
+from ai_scheduler.scheduler.framework.plugins.gpu import gpu_nodes
 
 ALWAYS_SCORED = frozenset({"cpu", "memory", "ephemeral-storage"})
 

@@ -47,7 +47,7 @@ from ai_scheduler.cache.assigned_pods import AssignedPodIndex, RowCounts
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.selectors import NO_AFFINITY, AffinityTerm
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     ALL_ROWS,
     MAX_NODE_SCORE,
     NO_OPINION,

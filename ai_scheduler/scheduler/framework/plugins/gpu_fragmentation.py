@@ -79,8 +79,8 @@ from ai_scheduler.cache.fragmentation import (
 )
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import MAX_NODE_SCORE, DevicePreference, StaticResults
-from ai_scheduler.scheduler.plugins.gpu import DEVICE_PLUGIN_GPU
+from ai_scheduler.scheduler.framework.interface import MAX_NODE_SCORE, DevicePreference, StaticResults
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
 SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice

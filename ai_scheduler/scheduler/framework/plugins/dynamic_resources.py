@@ -69,7 +69,7 @@ from ai_scheduler.cache.dra_allocator import (
 )
 from ai_scheduler.cache.dra_cel import SelectorCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     ALL_ROWS,
     MAX_NODE_SCORE,
     NO_OPINION,

@@ -9,7 +9,7 @@ import orjson
 
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.selectors import requirement_matches
-from ai_scheduler.scheduler.framework import StaticFilterPlugin, StaticScorePlugin
+from ai_scheduler.scheduler.framework.interface import StaticFilterPlugin, StaticScorePlugin
 
 REASON = "node(s) didn't match Pod's node affinity/selector"
 

@@ -23,7 +23,7 @@ import numpy as np
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.volumes import Claim, VolumeIndex
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     ALL_ROWS,
     NO_OPINION,
     FilterPlugin,

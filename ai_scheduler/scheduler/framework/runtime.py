@@ -12,7 +12,7 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     DevicePicker,
     DevicePreference,
     FilterPlugin,
@@ -22,7 +22,7 @@ from ai_scheduler.scheduler.framework import (
     StaticScorePlugin,
     Window,
 )
-from ai_scheduler.scheduler.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
+from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DynamicResources, DynamicResourcesScore
 
 TOP_SCORES_LOGGED = 3
 # kube-scheduler's numFeasibleNodesToFind (pkg/scheduler/schedule_one.go): below this many nodes every node

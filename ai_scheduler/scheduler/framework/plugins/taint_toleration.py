@@ -6,7 +6,7 @@ import functools
 from collections.abc import Hashable
 
 from ai_scheduler.cache.records import NodeRecord, PodRecord, Toleration
-from ai_scheduler.scheduler.framework import StaticFilterPlugin, StaticScorePlugin
+from ai_scheduler.scheduler.framework.interface import StaticFilterPlugin, StaticScorePlugin
 
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 

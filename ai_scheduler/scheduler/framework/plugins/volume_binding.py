@@ -59,7 +59,7 @@ from ai_scheduler.cache.volumes import (
     VolumeIndex,
     VolumePhase,
 )
-from ai_scheduler.scheduler.framework import REASON_JOIN, StaticClaimFilterPlugin
+from ai_scheduler.scheduler.framework.interface import REASON_JOIN, StaticClaimFilterPlugin
 
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 NODE_CONFLICT = "node(s) didn't match PersistentVolume's node affinity"

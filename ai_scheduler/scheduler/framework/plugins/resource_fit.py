@@ -15,7 +15,7 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PODS, PodRecord
-from ai_scheduler.scheduler.framework import (
+from ai_scheduler.scheduler.framework.interface import (
     ALL_ROWS,
     PER_NODE,
     FilterPlugin,

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Hashable
 
 from ai_scheduler.cache.records import NodeRecord, PodRecord, Taint, Toleration
-from ai_scheduler.scheduler.framework import StaticFilterPlugin
+from ai_scheduler.scheduler.framework.interface import StaticFilterPlugin
 
 REASON = "node(s) were not ready"
 NOT_READY_TAINT = Taint("node.kubernetes.io/not-ready", "", "NoSchedule")
