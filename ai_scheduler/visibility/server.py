@@ -56,13 +56,12 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
 from ai_scheduler import pki
-from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.visibility.webui import page
 
@@ -79,6 +78,28 @@ USERNAME_HEADERS = ("X-Remote-User",)
 UID_HEADERS = ("X-Remote-Uid",)
 GROUP_HEADERS = ("X-Remote-Group",)
 EXTRA_PREFIXES = ("X-Remote-Extra-",)
+
+class Answer(Protocol):
+    """An API server's answer, as api/'s client gives it (its `ApiResult`)."""
+
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+class AskingClient(Protocol):
+    """All the server asks the API server: whether a user may do something (a SubjectAccessReview, which
+    changes nothing) and the front proxy's ConfigMap. The daemon hands it its client; this package
+    imports nothing of api/ (an import contract), so nothing here can write to the API."""
+
+    async def create_subject_access_review(self, review: dict[str, Any]) -> Answer: ...
+
+    async def get_config_map(self, namespace: str, name: str) -> Answer: ...
+
 
 # Discovery: the resources, as `kubectl api-resources` shows them. `pendingpods` is namespaced and is also
 # listed across namespaces (`kubectl get pendingpods -A` asks for the cluster-scope path).
@@ -165,7 +186,7 @@ class SubjectAccessReviews:
     visibility group, through a SubjectAccessReview; answers are cached for AUTHORIZATION_TTL_SECONDS. An
     unanswered review denies."""
 
-    def __init__(self, client: KubeClient, logger: JsonLogger, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, client: AskingClient, logger: JsonLogger, clock: Callable[[], float] = time.monotonic):
         self.client = client
         self.log = logger
         self._clock = clock
@@ -458,7 +479,7 @@ def _group_body() -> dict[str, Any]:
     return {"name": GROUP, "versions": [version], "preferredVersion": version}
 
 
-async def read_requestheader(client: KubeClient) -> RequestHeaderSettings:
+async def read_requestheader(client: AskingClient) -> RequestHeaderSettings:
     """The front proxy's CA and names from `kube-system/extension-apiserver-authentication`."""
     result = await client.get_config_map(*AUTH_CONFIGMAP)
     if not result.ok:
@@ -466,7 +487,7 @@ async def read_requestheader(client: KubeClient) -> RequestHeaderSettings:
     return RequestHeaderSettings.from_configmap(result.body.get("data") or {})
 
 
-async def trust_front_proxy(server: VisibilityServer, client: KubeClient, logger: JsonLogger) -> None:
+async def trust_front_proxy(server: VisibilityServer, client: AskingClient, logger: JsonLogger) -> None:
     """Read the requestheader settings until they are there (the server answers 401 until then), then
     keep them; the daemon runs this as a task beside the server."""
     while True:
