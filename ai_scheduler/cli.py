@@ -246,7 +246,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _admission_policy(args: argparse.Namespace) -> int:
-    from ai_scheduler.cache.admission import admission_policy, render
+    from ai_scheduler.cache.admission_policy import admission_policy, render
 
     try:
         config = load_config(args.config) if args.config else default_config()

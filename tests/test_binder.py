@@ -14,7 +14,7 @@ from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.daemon.binder import BIND_RETRY_MAX_SECONDS, Binder
-from ai_scheduler.daemon.feedback import Feedback
+from ai_scheduler.daemon.reports import PodReports
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.framework.runtime import Decision
@@ -73,7 +73,7 @@ class Harness:
         self.log = io.BytesIO()
         logger = JsonLogger(stream=self.log)
         metrics = Metrics()
-        self.feedback = Feedback(cast(KubeClient, self.client), logger, metrics, component="ai-scheduler",
+        self.feedback = PodReports(cast(KubeClient, self.client), logger, metrics, component="ai-scheduler",
                                  repeat_window=300)
         self.binder = Binder(cast(KubeClient, self.client), self.cache, self.queue, self.feedback, metrics,
                              logger, concurrency=4)

@@ -1,7 +1,7 @@
 """Quota at submission: the ValidatingAdmissionPolicy that `ai-scheduler admission-policy` generates, on
 a real API server.
 
-The policy (ai_scheduler/cache/admission.py) is applied with kubectl as an administrator would, for a
+The policy (ai_scheduler/cache/admission_policy.py) is applied with kubectl as an administrator would, for a
 config whose group `vision` may use at most 8 GPUs, 4 cores and 8Gi. A pod of that group asking 16 GPUs
 is refused at creation with the quota named; a pod within the max is admitted and scheduled; a pod of
 another scheduler, or of a namespace the config does not map, is admitted whatever it asks. A table of
@@ -26,7 +26,7 @@ from backends import Cluster, KubeCluster
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.cache.admission import POLICY_NAME, admission_policy, render
+from ai_scheduler.cache.admission_policy import POLICY_NAME, admission_policy, render
 from ai_scheduler.config import Config, parse_config
 from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.sim.controlplane import ControlPlane

@@ -7,7 +7,7 @@ one scheduling cycle and the loop; `preemption.py`, `gang.py`,
 cache as the scheduling core (`core.py`). This module gives the core its
 inputs and outputs, the daemon's way: informers (`watches.py`) feed the event
 handlers, and the core's outbox goes to the API server (`binder.py`: bindings,
-asynchronously; `feedback.py`: conditions and events; `evictions.py`:
+asynchronously; `reports.py`: conditions and events; `evictions.py`:
 preemption's deletions). It starts and stops them, serves health and metrics,
 and applies config reloads (`config_reload.py`) between two cycles, whole.
 
@@ -45,11 +45,11 @@ from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
 from ai_scheduler.daemon.binder import Binder
 from ai_scheduler.daemon.config_reload import ConfigReload
 from ai_scheduler.daemon.evictions import KubeEvictions
-from ai_scheduler.daemon.feedback import Feedback
 from ai_scheduler.daemon.gang_status import GangStatusWriter
 from ai_scheduler.daemon.health import ApiMonitor, HealthServer
 from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.daemon.leader import LeaderElector, Role, label_own_pod
+from ai_scheduler.daemon.reports import PodReports
 from ai_scheduler.daemon.watches import Watches
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue.scheduling_queue import ACTIVE
@@ -106,7 +106,7 @@ class Scheduler:
         self.reload = ConfigReload(
             config, self._reconfigure, logger, metrics, path=config_path, poll_seconds=config_poll_seconds
         )
-        self.feedback = Feedback(client, logger, metrics, component=config.scheduler_name,
+        self.feedback = PodReports(client, logger, metrics, component=config.scheduler_name,
                                  repeat_window=settings.event_repeat_seconds)
 
         def outbox(core: SchedulerCore) -> Outbox:

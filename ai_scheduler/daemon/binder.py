@@ -44,7 +44,7 @@ from ai_scheduler.api.kube import UNREACHABLE, ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import gpu_annotations
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.daemon.feedback import Feedback
+from ai_scheduler.daemon.reports import PodReports
 from ai_scheduler.daemon.volume_prebind import VolumePreBind
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
@@ -70,7 +70,7 @@ class Binder:
         client: KubeClient,
         cache: SchedulerCache,
         queue: SchedulingQueue,
-        feedback: Feedback,
+        feedback: PodReports,
         metrics: Metrics,
         logger: JsonLogger,
         *,

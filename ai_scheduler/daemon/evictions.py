@@ -13,7 +13,7 @@ import asyncio
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.daemon.feedback import pod_reference
+from ai_scheduler.daemon.reports import pod_reference
 from ai_scheduler.log import JsonLogger, rfc3339
 from ai_scheduler.scheduler.outbox import Reports
 from ai_scheduler.scheduler.victims import Plan, VictimKind

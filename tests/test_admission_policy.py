@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ai_scheduler.cache.admission import (
+from ai_scheduler.cache.admission_policy import (
     ELASTIC_QUOTA_POLICY_NAME,
     POLICY_NAME,
     Limit,

@@ -66,7 +66,9 @@ def pod_reference(pod: PodRecord) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
 
 
-class Feedback:
+class PodReports:
+    """The outbox's Reports in the daemon: pods' PodScheduled conditions and events (see the module)."""
+
     def __init__(
         self,
         client: KubeClient,

@@ -1,4 +1,5 @@
-"""Feedback: a reason that did not reach the pod is tried again, and never believed written if it was not."""
+"""Reports (daemon/reports.py): a reason that did not reach the pod is tried again, and never believed
+written if it was not."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import pytest
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.daemon import feedback as feedback_module
-from ai_scheduler.daemon.feedback import Feedback
+from ai_scheduler.daemon import reports as feedback_module
+from ai_scheduler.daemon.reports import PodReports
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.sim import make_pod
@@ -51,8 +52,8 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(feedback_module, "RETRY_DELAYS", (0.01, 0.01, 0.01))
 
 
-def feedback(client: StatusClient) -> Feedback:
-    return Feedback(cast(KubeClient, client), JsonLogger(stream=io.BytesIO()), Metrics(),
+def feedback(client: StatusClient) -> PodReports:
+    return PodReports(cast(KubeClient, client), JsonLogger(stream=io.BytesIO()), Metrics(),
                     component="ai-scheduler", repeat_window=300)
 
 
