@@ -25,9 +25,9 @@ from ai_scheduler.cache.gangs import KOORDINATOR_MIN, KOORDINATOR_NAME, POD_GROU
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.messages import MAX_MESSAGE
 from ai_scheduler.queue import QueuedPod
+from ai_scheduler.scheduler.decision_log import DecisionLog
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.scheduler.preemption import NO_VICTIMS
-from ai_scheduler.scheduler.schedule_one import SchedulingCycle
 from ai_scheduler.sim import make_node, make_pod
 
 HUGE = "12345678901234567890"  # a legal quantity, beyond int64 (the issue's reproduction)
@@ -179,14 +179,14 @@ async def test_a_cycle_that_raises_after_handing_over_a_binding_leaves_that_pod_
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Recovery must not put back (nor release the room of) a pod whose binding is already on its way."""
-    original = SchedulingCycle.log_decision
+    original = DecisionLog.log
 
-    def log_decision(cycle: SchedulingCycle, qp: QueuedPod, pod: PodRecord, *args: Any) -> None:
+    def log_decision(decisions: DecisionLog, qp: QueuedPod, pod: PodRecord, *args: Any) -> None:
         if pod.name == "handed":
             raise RuntimeError("injected fault after the binding was handed over")
-        original(cycle, qp, pod, *args)
+        original(decisions, qp, pod, *args)
 
-    monkeypatch.setattr(SchedulingCycle, "log_decision", log_decision)
+    monkeypatch.setattr(DecisionLog, "log", log_decision)
     running = await start_scheduler()
     await create_all(api, [make_node("n1", cpu="4", memory="8Gi")], [make_pod("handed", cpu="3")])
     await wait_for(bound_to(cluster, "handed", "n1"), what="bound all the same")

@@ -192,6 +192,12 @@ class Tenancy:
                 used[resource] = used.get(resource, 0) + sign * amount
 
     # ------------------------------------------------------------------ quotas
+    def admission_refusal(self, pod: PodRecord, amounts: Mapping[str, int]) -> str:
+        """Why the pod (or a gang, with its quorum's total `amounts`) may not be placed for its owner now:
+        its tenant's error (an unknown queue, ...), or the max that `amounts` more would break; ''."""
+        tenant = self.tenant_of(pod)
+        return tenant.error or self.quota_refusal(tenant, amounts)
+
     def quota_refusal(self, tenant: Tenant, amounts: Mapping[str, int]) -> str:
         """Why placing `amounts` more for this tenant would break a max, or ''.
 

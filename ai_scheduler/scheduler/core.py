@@ -50,6 +50,7 @@ from ai_scheduler.config import Config, PredictionSettings
 from ai_scheduler.log import JsonLogger, parse_time
 from ai_scheduler.prediction import ModelError, RunTimeModel, RunTimePredictor
 from ai_scheduler.queue import SchedulingQueue
+from ai_scheduler.scheduler.decision_log import DecisionLog
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.framework.runtime import Framework
@@ -59,11 +60,10 @@ from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Clock, Outbox
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
-from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.scheduler.reservation import Reserver
 from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, PredictedRunTimes, RunTimes
 from ai_scheduler.scheduler.schedule_one import SchedulingCycle
-from ai_scheduler.scheduler.strict_fifo import StrictFifo
+from ai_scheduler.scheduler.session import Session
 
 
 def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) -> dict[str, Framework]:
@@ -133,23 +133,19 @@ class SchedulerCore:
         )
         self.ready = asyncio.Event()  # set by the driver once the first state is in (first sync)
         out = self.outbox = outbox(self)
-        cycle = self.cycle = SchedulingCycle(
-            lambda: self.config, lambda: self.frameworks, cache, queue, gangs, tenancy, self.priorities,
-            self.reserver, metrics, logger, **timed,
-        )
-        gang_scheduler = self.gang_scheduler = GangScheduler(
-            gangs, cache, queue, out.bindings, out.reports, metrics, logger, settings, cycle.log_decision,
-            cycle.admission_refusal, self.reserver, self.priorities.sort_key,
-            lambda: self.config.scheduling.reservation, **timed,
+        session = self.session = Session(
+            config=lambda: self.config, cache=cache, queue=queue, gangs=gangs, tenancy=tenancy,
+            priorities=self.priorities, reserver=self.reserver, outbox=out,
+            decisions=DecisionLog(lambda: self.config, tenancy, self.priorities, metrics, logger,
+                                  clock or time.monotonic),
+            metrics=metrics, log=logger, clock=clock or time.monotonic,
         )
         self.preemptor = Preemptor(
             cache, tenancy, gangs, out.evictions, logger, metrics, self.budgets, **timed
         )
-        cycle.binder, cycle.feedback, cycle.preemptor = out.bindings, out.reports, self.preemptor
-        cycle.strict = StrictFifo(lambda: self.config, cache, queue, gangs, tenancy, self.priorities.sort_key)
+        gang_scheduler = self.gang_scheduler = GangScheduler(session)
         gang_scheduler.preemptor = GangPreemptor(self.preemptor)
-        cycle.gang_scheduler = gang_scheduler
-        cycle.guard = CycleGuard(cache, queue, out.bindings, gang_scheduler, out.reports, metrics, logger)
+        cycle = self.cycle = SchedulingCycle(session, lambda: self.frameworks, gang_scheduler, self.preemptor)
         out.bindings.on_success = cycle.bound
         out.bindings.on_failure = lambda pod, result: gang_scheduler.bind_failed(pod, result.message)
         self.handlers = EventHandlers(
@@ -304,11 +300,9 @@ class SchedulerCore:
         self.reserver.min_wait = settings.reservation_min_wait_seconds
         if not settings.reservation:
             self.reserver.current = None
-        self.gang_scheduler.reconfigure(settings)
         self._set_hints(self._hints_forced or settings.queueing_hints)
         self.cycle.forget_failures()  # a failure under the old profiles says nothing under the new ones
-        if self.cycle.strict is not None:
-            self.cycle.strict.forget()
+        self.cycle.strict.forget()
         self.tenancy.reconfigure(config, [s.record for s in self.cache.pods.values() if s.node])
         if config.prediction != previous.prediction:
             self.runtimes = self._runtimes_for(config.prediction)

@@ -32,24 +32,21 @@ take a full cycle each; the decisions are the same either way.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gangs import NATIVE, Gang, GangRegistry
+from ai_scheduler.cache.gangs import NATIVE, Gang
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import quota_amounts
 from ai_scheduler.config import SchedulingSettings
-from ai_scheduler.log import JsonLogger
-from ai_scheduler.queue import QueuedPod, SchedulingQueue
+from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang_preemption import GangPreemptor
 from ai_scheduler.scheduler.gang_shapes import MemberShape
-from ai_scheduler.scheduler.metrics import Metrics
-from ai_scheduler.scheduler.outbox import Bindings, Reports
-from ai_scheduler.scheduler.reservation import Reserver, waiting_since
+from ai_scheduler.scheduler.reservation import waiting_since
+from ai_scheduler.scheduler.session import Session
 
 MAX_BIND_FAILURES = 3  # a member that fails to bind this often makes the gang fail
 MAX_DOMAIN_TRIALS = 4  # domains tried per topology level, smallest that could hold the gang first
@@ -58,44 +55,29 @@ MAX_TIMEOUT_BACKOFF = 300.0
 # the PodGroup's own condition carries the rest.
 NATIVE_UNSCHEDULABLE = "pod group is unschedulable, "
 
-LogDecision = Callable[[QueuedPod, PodRecord, Decision, str, dict[str, Any]], None]
-
 
 class GangScheduler:
-    def __init__(
-        self,
-        registry: GangRegistry,
-        cache: SchedulerCache,
-        queue: SchedulingQueue,
-        binder: Bindings,
-        feedback: Reports,
-        metrics: Metrics,
-        logger: JsonLogger,
-        settings: SchedulingSettings,
-        log_decision: LogDecision,
-        admit: Callable[[PodRecord, dict[str, int]], str],
-        reserver: Reserver,
-        sort_key: Callable[[QueuedPod], tuple[Any, ...]],
-        reserving: Callable[[], bool],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.registry = registry
-        self.cache = cache
-        self.queue = queue
-        self.binder = binder
-        self.feedback = feedback
-        self.metrics = metrics
-        self.log = logger
-        self.settings = settings
-        self.log_decision = log_decision
-        self.admit = admit  # quota admission for the gang's whole quorum
-        self.reserver = reserver
-        self.sort_key = sort_key
-        self.reserving = reserving
+    """Tries a gang whole (see the module); takes the core's Session (session.py)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.registry = session.gangs
+        self.cache = session.cache
+        self.queue = session.queue
+        self.binder = session.outbox.bindings
+        self.feedback = session.outbox.reports
+        self.metrics = session.metrics
+        self.log = session.log
+        self.log_decision = session.decisions.log
+        self.tenancy = session.tenancy
+        self.reserver = session.reserver
+        self.sort_key = session.priorities.sort_key
+        self._clock = session.clock
+        # The topology labels the placement domains were built for (a reload with others rebuilds them).
+        self._labels = self.settings.gang_topology_labels
         # Nodes reserved for someone ahead of the gang being tried, with the reason they are charged: after
         # the filters (Framework.schedule's `blocked`), so that a member's message counts every node.
         self._blocked: tuple[tuple[np.ndarray, str], ...] = ()
-        self._clock = clock
         self._domains: tuple[int, dict[str, list[tuple[str, np.ndarray]]]] = (-1, {})
         # Per topology label: the rows of its domains, domain after domain, and where each domain starts
         # (one np.add.reduceat sums a column per domain); kept with `_domains`.
@@ -112,12 +94,14 @@ class GangScheduler:
         # Identical members filtered and scored once (gang_shapes.py); False: a full cycle per member.
         self.shapes = True
 
-    def reconfigure(self, settings: SchedulingSettings) -> None:
-        """A config reload: the timeout, the timeout backoff and the topology labels apply from the next
-        housekeeping tick and the next attempt; placement domains are rebuilt for new labels."""
-        if settings.gang_topology_labels != self.settings.gang_topology_labels:
-            self._domains = (-1, {})
-        self.settings = settings
+    @property
+    def settings(self) -> SchedulingSettings:
+        """The scheduling settings in force: a reload's timeout, timeout backoff and topology labels apply
+        from the next housekeeping tick and the next attempt."""
+        return self.session.config().scheduling
+
+    def reserving(self) -> bool:
+        return self.settings.reservation
 
     # ------------------------------------------------------------------ the cycle
     def schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> int:
@@ -179,7 +163,7 @@ class GangScheduler:
         for member in members[:needed]:
             for resource, amount in quota_amounts(member.pod, self.cache.dra).items():
                 quorum[resource] = quorum.get(resource, 0) + amount
-        refusal = self.admit(members[0].pod, quorum)
+        refusal = self.tenancy.admission_refusal(members[0].pod, quorum)
         if refusal:
             self.log.info("admission.refused", gang=gang.key, pods=needed, reason=refusal)
             self._wait(gang, members, f"gang {gang.key}: {refusal}", placed, needed)
@@ -461,16 +445,19 @@ class GangScheduler:
 
     # ------------------------------------------------------------------ topology
     def _domain_masks(self) -> dict[str, list[tuple[str, np.ndarray]]]:
-        """Per topology label: (value, node mask) for each domain, rebuilt when node labels change."""
+        """Per topology label: (value, node mask) for each domain, rebuilt when node labels or the configured
+        labels change."""
         cache = self.cache
         version, domains = self._domains
-        if version == cache.static_version and all(
+        labels = self.settings.gang_topology_labels
+        if version == cache.static_version and labels == self._labels and all(
             mask.shape[0] == cache.rows for masks in domains.values() for _, mask in masks
         ):
             return domains
+        self._labels = labels
         domains = {}
         records = cache.row_records
-        for label in self.settings.gang_topology_labels:
+        for label in labels:
             rows_by_value: dict[str, list[int]] = {}
             for row in np.flatnonzero(cache.valid).tolist():
                 record = records[row]

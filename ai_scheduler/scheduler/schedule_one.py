@@ -41,34 +41,26 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import Tenancy, Tenant
-from ai_scheduler.config import Config
-from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
-from ai_scheduler.queue import QueueClosed, QueuedPod, SchedulingQueue
+from ai_scheduler.cache.tenancy import Tenant
+from ai_scheduler.queue import QueueClosed, QueuedPod
+from ai_scheduler.scheduler.decision_log import PARKED
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang import GangScheduler
-from ai_scheduler.scheduler.metrics import ERROR, UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
-from ai_scheduler.scheduler.priority import Priority, PriorityEngine
 from ai_scheduler.scheduler.recovery import CycleGuard
-from ai_scheduler.scheduler.reservation import Reserver
+from ai_scheduler.scheduler.session import Session
 from ai_scheduler.scheduler.strict_fifo import StrictFifo
 
 # Hints whose last failure is held for equivalent pods; past this many (all unlike), it starts again.
 MAX_EQUIVALENCE_CLASSES = 4096
-# The decision line's result for a pod not tried because it waits behind its StrictFIFO queue's head.
-PARKED = "parked"
 
 
 @dataclass(slots=True)
@@ -85,39 +77,37 @@ class SchedulingCycle:
 
     def __init__(
         self,
-        config: Callable[[], Config],
+        session: Session,
         frameworks: Callable[[], Mapping[str, Framework]],
-        cache: SchedulerCache,
-        queue: SchedulingQueue,
-        gangs: GangRegistry,
-        tenancy: Tenancy,
-        priorities: PriorityEngine,
-        reserver: Reserver,
-        metrics: Metrics,
-        logger: JsonLogger,
-        clock: Callable[[], float] = time.monotonic,
+        gang_scheduler: GangScheduler,
+        preemptor: Preemptor | None,
     ) -> None:
-        self.config = config
+        self.session = session
+        self.config = session.config
         self.frameworks = frameworks
-        self.cache = cache
-        self.queue = queue
-        self.gangs = gangs
-        self.tenancy = tenancy
-        self.priorities = priorities
-        self.reserver = reserver
-        self.metrics = metrics
-        self.log = logger
-        self.clock = clock
-        # Set by the daemon once built (they take this cycle's admission and decision log in turn).
-        self.binder: Bindings | None = None
-        self.feedback: Reports | None = None
-        self.gang_scheduler: GangScheduler | None = None
-        self.preemptor: Preemptor | None = None
-        self.guard: CycleGuard | None = None
+        self.cache = session.cache
+        self.queue = session.queue
+        self.gangs = session.gangs
+        self.tenancy = session.tenancy
+        self.priorities = session.priorities
+        self.reserver = session.reserver
+        self.metrics = session.metrics
+        self.log = session.log
+        self.clock = session.clock
+        self.log_decision = session.decisions.log
+        self.binder: Bindings = session.outbox.bindings
+        self.feedback: Reports = session.outbox.reports
+        self.gang_scheduler = gang_scheduler
+        # PostFilter (None: no preemption, and no starvation reservation either, as in the simulator's
+        # runs that ask for none).
+        self.preemptor = preemptor
+        # A bug for one pod must not stop scheduling for all, nor leave its pods without a reason.
+        self.guard = CycleGuard(self.cache, self.queue, self.binder, gang_scheduler, self.feedback,
+                                self.metrics, self.log)
+        # StrictFIFO queues' heads: a pod behind its queue's waiting head is not tried.
+        self.strict = StrictFifo(session)
         # Queueing hints (set by the core; None: off): what makes a pod that did not fit alike to others.
         self.hint_of: Callable[[PodRecord], Any] | None = None
-        # StrictFIFO queues' heads (set by the core): a pod behind its queue's waiting head is not tried.
-        self.strict: StrictFifo | None = None
         # The last attempt failed on the pod's own error (invalid as written, no such queue, a broken gang):
         # such a pod never becomes a StrictFIFO head, which would block its queue for good.
         self._own_error = False
@@ -133,7 +123,6 @@ class SchedulingCycle:
             raise
 
     async def _schedule_forever(self) -> None:
-        assert self.binder is not None and self.guard is not None
         while True:
             await self.binder.wait_for_room()
             try:
@@ -158,11 +147,10 @@ class SchedulingCycle:
         ):
             self.queue.delete(pod.uid)
             return
-        strict = self.strict.queue_of(qp) if self.strict is not None else None
+        strict = self.strict.queue_of(qp)
         if strict is None:
             self._attempt(qp, pod, framework)
             return
-        assert self.strict is not None
         head = self.strict.head_before(qp, strict)
         if head is not None:
             self._park(qp, pod, head, strict)
@@ -174,7 +162,6 @@ class SchedulingCycle:
     def _attempt(self, qp: QueuedPod, pod: PodRecord, framework: Framework) -> None:
         gang = self.gangs.gang_of(pod)
         if gang is not None:
-            assert self.gang_scheduler is not None
             self._own_error = bool(gang.problem)
             self.gang_scheduler.schedule(qp, gang, framework)
             return
@@ -197,7 +184,6 @@ class SchedulingCycle:
                     self._repeat_failure(qp, pod, earlier[1], earlier[2], hint)
                     return
         decision = framework.schedule(pod, blocked=kept)
-        assert self.binder is not None and self.feedback is not None
         if decision.failure:  # the attempt failed (kube's SchedulerError): retried with backoff
             self.queue.requeue(qp, unschedulable=False, reason=decision.failure)
             self.feedback.error(pod, decision.failure)
@@ -235,7 +221,6 @@ class SchedulingCycle:
     def _park(self, qp: QueuedPod, pod: PodRecord, head: QueuedPod, queue: str) -> None:
         """Not tried: the pod waits behind its StrictFIFO queue's head (strict_fifo.py); the reason on it and
         its decision line (`parked`, not counted as an attempt)."""
-        assert self.feedback is not None
         reason = f"waiting behind {head.pod.key} in StrictFIFO queue {queue}"
         self.queue.park(qp, head.pod.uid, reason)
         self.feedback.unschedulable(pod, reason)
@@ -250,7 +235,6 @@ class SchedulingCycle:
         self, qp: QueuedPod, pod: PodRecord, decision: Decision, hint: Any, extra: dict[str, Any]
     ) -> None:
         """The pod fits nowhere: requeued (with its hint), the reason on it and its basic PodGroup, logged."""
-        assert self.feedback is not None
         message = decision.message
         self.queue.requeue(qp, unschedulable=True, reason=message, hint=hint)
         self.feedback.unschedulable(pod, message)
@@ -270,7 +254,6 @@ class SchedulingCycle:
 
     def bound(self, pod: PodRecord, _node: str) -> None:
         """The binder's report of a binding that succeeded."""
-        assert self.gang_scheduler is not None
         self.gang_scheduler.bound(pod)
         self.reserver.placed(pod.uid)
 
@@ -290,15 +273,9 @@ class SchedulingCycle:
                 kept.append((blocked, f"node(s) reserved for {self.reserver.current.holder}"))
         return kept
 
-    def admission_refusal(self, pod: PodRecord, amounts: dict[str, int]) -> str:
-        """Why the pod (or gang, with the gang's total `amounts`) may not be placed for its owner now."""
-        tenant = self.tenancy.tenant_of(pod)
-        return tenant.error or self.tenancy.quota_refusal(tenant, amounts)
-
     def _refuse(self, qp: QueuedPod, attempt: Attempt, reason: str) -> None:
         """Admission refused: nothing tried, the pod waits until usage drops (a pod leaving moves it)."""
         pod, tenant = attempt.pod, attempt.tenant
-        assert self.feedback is not None
         self.queue.requeue(qp, unschedulable=True, reason=reason)
         self.feedback.unschedulable(pod, reason)
         self.log.info(
@@ -311,57 +288,3 @@ class SchedulingCycle:
         )
         self.log_decision(qp, pod, Decision(None, self.cache.node_count), "refused", {"message": reason})
 
-    # ------------------------------------------------------------------ the decision log
-    def log_decision(
-        self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str, extra: dict[str, Any]
-    ) -> None:
-        """Metrics and the decision log line: everything needed to understand and replay the attempt."""
-        if result not in ("scheduled", PARKED):  # a placement is counted once its binding succeeds (Binder)
-            outcome = ERROR if result == "error" else UNSCHEDULABLE
-            self.metrics.attempt(outcome, pod.scheduler_name, decision.duration)
-        if not self.log.wants("decision", "info"):  # nobody reads it: not worth building (the simulator's)
-            return
-        tenant = self.tenancy.tenant_of(pod)
-        explained = self.priorities.explain(pod.uid)  # read once: the factors and the run time share it
-        fields: dict[str, Any] = {
-            "v": SCHEMA_VERSION,  # the replayable log's format (log.py; history.py writes the rest)
-            "pod": pod.key,
-            "uid": pod.uid,
-            "profile": pod.scheduler_name,
-            "queue": tenant.queue,
-            **self._priority_fields(pod, tenant, explained),
-            "attempt": qp.attempts,
-            "result": result,
-            "requests": pod.requests,
-            "nodes": decision.total_nodes,
-            "evaluated": decision.evaluated,
-            "feasible": decision.feasible,
-            "filtered": decision.reasons,
-            "top": decision.top,
-            "node": decision.node,
-            "cycle_ms": round(decision.duration * 1000, 3),
-            "wait_ms": round((self.clock() - qp.initial_attempt) * 1000, 1),
-        }
-        if decision.gpu_ids:
-            fields["gpus"] = {"ids": decision.gpu_ids, "uuids": decision.gpu_uuids}
-        if decision.claims is not None:  # DRA devices allocated at Reserve (DynamicResources)
-            fields["claims"] = decision.claims.summary()
-        run = explained.run_time if explained is not None else None
-        if run is not None:  # what the policy (and reservations, backfill) took its run time to be
-            fields["runtime"] = {"median_s": round(run.median, 1), "upper_s": round(run.upper, 1),
-                                 "source": run.source}
-        if decision.node is None:
-            fields["message"] = decision.message
-        fields.update(extra)
-        self.log.info("decision", **fields)
-
-    def _priority_fields(self, pod: PodRecord, tenant: Tenant, priority: Priority | None) -> dict[str, Any]:
-        fields: dict[str, Any] = {"specPriority": pod.priority, "user": tenant.user, "group": tenant.group}
-        if priority is not None:
-            fields["priority"] = round(priority.score, 6)
-            fields["factors"] = {name: round(value, 6) for name, value in priority.factors.items()}
-            fields["policy"] = self.config().active_policy
-            if priority.promoted:  # waited past its queue's promoteAfterSeconds: ordered at this level
-                fields["promoted"] = True
-                fields["queueLevel"] = priority.queue_level
-        return fields

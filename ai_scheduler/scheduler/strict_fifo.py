@@ -22,14 +22,10 @@ are strict FIFO; benchmarks/runtime_policies.py's arm fifo-strict is this strate
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gangs import GangRegistry
-from ai_scheduler.cache.tenancy import Tenancy
-from ai_scheduler.config import Config
-from ai_scheduler.queue import QueuedPod, SchedulingQueue
+from ai_scheduler.queue import QueuedPod
+from ai_scheduler.scheduler.session import Session
 
 STRICT_FIFO = "StrictFIFO"
 
@@ -37,21 +33,13 @@ STRICT_FIFO = "StrictFIFO"
 class StrictFifo:
     """The heads of the StrictFIFO queues, and the check each attempt passes first (see the module)."""
 
-    def __init__(
-        self,
-        config: Callable[[], Config],
-        cache: SchedulerCache,
-        queue: SchedulingQueue,
-        gangs: GangRegistry,
-        tenancy: Tenancy,
-        sort_key: Callable[[QueuedPod], tuple[Any, ...]],
-    ) -> None:
-        self.config = config
-        self.cache = cache
-        self.queue = queue
-        self.gangs = gangs
-        self.tenancy = tenancy
-        self.sort_key = sort_key
+    def __init__(self, session: Session) -> None:
+        self.config = session.config
+        self.cache = session.cache
+        self.queue = session.queue
+        self.gangs = session.gangs
+        self.tenancy = session.tenancy
+        self.sort_key = session.priorities.sort_key
         self.heads: dict[str, QueuedPod] = {}  # per StrictFIFO queue: its head, while it waits
 
     def queue_of(self, qp: QueuedPod) -> str | None:
