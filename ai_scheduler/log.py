@@ -1,4 +1,4 @@
-"""JSON-line logging on stdout, one object per line (README, "The decision log": `ts`, `level`, `event`,
+"""JSON-line logging on stdout, one object per line (docs/reference/decision-log.md: `ts`, `level`, `event`,
 and the format's version `v` on every line, `SCHEMA_VERSION`).
 
 Decision lines are written for every scheduling attempt, so the writer is a

@@ -134,7 +134,7 @@ def parse_go_int(text: object) -> int | None:
     return value if -(2**63) <= value < 2**63 else None
 
 
-# Durations as the README spells run-time estimates ("90m", "1h30m", "2h", "45s", and "d" for days): ASCII
+# Durations as the docs spell run-time estimates ("90m", "1h30m", "2h", "45s", and "d" for days): ASCII
 # digits, no blanks.
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 _DURATIONS = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d))+")

@@ -715,6 +715,6 @@ def reasons(message: str) -> tuple[str, Counter[str]]:
             counted[part] = 0
             continue
         if reason.startswith(UNTOLERATED_TAINT_PREFIX):
-            reason = KUBE_UNTOLERATED_TAINT  # a deliberate difference: see the README
+            reason = KUBE_UNTOLERATED_TAINT  # a deliberate difference: see docs/contributing/testing.md
         counted[reason] += int(number)
     return match.group(1), counted

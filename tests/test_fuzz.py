@@ -1,7 +1,7 @@
 """Fuzz: random and adversarial values for every annotation and label the scheduler reads, garbled watch
 lines for the API layer's decoder, and random YAML for the config loader (issue 12, point 5).
 
-What is right comes from an oracle written here from the contract (the README), not from the
+What is right comes from an oracle written here from the contract (docs/), not from the
 code: no exception escapes; a value the scheduler cannot use leaves the pod (or gang, or node's GPUs)
 waiting with a reason that names the key; a pod with only valid values is placed.
 
@@ -175,12 +175,13 @@ CONTRACT_NOT_READ_YET = {
     "ai-scheduler.io/task-type": "task attributes for policies: no policy factor reads them yet",
     "ai-scheduler.io/workload-class": "task attributes for policies: no policy factor reads them yet",
 }
-# Keys of the contract, as the README lists them.
+# Keys of the contract, as docs/reference/contract.md lists them (checked below).
 CONTRACT_KEYS = frozenset({
     POD_GROUP_LABEL, LEGACY_POD_GROUP_LABEL, GROUP_NAME_LABEL, GROUP_MIN_LABEL, KOORDINATOR_NAME,
     KOORDINATOR_MIN, MANAGED_LABEL, GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION, GPU_FRACTION_ANNOTATION,
     GPU_IDS_ANNOTATION, GPU_UUIDS_ANNOTATION, GPUS_ANNOTATION, UPDATED_ANNOTATION, USER_LABEL, QUEUE_LABEL,
     ESTIMATE_ANNOTATION, "ai-scheduler.io/task-type", "ai-scheduler.io/workload-class",
+    "ai-scheduler.io/hold", "ai-scheduler.io/requeue-at", "ai-scheduler.io/role",
 })
 # Packages that read objects of the cluster (agent/ and sim/ write theirs; demo and cli only drive).
 READING_PACKAGES = ("api", "cache", "config", "queue", "scheduler", "daemon", "visibility")
@@ -357,7 +358,8 @@ def quantity_units(text: str) -> Decimal | None:
 
 
 def fraction_value(text: str) -> Decimal | None:
-    """The README's gpu-fraction grammar: a decimal number, optionally with a decimal exponent."""
+    """The documented gpu-fraction grammar (docs/users/gpus.md): a decimal number, optionally with a
+    decimal exponent."""
     if not _FRACTION.fullmatch(text):
         return None
     try:
@@ -367,7 +369,8 @@ def fraction_value(text: str) -> Decimal | None:
 
 
 def duration_seconds(text: str) -> float | None:
-    """The estimated-runtime grammar of the README ("90m", "2h", "1h30m"; units ms, s, m, h, d)."""
+    """The documented estimated-runtime grammar (docs/administrators/queues-policies-quotas.md: "90m",
+    "2h", "1h30m"; units ms, s, m, h, d)."""
     if not _DURATION.fullmatch(text):
         return None
     parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)", text)
@@ -420,7 +423,8 @@ def expect(key: str, value: str) -> Expect:
     if key in (GROUP_MIN_LABEL, KOORDINATOR_MIN):
         return _minimum(value)
     if key == USER_LABEL:
-        return VALID  # honoured only when it names a configured user of a trusting namespace (README)
+        # Honoured only when it names a configured user of a trusting namespace (docs/administrators/).
+        return VALID
     if key == QUEUE_LABEL:
         return VALID if value in VALID_QUEUES else INVALID
     if key == GPU_COUNT_ANNOTATION:
@@ -647,7 +651,7 @@ def core() -> Core:
     return Core()
 
 
-# ------------------------------------------------------------------------------------- code, contract, README
+# ------------------------------------------------------------------------------------- code, contract, docs
 def keys_in_code() -> dict[str, str]:
     """Every module-level string constant of the reading packages that looks like a label or annotation."""
     root = Path(ai_scheduler.__file__).parent
@@ -671,10 +675,16 @@ def test_every_key_the_code_reads_is_fuzzed_and_documented() -> None:
     assert not unknown, f"keys in the code that the fuzz does not cover: {unknown}"
     gone = known - in_code.keys()
     assert not gone, f"keys the fuzz covers that the code no longer defines: {sorted(gone)}"
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    readme = "\n".join(path.read_text() for path in pages)
+    contract = (root / "docs" / "reference" / "contract.md").read_text()
+    unwritten = sorted(k for k in CONTRACT_KEYS if k not in contract)
+    assert not unwritten, f"contract keys the contract page does not name: {unwritten}"
     undocumented = sorted(k for k in FUZZED_KEYS if k not in readme)
-    assert not undocumented, f"keys the scheduler reads that the README does not name: {undocumented}"
-    uncovered = CONTRACT_KEYS - FUZZED_KEYS - NOT_READ.keys() - CONTRACT_NOT_READ_YET.keys()
+    assert not undocumented, f"keys the scheduler reads that the docs do not name: {undocumented}"
+    uncovered = (CONTRACT_KEYS - FUZZED_KEYS - NOT_READ.keys() - USER_COMMANDS.keys()
+                 - CONTRACT_NOT_READ_YET.keys())
     assert not uncovered, f"contract keys neither read nor known to be missing: {sorted(uncovered)}"
     for key in CONTRACT_NOT_READ_YET:
         assert key not in in_code, f"{key} is read now: fuzz it (FUZZED_KEYS, `expect`) and drop it here"
@@ -968,7 +978,7 @@ def podgroup_specs(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any] | No
 
 
 def podgroup_problem(spec: dict[str, Any], annotations: dict[str, Any] | None) -> tuple[str, int]:
-    """The oracle for a PodGroup: the first field the CRD (deploy/crds) and the README refuse, and the
+    """The oracle for a PodGroup: the first field the CRD (deploy/crds) and the docs refuse, and the
     effective minMember."""
 
     def whole(value: object) -> bool:

@@ -8,6 +8,33 @@ counts), exactly as kube-scheduler's NodeInfo keeps it.
 Pod accounting rule: a pod counts on a node while it is bound there (or we
 assumed it there) and has not reached Succeeded/Failed; a terminating pod still
 counts until it is gone, as in kube-scheduler.
+
+A pod's states here (kube-scheduler's cache, `backend/cache/interface.go`), and
+the calls that move it; Assumed and Added count the pod on its node:
+
+               set_pod (seen bound in the watch)
+      Initial --------------------------------------------> Added ---+
+       |  ^                                                  ^  |  ^  | set_pod
+       |  | forget (the binding failed)                      |  |  +--+ (changed)
+       |  | expire_assumed (its deadline passed unconfirmed) |  |
+       |  +-----------------------+                          |  | set_pod (finished)
+       | assume (Reserve)         |     set_pod (seen bound: |  | or remove_pod
+       v                          |     confirmed, or moved) |  v
+      Assumed --binding_finished--> Assumed, deadline -------+  Deleted
+
+   (seen bound before its binding returned, an Assumed pod is Added too;
+   remove_pod takes a pod from any state to Deleted)
+
+- `assume` (Reserve) counts the pod on the chosen node at once, before the binding;
+  a second `assume` of an assumed or bound pod raises.
+- `binding_finished` starts its deadline (`assume_timeout`): the watch should
+  confirm the binding soon.
+- `set_pod` with the pod bound confirms it (`confirmed`, or `moved` when another
+  scheduler or a user bound it elsewhere: it is counted where it really is);
+  while the binding is in flight a watch event without a node keeps the
+  reservation.
+- `forget` (the binding failed) and `expire_assumed` put it back to Initial:
+  pending again, its room freed (`freed_version` moves).
 """
 
 from __future__ import annotations

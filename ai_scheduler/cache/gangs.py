@@ -1,6 +1,6 @@
 """Gangs: which pods must start together, and what we know of each group.
 
-A pod joins a gang in one of these ways (README, "Gangs"), read in this order:
+A pod joins a gang in one of these ways (docs/users/gangs.md), read in this order:
 1. `spec.schedulingGroup.podGroupName: NAME` -> the Kubernetes PodGroup NAME (`scheduling.k8s.io/v1beta1`):
    its `gang` policy is all-or-nothing with `minCount`, its `basic` policy means ordinary pods;
 2. label `scheduling.x-k8s.io/pod-group: NAME` -> the scheduler-plugins PodGroup custom resource NAME;

@@ -23,7 +23,7 @@ from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import ESTIMATE_ANNOTATION, PodRecord
 from ai_scheduler.quantity import parse_duration
 
-# The task attribute labels (README, the task attribute labels); trace/pods.py writes them.
+# The task attribute labels (docs/reference/contract.md, the task attributes); trace/pods.py writes them.
 TASK_TYPE_LABEL = "ai-scheduler.io/task-type"
 WORKLOAD_CLASS_LABEL = "ai-scheduler.io/workload-class"
 DEVICE_PLUGIN_GPU = "nvidia.com/gpu"

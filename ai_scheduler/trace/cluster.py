@@ -22,7 +22,7 @@ the top level or under `nodes:`. Keys (CSV columns in any case and order):
 GPUs are managed by default when the node has GPUs and their memory is known: only managed GPUs take
 shares (`gpu-fraction`, `gpu-memory`), which is what trace workloads ask. A managed node gets the label
 `ai-scheduler.io/gpu-managed: "true"` and the report the node agent would write
-(`ai-scheduler.io/gpus`, README "GPUs"): one device per GPU with its model and memory, none of it used,
+(`ai-scheduler.io/gpus`, docs/users/gpus.md): one device per GPU with its model and memory, none of it used,
 NVLink between the devices of an island and PCIe `PXB` within an island, `SYS` across. A node of
 device-plugin GPUs gets `nvidia.com/gpu` in its allocatable instead. Both get the labels the NVIDIA GPU
 feature discovery writes (`nvidia.com/gpu.product`, `.count`, `.memory` in MiB), so that pods can ask

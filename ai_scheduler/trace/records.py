@@ -5,7 +5,7 @@ Helios list jobs of many GPUs, not pods). Every format is read into the same `Tr
 scheduler uses (millicores, bytes, whole devices), so that the simulator never knows which format a job
 came from.
 
-A GPU request takes one of three forms, as the scheduler's annotations do (README, "GPUs"):
+A GPU request takes one of three forms, as the scheduler's annotations do (docs/users/gpus.md):
 `gpus` whole devices, `gpu_fraction` of one device whatever its model, or `gpu_memory` bytes of one
 device. At most one of them is set; `TraceJob` refuses anything else, so a reader that builds a job from
 a bad row gets a ValueError with the reason, which it reports as that row's problem.

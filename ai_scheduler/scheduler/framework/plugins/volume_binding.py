@@ -36,7 +36,7 @@ claimRef set to the claim) and the claims to provision (the chosen node in
 their selected-node annotation); the binder then waits, as kube does, until
 every claim is fully bound before it binds the pod.
 
-Not done (said in the README): the CSIStorageCapacity check (kube's
+Not done (said in docs/concepts/how-it-works.md): the CSIStorageCapacity check (kube's
 `node(s) did not have enough free storage`; every node counts as having
 room), and in-tree to CSI translation of PV topology.
 """
