@@ -18,8 +18,8 @@ Writes need no daemon API, only the pod and its annotations:
 - `requeue`: a new value of `ai-scheduler.io/requeue-at` (now, RFC 3339 with milliseconds); the
   scheduler retries the pod at once, its backoff started over;
 - `cancel`: deletes the pod, or a whole gang: its PodGroup (if any) first, then every member found by
-  the gang keys docs/users/gangs.md lists in the namespace. RBAC's answer for a verb is the same for every pod of a
-  namespace, so a refusal comes on the first request, before anything is deleted.
+  the gang keys docs/users/gangs.md lists in the namespace. RBAC's answer for a verb is the same for
+  every pod of a namespace, so a refusal comes on the first request, before anything is deleted.
 """
 
 from __future__ import annotations

@@ -92,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "starts their backoff over (annotation ai-scheduler.io/requeue-at)."),
         "cancel": ("delete pods, or whole gangs",
                    "Delete pods, or a whole gang at once: its PodGroup (if any) and every pod that names "
-                   "the gang (the gang labels and annotations docs/users/gangs.md lists), with your own credentials."),
+                   "the gang (the gang labels and annotations docs/users/gangs.md lists), with your own "
+                   "credentials."),
     }
     for name in WRITES:
         summary, description = texts[name]

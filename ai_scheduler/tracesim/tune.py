@@ -380,7 +380,8 @@ def add_arguments(command: argparse.ArgumentParser) -> None:
                          help="scheduler config whose active policy is the current one (default: shipped)")
     command.add_argument("--objective", required=True,
                          help='e.g. "minimize levels[1].wait_mean subject to jain_groups >= 0.95 and '
-                         'gpu_alloc_mean >= fifo.gpu_alloc_mean" (grammar: docs/administrators/simulate-tune-learn.md)')
+                         'gpu_alloc_mean >= fifo.gpu_alloc_mean" (grammar: '
+                         'docs/administrators/simulate-tune-learn.md)')
     command.add_argument("--trials", type=_positive_int, default=DEFAULT_TRIALS,
                          help=f"number of trials (simulations) of the search (default: {DEFAULT_TRIALS})")
     command.add_argument("--seed", type=int, default=0,
