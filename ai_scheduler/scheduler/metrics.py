@@ -236,6 +236,7 @@ class Metrics:
             registry=r,
         )
         self._incoming: dict[tuple[str, str], Counter] = {}  # label children, for the queue's hot path
+        self._attempt: dict[tuple[str, str], tuple[Counter, Histogram]] = {}  # and for every attempt's
         # ---- ours
         self.gang_timeouts = Counter(
             "ai_scheduler_gang_timeouts", "Gangs not placed whole within their schedule timeout", registry=r
@@ -283,8 +284,12 @@ class Metrics:
 
     def attempt(self, result: str, profile: str, seconds: float) -> None:
         """One scheduling attempt ended with `result` (SCHEDULED, UNSCHEDULABLE or ERROR) after `seconds`."""
-        self.attempts.labels(result, profile).inc()
-        self.attempt_duration.labels(result, profile).observe(seconds)
+        children = self._attempt.get((result, profile))
+        if children is None:  # labels() costs a lock and a lookup: the children are kept per label pair
+            children = self._attempt[(result, profile)] = (
+                self.attempts.labels(result, profile), self.attempt_duration.labels(result, profile))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def scheduled(self, profile: str, seconds: float, since_queued: float, attempts: int) -> None:
         """A pod's binding succeeded: `seconds` since its last cycle began, `since_queued` since it first
