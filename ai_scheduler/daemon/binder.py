@@ -44,11 +44,11 @@ from ai_scheduler.api.kube import UNREACHABLE, ApiResult, KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import gpu_annotations
 from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.daemon.dra_prebind import DraPreBind
 from ai_scheduler.daemon.reports import PodReports
 from ai_scheduler.daemon.volume_prebind import VolumePreBind
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue
-from ai_scheduler.scheduler.dra_prebind import DraPreBind
 from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DraPlan, DynamicResources
 from ai_scheduler.scheduler.framework.plugins.volume_binding import NodeVolumes
 from ai_scheduler.scheduler.framework.runtime import Decision

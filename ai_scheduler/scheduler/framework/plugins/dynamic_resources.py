@@ -21,7 +21,7 @@ The points, as kube runs them:
   fitting devices) and held in DraState as an assumed claim (allocation plus the pod in
   reservedFor), so that the next cycle, before any write is answered, cannot take the same
   devices; Unreserve (`release`) drops the assumptions.
-- PreBind (scheduler/dra_prebind.py, the binder's): the claims' status.allocation and
+- PreBind (daemon/dra_prebind.py, the binder's): the claims' status.allocation and
   status.reservedFor written before the binding; a pod with claims is never bound otherwise.
 - Score (`DynamicResourcesScore`, kube's weight 2): a claim's firstAvailable request met with an
   earlier alternative scores higher (8 minus its index), from the verdicts the filter computed.
