@@ -133,12 +133,12 @@ class SchedulerCore:
         )
         self.ready = asyncio.Event()  # set by the driver once the first state is in (first sync)
         out = self.outbox = outbox(self)
+        monotonic = clock or time.monotonic
         session = self.session = Session(
             config=lambda: self.config, cache=cache, queue=queue, gangs=gangs, tenancy=tenancy,
             priorities=self.priorities, reserver=self.reserver, outbox=out,
-            decisions=DecisionLog(lambda: self.config, tenancy, self.priorities, metrics, logger,
-                                  clock or time.monotonic),
-            metrics=metrics, log=logger, clock=clock or time.monotonic,
+            decisions=DecisionLog(lambda: self.config, tenancy, self.priorities, metrics, logger, monotonic),
+            metrics=metrics, log=logger, clock=monotonic,
         )
         self.preemptor = Preemptor(
             cache, tenancy, gangs, out.evictions, logger, metrics, self.budgets, **timed

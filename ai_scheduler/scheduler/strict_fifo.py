@@ -58,7 +58,7 @@ class StrictFifo:
         if head is None:
             return None
         uid = head.pod.uid
-        if uid not in self.queue or self.cache.is_assumed(uid):
+        if not self._waiting(uid):
             del self.heads[queue]  # it left (its leaving released the pods parked behind it)
             return None
         if head is qp or uid == qp.pod.uid:
@@ -77,7 +77,7 @@ class StrictFifo:
         failed on its own error (`blocks` False: invalid as written, an unknown queue, a broken gang),
         which no change of the cluster mends: it must not block its queue."""
         uid = qp.pod.uid
-        if not blocks or uid not in self.queue or self.cache.is_assumed(uid):
+        if not blocks or not self._waiting(uid):
             if (head := self.heads.get(queue)) is not None and head.pod.uid == uid:
                 del self.heads[queue]
                 self.queue.release(uid)  # placed (its binding may still run), or it blocks no more
@@ -85,8 +85,7 @@ class StrictFifo:
         head = self.heads.get(queue)
         if (
             head is None
-            or head.pod.uid not in self.queue
-            or self.cache.is_assumed(head.pod.uid)
+            or not self._waiting(head.pod.uid)
             or self._order(qp) < self._order(head)
         ):
             self.heads[queue] = qp
@@ -94,6 +93,10 @@ class StrictFifo:
     def forget(self) -> None:
         """A reload may change which queues are strict: heads are found again by the next attempts."""
         self.heads.clear()
+
+    def _waiting(self, uid: str) -> bool:
+        """Whether the pod still waits: in the queue (waiting or being tried), not placed."""
+        return uid in self.queue and not self.cache.is_assumed(uid)
 
     def _order(self, qp: QueuedPod) -> tuple[Any, ...]:
         """The queue's order: the policy's key, then arrival (as activeQ breaks ties)."""
