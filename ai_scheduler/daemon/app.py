@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
 import signal
 from collections.abc import Coroutine
@@ -55,7 +56,7 @@ from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue.scheduling_queue import ACTIVE
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.framework.runtime import Framework
-from ai_scheduler.scheduler.heap import trim_forever
+from ai_scheduler.scheduler.heap import collect_forever, collection_due, freeze_survivors, trim_forever
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector
 from ai_scheduler.scheduler.outbox import Outbox
 from ai_scheduler.visibility.resources import (
@@ -181,8 +182,11 @@ class Scheduler:
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if not self.stopped.is_set():
                 self.core.start()
+                # The first lists are in: what is alive now is the cache, kept out of the collector's walks.
+                frozen = freeze_survivors()
+                self._spawn(collect_forever(lambda: self.queue.counts()[ACTIVE], self._collected), "gc")
                 self.log.info("scheduler.ready", nodes=self.cache.node_count, pending=len(self.queue),
-                              standby=self.elector is not None)
+                              standby=self.elector is not None, gc_freeze_ms=round(frozen * 1000, 1))
                 if self.elector is None:
                     self._lead()
                 else:  # synced: campaign (kube-scheduler too waits for its caches first)
@@ -192,6 +196,10 @@ class Scheduler:
             synced.cancel()
         finally:
             await self._shutdown()
+
+    def _collected(self, seconds: float) -> None:
+        if self.log.enabled("debug"):
+            self.log.debug("gc.collected", seconds=round(seconds, 3), frozen=gc.get_freeze_count())
 
     def _lead(self) -> None:
         """Start what only the leader runs: everything that writes to the API server."""
@@ -397,13 +405,8 @@ def forecast_now(
 ) -> tuple[bool, float | None]:
     """Whether a forecast starts now, and since when one has been due (None: not due, or starting): due
     `interval` after the last; while `active` pods wait to be tried, put off for at most one interval
-    more (Scheduler._forecasts)."""
-    if now - last < interval:
-        return False, None
-    due_since = now if due_since is None else due_since
-    if active and now - due_since < interval:
-        return False, due_since
-    return True, None
+    more (Scheduler._forecasts; the same rule as the periodic full collection's, heap.collection_due)."""
+    return collection_due(now, last, due_since, interval, active)
 
 
 async def run_scheduler(

@@ -95,6 +95,14 @@ class MemberShape:
         self._changed: set[int] = set()  # rows this try's placements changed
         self._masked: tuple[np.ndarray | None, np.ndarray] = (None, cache.valid)  # node mask -> valid & it
         self._complete: np.ndarray | None = None  # the usable rows (`_masked`'s) when all are filtered
+        # Once every usable row is filtered: per row, 0 when it is not usable (not a node, or outside the
+        # node mask), else its code + 1. One bincount of a window then gives the nodes looked at, the
+        # feasible ones and the count of each failing code at once.
+        self._window_codes = np.zeros(limit, dtype=np.intp)
+        # The usable rows (`_masked`'s) whose feasible rows are all scored but for `_stale`: the rows that
+        # placements changed since, rescored when a member next scores.
+        self._scored_for: np.ndarray | None = None
+        self._stale: list[int] = []
 
     @staticmethod
     def key(framework: Framework, pod: PodRecord) -> Hashable | None:
@@ -163,43 +171,51 @@ class MemberShape:
         if mask is not node_mask:
             usable = self.cache.valid if node_mask is None else self.cache.valid & node_mask
             self._masked = (node_mask, usable)
-        alive = usable[window]
-        if isinstance(window, slice):
-            alive = alive.copy()
-        looked_at = int(np.count_nonzero(alive))
-        if not looked_at:
-            return _NO_ROWS, 0
         if self._complete is not usable:
             # Every usable row not filtered yet, in one pass: the members' searches go on to read the rest of
             # the table (or of the domain), and one pass over it costs about what one window does. Then no
             # window needs the check again until `restore` (or another node mask).
-            todo = (usable[: self.filtered.shape[0]] & ~self.filtered).nonzero()[0]
+            limit = self.filtered.shape[0]
+            todo = (usable[:limit] & ~self.filtered).nonzero()[0]
             if todo.size:
                 self._filter(todo)
+            np.add(self.codes, 1, out=self._window_codes)
+            self._window_codes *= usable[:limit]
             self._complete = usable
-        codes = self.codes[window]
-        failed = codes[alive]
-        failed = failed[failed > 0]
-        if failed.size:
-            counts = np.bincount(failed)
+        window_codes = self._window_codes[window]
+        counts = np.bincount(window_codes)
+        looked_at = window_codes.shape[0] - int(counts[0])
+        if not looked_at:
+            return _NO_ROWS, 0
+        if counts.shape[0] > 2:  # some nodes failed a filter: charge each code's reasons
             reason_sets = self.reason_sets
-            for code in counts.nonzero()[0].tolist():
-                count = int(counts[code])
-                for reason in reason_sets[code]:
+            for i in counts[2:].nonzero()[0].tolist():  # counts[i + 2]: the rows of code i + 1
+                count = int(counts[i + 2])
+                for reason in reason_sets[i + 1]:
                     reasons[reason] = reasons.get(reason, 0) + count
-            alive &= codes == 0
-        return past_blocked(alive, window, blocked, reasons), looked_at
+        return past_blocked(window_codes == 1, window, blocked, reasons), looked_at
 
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
         """Framework.score, from the per-row sums (rows not scored yet are scored first) and the static
         scores' raw values, normalised over `rows` as StaticScorePlugin.score does."""
-        if not self.scored[rows].all():
+        usable = self._masked[1]
+        if self._scored_for is not usable:
             # Every feasible usable row not scored yet, in one pass (as `filter_window` filters them).
-            todo_mask = self._masked[1][: self.scored.shape[0]] & self.filtered
+            todo_mask = usable[: self.scored.shape[0]] & self.filtered
             todo_mask &= self.codes == 0
             todo_mask[rows] = True
             todo_mask &= ~self.scored
             todo = todo_mask.nonzero()[0]
+            self.row_scores[todo] = self._scores(pod, todo)
+            self.scored[todo] = True
+            self._scored_for = usable
+            self._stale.clear()
+        elif self._stale and not self.scored[rows].all():
+            # Some of `rows` were changed by a placement since: rescore the changed rows still feasible
+            # (the only feasible usable rows not scored).
+            codes = self.codes
+            todo = np.array([row for row in self._stale if not codes[row]], dtype=np.intp)
+            self._stale.clear()
             self.row_scores[todo] = self._scores(pod, todo)
             self.scored[todo] = True
         scores: np.ndarray = self.row_scores[rows]
@@ -227,7 +243,10 @@ class MemberShape:
                 code = self._code(failing)
                 break
         self.codes[row] = code
+        if self._complete is not None:
+            self._window_codes[row] = (code + 1) * bool(self._complete[row])
         self.scored[row] = False
+        self._stale.append(row)
 
     def restore(self) -> None:
         """The try's members were unreserved: their rows are read again from the cache as it is back."""
@@ -235,6 +254,8 @@ class MemberShape:
         self.filtered[changed] = False
         self._complete = None
         self.scored[changed] = False
+        self._scored_for = None
+        self._stale.clear()
         self._changed.clear()
 
     def _filter(self, rows: np.ndarray) -> None:
