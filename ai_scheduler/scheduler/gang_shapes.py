@@ -60,7 +60,7 @@ _ONE = np.ones(1, dtype=bool)
 class MemberShape:
     """Filter verdicts and scores over the node table for one member shape (see the module).
 
-    Implements the cycle's `Evaluation`: `filter_window` and `score`, read from the arrays."""
+    Implements the cycle's `Evaluation`: `filter_window`, `score` and `nodes`, read from the arrays."""
 
     def __init__(self, framework: Framework, pod: PodRecord) -> None:
         cache = self.cache = framework.cache
@@ -103,6 +103,7 @@ class MemberShape:
         # placements changed since, rescored when a member next scores.
         self._scored_for: np.ndarray | None = None
         self._stale: list[int] = []
+        self._nodes: tuple[np.ndarray | None, int] = (None, 0)  # node mask -> the nodes in it
 
     @staticmethod
     def key(framework: Framework, pod: PodRecord) -> Hashable | None:
@@ -194,6 +195,14 @@ class MemberShape:
                 for reason in reason_sets[i + 1]:
                     reasons[reason] = reasons.get(reason, 0) + count
         return past_blocked(window_codes == 1, window, blocked, reasons), looked_at
+
+    def nodes(self, node_mask: np.ndarray) -> int:
+        """Nodes in `node_mask`, counted once per mask (the members of a try share it)."""
+        mask, count = self._nodes
+        if mask is not node_mask:
+            count = int(np.count_nonzero(self.cache.valid & node_mask))
+            self._nodes = (node_mask, count)
+        return count
 
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
         """Framework.score, from the per-row sums (rows not scored yet are scored first) and the static

@@ -131,6 +131,10 @@ class Evaluation(Protocol):
 
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray: ...
 
+    def nodes(self, node_mask: np.ndarray) -> int:
+        """How many nodes `node_mask` holds (the cache's valid rows in it)."""
+        ...
+
 
 class Framework:
     """A profile's plugins, bound to the cache: runs cycles."""
@@ -346,7 +350,10 @@ class Framework:
         via: Evaluation | None = None,
     ) -> Decision:
         cache = self.cache
-        total = cache.node_count if node_mask is None else int(np.count_nonzero(cache.valid & node_mask))
+        if node_mask is None:
+            total = cache.node_count
+        else:
+            total = via.nodes(node_mask) if via is not None else int(np.count_nonzero(cache.valid & node_mask))
         if pod.spec_error:
             return Decision(None, total, error=pod.spec_error)
         if pod.resource_claims and self.dra is None:  # never bound with claims nobody allocated
