@@ -23,12 +23,13 @@ from typing import Any
 
 import pytest
 from backends import Cluster, KubeCluster
+from builders import Pod
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.admission_policy import POLICY_NAME, admission_policy, render
 from ai_scheduler.config import Config, parse_config
-from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.sim import make_node
 from ai_scheduler.sim.controlplane import ControlPlane
 
 pytestmark = pytest.mark.backend(
@@ -59,9 +60,9 @@ def quota_config() -> Config:
     })
 
 
-def pod(name: str, *, namespace: str = NAMESPACE, gpus: int = 0, cpu: str | None = None,
-        memory: str | None = None, **extra: Any) -> dict[str, Any]:
-    return make_pod(name, namespace=namespace, gpus=gpus, cpu=cpu, memory=memory, **extra)
+def quota_pod(name: str, *, namespace: str = NAMESPACE, gpus: int = 0, cpu: str | None = None,
+              memory: str | None = None, **extra: Any) -> dict[str, Any]:
+    return Pod(name, namespace=namespace, gpus=gpus, cpu=cpu, memory=memory, **extra).obj()
 
 
 def dry_run(plane: ControlPlane, body: dict[str, Any]) -> tuple[int, str]:
@@ -88,7 +89,7 @@ async def policy(cluster: Cluster, tmp_path: Path) -> AsyncIterator[ControlPlane
     manifest.write_text(render(documents, "the test's config"))
     await asyncio.to_thread(plane.kubectl, "apply", "-f", str(manifest))
     try:
-        probe = pod("probe", gpus=16)
+        probe = quota_pod("probe", gpus=16)
         for _ in range(300):
             status, _ = await asyncio.to_thread(dry_run, plane, probe)
             if status == 403:
@@ -112,15 +113,16 @@ async def test_a_pod_that_can_never_fit_its_quota_is_refused_at_creation_with_th
     # A node where 16 GPUs would fit: only the quota stands in the way.
     running = await start_scheduler(quota_config())
     await create_all(api, [make_node("dgx-0", gpus=16)], [])
-    refused = await api.create_pod(pod("sixteen", gpus=16))
+    refused = await api.create_pod(quota_pod("sixteen", gpus=16))
     assert refused.status == 403, refused.body
     assert REFUSED in refused.message, refused.message
     assert f"ValidatingAdmissionPolicy '{POLICY_NAME}'" in refused.message
     # Within the max: admitted, and scheduled. Another scheduler's pod, or a pod of a namespace the config
     # maps to no one, is admitted whatever it asks.
-    assert (await api.create_pod(pod("eight", gpus=8))).status == 201
-    assert (await api.create_pod(pod("theirs", gpus=16, scheduler_name="default-scheduler"))).status == 201
-    assert (await api.create_pod(pod("unmapped", namespace=OTHER, gpus=16))).status == 201
+    assert (await api.create_pod(quota_pod("eight", gpus=8))).status == 201
+    assert (await api.create_pod(quota_pod("theirs", gpus=16,
+                                           scheduler_name="default-scheduler"))).status == 201
+    assert (await api.create_pod(quota_pod("unmapped", namespace=OTHER, gpus=16))).status == 201
     await wait_for(lambda: node_of(cluster, "eight"), what="the admitted pod bound")
     await cluster.synced()
     assert cluster.store.get("pods", NAMESPACE, "sixteen") is None
@@ -145,14 +147,14 @@ def init(name: str, cpu: str, sidecar: bool = False) -> dict[str, Any]:
 
 
 def two_containers(first: int, second: int) -> dict[str, Any]:
-    body = pod("two", gpus=first)
+    body = quota_pod("two", gpus=first)
     extra = {"name": "second", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": str(second)}}}
     body["spec"]["containers"].append(extra)
     return body
 
 
 def pod_level(cpu: str) -> dict[str, Any]:
-    body = pod("pod-level", cpu="1")
+    body = quota_pod("pod-level", cpu="1")
     body["spec"]["resources"] = {"requests": {"cpu": cpu}}
     return body
 
@@ -161,40 +163,41 @@ def pod_level(cpu: str) -> dict[str, Any]:
 CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("two containers add up", two_containers(5, 4), "nvidia.com/gpu 9/8 (requested/max)"),
     ("two containers within", two_containers(4, 4), None),
-    ("cpu", pod("cpu", cpu="4500m"), "cpu 4.5/4 (requested/max)"),
-    ("cpu at the max", pod("cpu", cpu="4"), None),
-    ("memory in Gi", pod("memory", memory="9Gi"), "memory 9Gi/8Gi (requested/max)"),
+    ("cpu", quota_pod("cpu", cpu="4500m"), "cpu 4.5/4 (requested/max)"),
+    ("cpu at the max", quota_pod("cpu", cpu="4"), None),
+    ("memory in Gi", quota_pod("memory", memory="9Gi"), "memory 9Gi/8Gi (requested/max)"),
     ("an init container above the containers",
-     pod("init", cpu="1", init_containers=[init("setup", "5")]), "cpu 5/4 (requested/max)"),
+     quota_pod("init", cpu="1", init_containers=[init("setup", "5")]), "cpu 5/4 (requested/max)"),
     ("an init container beside an earlier sidecar",
-     pod("init", cpu="1", init_containers=[init("proxy", "1", True), init("setup", "3500m")]),
+     quota_pod("init", cpu="1", init_containers=[init("proxy", "1", True), init("setup", "3500m")]),
      "cpu 4.5/4 (requested/max)"),
     ("an init container before the sidecar: not beside it",
-     pod("init", cpu="1", init_containers=[init("setup", "3500m"), init("proxy", "1", True)]), None),
+     quota_pod("init", cpu="1", init_containers=[init("setup", "3500m"), init("proxy", "1", True)]), None),
     ("pod-level requests replace the containers'", pod_level("5"), "cpu 5/4 (requested/max)"),
-    ("a gang of 3 by its labels", pod("member", gpus=4, labels=gang(3)),
+    ("a gang of 3 by its labels", quota_pod("member", gpus=4, labels=gang(3)),
      "nvidia.com/gpu 12/8 (gang of 3 pods, requested/max)"),
-    ("a gang of 2 fits", pod("member", gpus=4, labels=gang(2)), None),
-    ("a Koordinator gang", pod("member", gpus=4, annotations={
+    ("a gang of 2 fits", quota_pod("member", gpus=4, labels=gang(2)), None),
+    ("a Koordinator gang", quota_pod("member", gpus=4, annotations={
         "gang.scheduling.koordinator.sh/name": "job", "gang.scheduling.koordinator.sh/min-available": "3"}),
      "nvidia.com/gpu 12/8 (gang of 3 pods, requested/max)"),
-    ("a PodGroup's member: its minMember is not known", pod("member", gpus=4, labels={
+    ("a PodGroup's member: its minMember is not known", quota_pod("member", gpus=4, labels={
         "scheduling.x-k8s.io/pod-group": "job"}), None),
-    ("the queue's quota", pod("queued", gpus=3, labels={"ai-scheduler.io/queue": "small"}),
+    ("the queue's quota", quota_pod("queued", gpus=3, labels={"ai-scheduler.io/queue": "small"}),
      "exceeds quota of queue small: nvidia.com/gpu 3/2 (requested/max)"),
     ("a trusted user label: carol's own max",
-     pod("carol", cpu="2", labels={"ai-scheduler.io/user": "carol"}),
+     quota_pod("carol", cpu="2", labels={"ai-scheduler.io/user": "carol"}),
      "exceeds quota of user carol: cpu 2/1 (requested/max)"),
     ("a user label naming no user: the namespace's user",
-     pod("nobody", cpu="2", labels={"ai-scheduler.io/user": "nobody"}), None),
-    ("managed GPUs by count", pod("managed", annotations={"ai-scheduler.io/gpu-count": "3"}),
+     quota_pod("nobody", cpu="2", labels={"ai-scheduler.io/user": "nobody"}), None),
+    ("managed GPUs by count", quota_pod("managed", annotations={"ai-scheduler.io/gpu-count": "3"}),
      "ai-scheduler.io/gpu-count 3/2 (requested/max)"),
-    ("a GPU fraction", pod("share", annotations={"ai-scheduler.io/gpu-fraction": "0.75"}),
+    ("a GPU fraction", quota_pod("share", annotations={"ai-scheduler.io/gpu-fraction": "0.75"}),
      "ai-scheduler.io/gpu-fraction 0.75/0.5 (requested/max)"),
     ("a GPU fraction the scheduler rounds to the max",
-     pod("share", annotations={"ai-scheduler.io/gpu-fraction": "0.501"}), None),
+     quota_pod("share", annotations={"ai-scheduler.io/gpu-fraction": "0.501"}), None),
     ("two managed-GPU annotations: the scheduler reports the error",
-     pod("both", annotations={"ai-scheduler.io/gpu-count": "3", "ai-scheduler.io/gpu-fraction": "0.75"}),
+     quota_pod("both",
+               annotations={"ai-scheduler.io/gpu-count": "3", "ai-scheduler.io/gpu-fraction": "0.75"}),
      None),
 ]
 
@@ -228,17 +231,19 @@ async def test_an_elastic_quota_refuses_the_pods_of_its_namespace_the_config_doe
     reason = "exceeds quota of group quota-elastic/quota: nvidia.com/gpu 12/8 (requested/max)"
     status, message = 0, ""
     for _ in range(300):
-        status, message = await asyncio.to_thread(dry_run, policy, pod("twelve", namespace=ELASTIC, gpus=12))
+        status, message = await asyncio.to_thread(dry_run, policy,
+                                                  quota_pod("twelve", namespace=ELASTIC, gpus=12))
         if status != 201:
             break
         await asyncio.sleep(0.1)
     assert status == 403 and reason in message, (status, message)
     # Memory shown as the quota writes it; a gang by its size; within the max, admitted.
-    status, message = await asyncio.to_thread(dry_run, policy, pod("big", namespace=ELASTIC, memory="9Gi"))
+    status, message = await asyncio.to_thread(dry_run, policy,
+                                              quota_pod("big", namespace=ELASTIC, memory="9Gi"))
     assert status == 403 and "memory 9Gi/8Gi (requested/max)" in message, message
-    member = pod("member", namespace=ELASTIC, gpus=4, labels=gang(3))
+    member = quota_pod("member", namespace=ELASTIC, gpus=4, labels=gang(3))
     status, message = await asyncio.to_thread(dry_run, policy, member)
     assert status == 403 and "nvidia.com/gpu 12/8 (gang of 3 pods, requested/max)" in message, message
-    assert (await asyncio.to_thread(dry_run, policy, pod("eight", namespace=ELASTIC, gpus=8)))[0] == 201
+    assert (await asyncio.to_thread(dry_run, policy, quota_pod("eight", namespace=ELASTIC, gpus=8)))[0] == 201
     # The config maps quota-vision: its own max (8) counts there, not the namespace's ElasticQuota (1).
-    assert (await asyncio.to_thread(dry_run, policy, pod("eight", gpus=8)))[0] == 201
+    assert (await asyncio.to_thread(dry_run, policy, quota_pod("eight", gpus=8)))[0] == 201

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 from backends import Cluster
+from builders import Pod
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.log import parse_time
-from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.sim import make_node
 from ai_scheduler.tracesim.forecast import forecaster
 from ai_scheduler.visibility.resources import queue_view
 
@@ -24,8 +25,8 @@ ESTIMATE = "ai-scheduler.io/estimated-runtime"
 HOUR = 3600.0
 
 
-def pod(name: str, gpus: int, estimate: str) -> dict[str, Any]:
-    return make_pod(name, gpus=gpus, cpu="1", memory="1Gi", annotations={ESTIMATE: estimate})
+def estimated_pod(name: str, gpus: int, estimate: str) -> dict[str, Any]:
+    return Pod(name, gpus=gpus, cpu="1", memory="1Gi", annotations={ESTIMATE: estimate}).obj()
 
 
 async def test_waiting_pods_are_served_in_order_with_reasons_and_expected_starts(
@@ -36,15 +37,16 @@ async def test_waiting_pods_are_served_in_order_with_reasons_and_expected_starts
         "scheduling": {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2},
         "prediction": {"forecastSeconds": 0.5},
     })
-    await create_all(api, [make_node("gpu8", cpu="64", memory="512Gi", gpus=8)], [pod("trainer", 8, "1h")])
+    await create_all(api, [make_node("gpu8", cpu="64", memory="512Gi", gpus=8)],
+                     [estimated_pod("trainer", 8, "1h")])
     running = await start_scheduler(config, forecaster=forecaster)
     await wait_for(lambda: [d for d in running.log_lines("decision") if d["result"] == "scheduled"],
                    what="the trainer placed")
     placed_at = time.time()
-    await create_all(api, [], [pod("next", 4, "30m")])
+    await create_all(api, [], [estimated_pod("next", 4, "30m")])
     await wait_for(lambda: [d for d in running.log_lines("decision") if d["pod"] == "default/next"],
                    what="next tried")
-    await create_all(api, [], [pod("later", 8, "2h")])
+    await create_all(api, [], [estimated_pod("later", 8, "2h")])
     scheduler = running.scheduler
 
     def forecast_made() -> dict[str, Any] | None:

@@ -380,7 +380,7 @@ def ray_pods(ray: dict[str, Any]) -> list[dict[str, Any]]:
     name = ray["metadata"]["name"]
     spec = ray["spec"]
 
-    def pod(node_type: str, group: str, template: dict[str, Any], prefix: str) -> dict[str, Any]:
+    def ray_pod(node_type: str, group: str, template: dict[str, Any], prefix: str) -> dict[str, Any]:
         labels = {**((template.get("metadata") or {}).get("labels") or {}),
                   "ray.io/is-ray-node": "yes", "ray.io/cluster": name, "ray.io/node-type": node_type,
                   "ray.io/group": group, "ray.io/identifier": f"{name}-{node_type}",
@@ -399,11 +399,11 @@ def ray_pods(ray: dict[str, Any]) -> list[dict[str, Any]]:
             meta["annotations"] = annotations
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
-    pods = [pod("head", "headgroup", spec["headGroupSpec"]["template"], f"{name}-head-")]
+    pods = [ray_pod("head", "headgroup", spec["headGroupSpec"]["template"], f"{name}-head-")]
     for group in spec["workerGroupSpecs"]:
         count = group.get("replicas", 0) * group.get("numOfHosts", 1)
         gname = group["groupName"]
-        pods += [pod("worker", gname, group["template"], f"{name}-{gname}-worker-") for _ in range(count)]
+        pods += [ray_pod("worker", gname, group["template"], f"{name}-{gname}-worker-") for _ in range(count)]
     return pods
 
 
@@ -476,7 +476,7 @@ async def create_leaderworkerset_group(api: KubeClient, lws: dict[str, Any], gro
                 "spec": {"replicas": replicas, "serviceName": name, "podManagementPolicy": "Parallel",
                          "selector": {"matchLabels": dict(labels)}, "template": template}}
 
-    def pod(
+    def lws_pod(
         owner: dict[str, Any], pod_name: str, template: dict[str, Any], extra: dict[str, str]
     ) -> dict[str, Any]:
         meta = template["metadata"]
@@ -491,14 +491,14 @@ async def create_leaderworkerset_group(api: KubeClient, lws: dict[str, Any], gro
     leader_name = f"{name}-{group}"
     group_labels = {"leaderworkerset.sigs.k8s.io/group-index": str(group),
                     "leaderworkerset.sigs.k8s.io/group-key": group_key}
-    leader = pod(leaders, leader_name, leaders["spec"]["template"], group_labels)
+    leader = lws_pod(leaders, leader_name, leaders["spec"]["template"], group_labels)
     leader_result = await api.create_pod(leader)
     assert leader_result.ok, leader_result.message
     workers = await create_stateful_set(api, stateful_set(
         leader_name, size - 1, leader_result.body, {**common, **group_labels},
         {**size_annotation, "leaderworkerset.sigs.k8s.io/leader-name": leader_name}))
     await create_all(api, [], [
-        pod(workers, f"{leader_name}-{i}", workers["spec"]["template"],
+        lws_pod(workers, f"{leader_name}-{i}", workers["spec"]["template"],
             {"leaderworkerset.sigs.k8s.io/worker-index": str(i)})
         for i in range(1, size)
     ])

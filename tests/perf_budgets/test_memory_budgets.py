@@ -20,11 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.heap import trimmer
-from ai_scheduler.sim.objects import make_node, make_pod
+from ai_scheduler.sim.objects import make_node
 from ai_scheduler.tracesim import forecast as forecasting
 from ai_scheduler.tracesim.engine import Simulation
 
@@ -50,18 +51,17 @@ def _uid(index: int) -> str:
     return f"00000000-0000-4000-8000-{index:012d}"
 
 
-def _pod(index: int, node: str | None, *, estimate: str | None = None) -> dict[str, Any]:
+def bench_pod(index: int, node: str | None, *, estimate: str | None = None) -> dict[str, Any]:
     """A pod as the API serves it, of the benchmarks' shape."""
-    obj = make_pod(
+    pod = Pod(
         f"pod-{index:06d}", labels={"app": "bench"}, node_name=node,
         scheduler_name="ai-scheduler" if node is None else "another-scheduler",
         annotations={"ai-scheduler.io/estimated-runtime": estimate} if estimate else None,
         tolerations=[{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
                       "tolerationSeconds": 300}],
     )
-    obj["metadata"].update(uid=_uid(index), resourceVersion=str(100_000 + index), creationTimestamp=CREATED)
-    obj["status"] = {"phase": "Running", "startTime": CREATED} if node else {"phase": "Pending"}
-    return obj
+    pod.meta(uid=_uid(index), resourceVersion=str(100_000 + index), creationTimestamp=CREATED)
+    return (pod.status(phase="Running", startTime=CREATED) if node else pod.phase("Pending")).obj()
 
 
 def _core(nodes: int = NODES) -> SchedulerCore:
@@ -93,7 +93,7 @@ def traced() -> Iterator[Measure]:
 def _add_pods(core: SchedulerCore, first: int, count: int, bound: bool) -> None:
     for index in range(first, first + count):
         node = f"node-{index % NODES:04d}" if bound else None
-        core.handlers.on_pod_event("ADDED", _pod(index, node))
+        core.handlers.on_pod_event("ADDED", bench_pod(index, node))
 
 
 def test_a_bound_pod_in_the_cache_takes_at_most_its_budget(traced: Measure) -> None:
@@ -127,9 +127,9 @@ def _forecast_core() -> SchedulerCore:
     """Pods that end (an estimate) on every node, and pods waiting for their room."""
     core = _core(nodes=20)
     for index in range(400):
-        core.handlers.on_pod_event("ADDED", _pod(index, f"node-{index % 20:04d}", estimate="1h"))
+        core.handlers.on_pod_event("ADDED", bench_pod(index, f"node-{index % 20:04d}", estimate="1h"))
     for index in range(400, 400 + 60):
-        obj = _pod(index, None, estimate="30m")
+        obj = bench_pod(index, None, estimate="30m")
         obj["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "40"
         core.handlers.on_pod_event("ADDED", obj)
     return core

@@ -352,12 +352,12 @@ def test_coupled_plugin_keeps_nvlink_islands_whole_for_four_gpu_pods() -> None:
     # Two 8-GPU nodes with islands of four. "whole" is all free; "half" has two GPUs of island 0 taken.
     # A 2-GPU pod on "half" fills island 0 and leaves island 4 whole for a 4-GPU pod; on "whole" it
     # breaks an island. Plain FGD sees no partly used device on either: a tie, the first node wins.
-    def node(name: str) -> NodeRecord:
+    def a100_node(name: str) -> NodeRecord:
         spec = NodeSpec(name, cpu=96 * CORE, memory=512 * GIB, gpus=8, gpu_model="A100",
                         gpu_memory=80 * GIB, managed=True, nvlink_island=4)
         return NodeRecord.from_api(spec.to_node())
 
-    cache = cluster(node("whole"), node("half"))
+    cache = cluster(a100_node("whole"), a100_node("half"))
     for i in range(2):
         record = make_pod(f"old{i}", cpu="1", memory="1Gi", node_name="half",
                           annotations={GPU_COUNT_ANNOTATION: "1", GPU_IDS_ANNOTATION: str(i)})

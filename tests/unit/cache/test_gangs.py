@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.gangs import (
     GROUP_MIN_LABEL,
@@ -21,28 +22,11 @@ from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.daemon.gang_status import podgroup_status
 
 
-def pod(
-    name: str = "p",
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    phase: str = "Pending",
-    node: str = "",
-    owners: tuple[str, ...] = (),
-) -> PodRecord:
-    obj: dict[str, Any] = {
-        "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "uid": f"uid-{name}",
-            "labels": labels or {},
-            "annotations": annotations or {},
-            "ownerReferences": [{"name": owner} for owner in owners],
-        },
-        "spec": {"nodeName": node} if node else {},
-        "status": {"phase": phase},
-    }
-    return PodRecord.from_api(obj)
+def gang_pod(name: str = "p", *, labels: dict[str, str] | None = None,
+             annotations: dict[str, str] | None = None,
+             phase: str = "Pending", node: str = "", owners: tuple[str, ...] = ()) -> PodRecord:
+    return (Pod.bare(name, "ml").uid().labels(labels or {}).annotations(annotations or {})
+            .owners(*({"name": owner} for owner in owners)).spec().on(node).phase(phase).record())
 
 
 @pytest.mark.parametrize(
@@ -75,13 +59,13 @@ def pod(
 def test_gang_ref_reads_every_declaration(
     labels: dict[str, str], annotations: dict[str, str], expected: tuple[str, int | None, str, str]
 ) -> None:
-    ref = gang_ref(pod(labels=labels, annotations=annotations))
+    ref = gang_ref(gang_pod(labels=labels, annotations=annotations))
     assert ref is not None
     assert (ref.key, ref.min_member, ref.source, ref.error) == expected
 
 
 def test_a_lone_pod_has_no_gang() -> None:
-    assert gang_ref(pod(labels={"app": "web"})) is None
+    assert gang_ref(gang_pod(labels={"app": "web"})) is None
 
 
 def test_podgroup_spec_parses_and_reports_bad_fields() -> None:
@@ -108,16 +92,16 @@ def test_podgroup_spec_parses_and_reports_bad_fields() -> None:
 
 def test_registry_tracks_members_and_a_missing_podgroup() -> None:
     registry = GangRegistry()
-    gang = registry.observe_pod(pod("a", labels={POD_GROUP_LABEL: "g"}))
+    gang = registry.observe_pod(gang_pod("a", labels={POD_GROUP_LABEL: "g"}))
     assert gang is not None and gang.problem == f"label {POD_GROUP_LABEL}: pod group ml/g not found"
     registry.set_podgroup(
         {"metadata": {"namespace": "ml", "name": "g", "uid": "pg"}, "spec": {"minMember": 2}}
     )
     assert gang.problem == "" and gang.min_member == 2
-    registry.observe_pod(pod("b", labels={POD_GROUP_LABEL: "g"}))
+    registry.observe_pod(gang_pod("b", labels={POD_GROUP_LABEL: "g"}))
     assert set(gang.members) == {"uid-a", "uid-b"}
     # A pod relabelled out of the gang leaves it.
-    registry.observe_pod(pod("b", labels={}))
+    registry.observe_pod(gang_pod("b", labels={}))
     assert set(gang.members) == {"uid-a"}
     registry.forget_pod("uid-a")
     registry.remove_podgroup({"metadata": {"namespace": "ml", "name": "g"}})
@@ -143,26 +127,28 @@ G = {POD_GROUP_LABEL: "g"}
 @pytest.mark.parametrize(
     ("members", "started", "phase"),
     [
-        ((pod("a", labels=G),), False, "Pending"),
-        ((pod("a", labels=G), pod("b", labels=G)), False, "PreScheduling"),
-        ((pod("a", labels=G), pod("b", labels=G)), True, "Scheduling"),
-        ((pod("a", labels=G, node="n"), pod("b", labels=G)), True, "Scheduling"),
-        ((pod("a", labels=G, node="n"), pod("b", labels=G, node="n")), True, "Scheduled"),
+        ((gang_pod("a", labels=G),), False, "Pending"),
+        ((gang_pod("a", labels=G), gang_pod("b", labels=G)), False, "PreScheduling"),
+        ((gang_pod("a", labels=G), gang_pod("b", labels=G)), True, "Scheduling"),
+        ((gang_pod("a", labels=G, node="n"), gang_pod("b", labels=G)), True, "Scheduling"),
+        ((gang_pod("a", labels=G, node="n"), gang_pod("b", labels=G, node="n")), True, "Scheduled"),
         (
-            (pod("a", labels=G, node="n", phase="Running"), pod("b", labels=G, node="n", phase="Running")),
+            (gang_pod("a", labels=G, node="n", phase="Running"),
+             gang_pod("b", labels=G, node="n", phase="Running")),
             True,
             "Running",
         ),
         (
             (
-                pod("a", labels=G, node="n", phase="Succeeded"),
-                pod("b", labels=G, node="n", phase="Succeeded"),
+                gang_pod("a", labels=G, node="n", phase="Succeeded"),
+                gang_pod("b", labels=G, node="n", phase="Succeeded"),
             ),
             True,
             "Finished",
         ),
         (
-            (pod("a", labels=G, node="n", phase="Failed"), pod("b", labels=G, node="n", phase="Running")),
+            (gang_pod("a", labels=G, node="n", phase="Failed"),
+             gang_pod("b", labels=G, node="n", phase="Running")),
             True,
             "Failed",
         ),
@@ -176,8 +162,8 @@ def test_podgroup_phases_follow_scheduler_plugins(
 
 def test_podgroup_status_fields() -> None:
     gang = _gang_with(
-        pod("a", labels=G, node="n", phase="Running", owners=("job-1",)),
-        pod("b", labels=G, node="n", phase="Succeeded", owners=("job-1",)),
+        gang_pod("a", labels=G, node="n", phase="Running", owners=("job-1",)),
+        gang_pod("b", labels=G, node="n", phase="Succeeded", owners=("job-1",)),
         started=True,
     )
     status = podgroup_status(gang)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from builders import Pod, owner_ref
 
 from ai_scheduler.cache.gangs import GangRegistry, gang_ref, owner_key
 from ai_scheduler.cache.pod_grouper import OwnerSpec, infer_gang, parse_owner
@@ -18,25 +19,16 @@ from ai_scheduler.daemon.gang_status import native_conditions
 NS = "team"
 
 
-def pod(
-    name: str,
-    *,
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    owner: tuple[str, str, str] | None = None,
-    group: str | None = None,
-    uid: str | None = None,
-) -> PodRecord:
-    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": uid or f"uid-{name}",
-                            "labels": labels or {}, "annotations": annotations or {}}
+def grouped_pod(name: str, *, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+                owner: tuple[str, str, str] | None = None, group: str | None = None,
+                uid: str | None = None) -> PodRecord:
+    pod = (Pod.bare(name, NS).uid(uid).labels(labels or {}).annotations(annotations or {})
+           .spec(schedulerName="ai-scheduler").container("main", "x").phase("Pending"))
     if owner is not None:
         api, kind, owner_name = owner
-        ref = {"apiVersion": api, "kind": kind, "name": owner_name, "uid": f"uid-{owner_name}"}
-        meta["ownerReferences"] = [{**ref, "controller": True, "blockOwnerDeletion": True}]
-    spec: dict[str, Any] = {"schedulerName": "ai-scheduler", "containers": [{"name": "main", "image": "x"}]}
-    if group is not None:
-        spec["schedulingGroup"] = {"podGroupName": group}
-    return PodRecord.from_api({"metadata": meta, "spec": spec, "status": {"phase": "Pending"}})
+        pod.owners(owner_ref(api, kind, owner_name, f"uid-{owner_name}", controller=True,
+                             block_owner_deletion=True))
+    return (pod.spec(schedulingGroup={"podGroupName": group}) if group is not None else pod).record()
 
 
 def obj(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +62,7 @@ def lws_pod(lws: str, group: int, worker: int, size: int) -> PodRecord:
     else:
         owner = ("apps/v1", "StatefulSet", lws)
         name = f"{lws}-{group}"
-    return pod(name, labels=labels, annotations=annotations, owner=owner)
+    return grouped_pod(name, labels=labels, annotations=annotations, owner=owner)
 
 
 def test_a_leaderworkerset_group_is_its_leader_and_workers_from_the_pod_alone() -> None:
@@ -122,7 +114,7 @@ def jobset_pod(jobset: str, rjob: str, job_index: int, completion: int) -> PodRe
     annotations = {"batch.kubernetes.io/job-completion-index": str(completion),
                    "jobset.sigs.k8s.io/jobset-name": jobset}
     owner = ("batch/v1", "Job", job)
-    return pod(f"{job}-{completion}-x", labels=labels, annotations=annotations, owner=owner)
+    return grouped_pod(f"{job}-{completion}-x", labels=labels, annotations=annotations, owner=owner)
 
 
 TRAINER_JOBSET = obj("JobSet", "train", {"replicatedJobs": [
@@ -167,7 +159,7 @@ def kubeflow_pod(job: str, kind: str, api: str, operator: str, rtype: str, index
     }
     if rtype in ("master", "launcher"):
         labels["training.kubeflow.org/job-role"] = rtype
-    return pod(f"{job}-{rtype}-{index}", labels=labels, owner=(api, kind, job))
+    return grouped_pod(f"{job}-{rtype}-{index}", labels=labels, owner=(api, kind, job))
 
 
 def test_a_pytorchjob_is_one_gang_of_master_and_workers() -> None:
@@ -208,7 +200,7 @@ def ray_pod(cluster: str, node_type: str, group: str, i: int) -> PodRecord:
         "app.kubernetes.io/name": "kuberay",
         "app.kubernetes.io/created-by": "kuberay-operator",
     }
-    return pod(f"{cluster}-{group}-{i}", labels=labels, owner=("ray.io/v1", "RayCluster", cluster))
+    return grouped_pod(f"{cluster}-{group}-{i}", labels=labels, owner=("ray.io/v1", "RayCluster", cluster))
 
 
 def test_a_raycluster_is_its_head_and_its_worker_groups_minimum() -> None:
@@ -244,7 +236,8 @@ def job_pod(job: str, index: int | None) -> PodRecord:
     if index is not None:
         labels["batch.kubernetes.io/job-completion-index"] = str(index)
         annotations["batch.kubernetes.io/job-completion-index"] = str(index)
-    return pod(f"{job}-{index}-x", labels=labels, annotations=annotations, owner=("batch/v1", "Job", job))
+    return grouped_pod(f"{job}-{index}-x", labels=labels, annotations=annotations,
+                       owner=("batch/v1", "Job", job))
 
 
 def test_an_indexed_job_is_a_gang_of_its_parallelism() -> None:
@@ -265,17 +258,17 @@ def test_precedence_schedulinggroup_then_explicit_keys_then_inference() -> None:
     member.labels = {**member.labels, "scheduling.x-k8s.io/pod-group": "explicit"}  # records share labels
     ref = gang_ref(member, none)
     assert ref is not None and ref.key == f"{NS}/explicit"
-    native = pod("n", labels={"scheduling.x-k8s.io/pod-group": "explicit"}, group="ranks")
+    native = grouped_pod("n", labels={"scheduling.x-k8s.io/pod-group": "explicit"}, group="ranks")
     ref = gang_ref(native, none)
     assert ref is not None and (ref.key, ref.declared_by) == (f"{NS}/PodGroup/ranks", "spec.schedulingGroup")
 
 
 @pytest.mark.parametrize("key", ["scheduling.k8s.io/group-name", "pod-group-name"])
 def test_volcano_and_kai_pod_group_annotations_are_aliases(key: str) -> None:
-    ref = gang_ref(pod("p", annotations={key: "pg-train"}), none)
+    ref = gang_ref(grouped_pod("p", annotations={key: "pg-train"}), none)
     assert ref is not None and ref.key == f"{NS}/pg-train" and ref.declared_by == f"annotation {key}"
     registry = GangRegistry()
-    gang = registry.observe_pod(pod("p", annotations={key: "pg-train"}))
+    gang = registry.observe_pod(grouped_pod("p", annotations={key: "pg-train"}))
     assert gang is not None and gang.problem == f"annotation {key}: pod group {NS}/pg-train not found"
 
 
@@ -314,15 +307,15 @@ def native_podgroup(name: str, policy: dict[str, Any], generation: int = 1) -> d
 
 def test_native_gang_basic_and_missing_podgroups() -> None:
     registry = GangRegistry()
-    member = pod("m-0", group="ranks")
+    member = grouped_pod("m-0", group="ranks")
     gang = registry.observe_pod(member)
     assert gang is not None
     assert gang.problem == 'waiting for pods\'s pod group "ranks" to appear in scheduling queue'
     registry.set_native_podgroup(native_podgroup("ranks", {"gang": {"minCount": 4}}))
     assert gang.problem == "" and gang.min_member == 4 and registry.gang_of(member) is gang
-    registry.observe_pod(pod("b-0", group="serve"))
+    registry.observe_pod(grouped_pod("b-0", group="serve"))
     registry.set_native_podgroup(native_podgroup("serve", {"basic": {}}))
-    assert registry.gang_of(pod("b-0", group="serve")) is None, "basic: an ordinary pod"
+    assert registry.gang_of(grouped_pod("b-0", group="serve")) is None, "basic: an ordinary pod"
     bad = registry.set_native_podgroup(native_podgroup("bad", {"gang": {"minCount": 0}}))
     assert bad.problem == (
         f"pod group {NS}/PodGroup/bad: spec.schedulingPolicy.gang.minCount must be a positive integer, got 0"
@@ -332,7 +325,7 @@ def test_native_gang_basic_and_missing_podgroups() -> None:
 def test_the_initially_scheduled_condition_as_kube_scheduler_writes_it() -> None:
     registry = GangRegistry()
     registry.set_native_podgroup(native_podgroup("ranks", {"gang": {"minCount": 2}}, generation=3))
-    members = [pod(f"m-{i}", group="ranks") for i in range(2)]
+    members = [grouped_pod(f"m-{i}", group="ranks") for i in range(2)]
     for member in members:
         gang = registry.observe_pod(member)
     assert gang is not None

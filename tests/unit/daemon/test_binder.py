@@ -18,7 +18,7 @@ from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.metrics import Metrics
-from unit.cache.test_cache import node, pod
+from unit.cache.test_cache import cached_node, cached_pod
 
 NO_ANSWER = ApiResult(0, {"message": "no answer within 1 s (apiRequestTimeoutSeconds)"})
 
@@ -66,8 +66,8 @@ class ScriptedClient:
 class Harness:
     def __init__(self, answers: list[ApiResult]) -> None:
         self.cache = SchedulerCache()
-        self.cache.set_node(node("n1", cpu="4"))
-        self.cache.set_node(node("n2", cpu="4"))
+        self.cache.set_node(cached_node("n1", cpu="4"))
+        self.cache.set_node(cached_node("n2", cpu="4"))
         self.queue = SchedulingQueue()
         self.client = ScriptedClient(answers, self.cache)
         self.log = io.BytesIO()
@@ -100,7 +100,7 @@ class Harness:
 
 async def test_a_binding_without_an_answer_is_retried_on_the_same_node_keeping_its_assumption() -> None:
     h = Harness([NO_ANSWER, NO_ANSWER, ApiResult(201, {})])
-    p = pod("p")
+    p = cached_pod("p")
     h.submit(p)
     await h.finish()
     assert h.client.binds == [("n1", True)] * 3, "same node each time, resources still held meanwhile"
@@ -114,7 +114,7 @@ async def test_a_binding_without_an_answer_is_retried_on_the_same_node_keeping_i
 
 async def test_a_409_naming_our_node_after_an_unanswered_try_is_the_earlier_try_having_landed() -> None:
     h = Harness([NO_ANSWER, conflict("n1")])
-    p = pod("p")
+    p = cached_pod("p")
     h.submit(p)
     await h.finish()
     assert h.succeeded == ["n1"] and h.failed == []
@@ -125,7 +125,7 @@ async def test_a_409_naming_our_node_after_an_unanswered_try_is_the_earlier_try_
 
 async def test_a_409_naming_another_node_forgets_the_assumption_and_requeues() -> None:
     h = Harness([NO_ANSWER, conflict("n2")])
-    p = pod("p")
+    p = cached_pod("p")
     h.submit(p)
     await h.finish()
     assert h.succeeded == [] and h.failed == [409]
@@ -137,14 +137,14 @@ async def test_a_409_naming_another_node_forgets_the_assumption_and_requeues() -
 async def test_a_409_on_the_first_try_is_a_conflict_even_when_it_names_our_node() -> None:
     """Without an unanswered try of ours, someone else bound the pod: the existing path, unchanged."""
     h = Harness([conflict("n1")])
-    h.submit(pod("p"))
+    h.submit(cached_pod("p"))
     await h.finish()
     assert h.succeeded == [] and h.failed == [409]
 
 
 async def test_drain_gives_up_bindings_still_retrying() -> None:
     h = Harness([NO_ANSWER])
-    h.submit(pod("p"))
+    h.submit(cached_pod("p"))
     await asyncio.sleep(0.01)
     await h.binder.drain(timeout=0.05)
     assert h.binder.in_flight == 0

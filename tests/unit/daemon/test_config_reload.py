@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 import pytest
+from builders import Pod
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
@@ -641,10 +642,8 @@ async def test_a_new_promotion_bound_reorders_the_pods_already_waiting(running: 
 # --- components that take new settings while they hold work -------------------------------------------
 
 
-def _pod_record(name: str) -> PodRecord:
-    pod = make_pod(name)
-    pod["metadata"].update(uid=name, resourceVersion="1")
-    return PodRecord.from_api(pod)
+def queued_pod(name: str) -> PodRecord:
+    return Pod(name).uid(name).rv("1").record()
 
 
 async def test_queue_reconfigure_moves_running_backoffs_and_the_flush() -> None:
@@ -652,7 +651,7 @@ async def test_queue_reconfigure_moves_running_backoffs_and_the_flush() -> None:
     queue = SchedulingQueue(
         initial_backoff=10, max_backoff=100, unschedulable_flush=300, clock=lambda: now[0]
     )
-    record = _pod_record("a")
+    record = queued_pod("a")
     queue.add(record)
     qp = queue.pop_nowait()
     assert qp is not None
@@ -675,7 +674,7 @@ def test_a_new_assume_timeout_moves_the_deadlines_already_running() -> None:
     now = [0.0]
     cache = SchedulerCache(assume_timeout=30, clock=lambda: now[0])
     cache.set_node(NodeRecord.from_api(make_node("n1")))
-    record = _pod_record("a")
+    record = queued_pod("a")
     cache.assume(record, "n1")
     cache.binding_finished("a")
     cache.set_assume_timeout(5)

@@ -8,6 +8,7 @@ import io
 from typing import Any, cast
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.records import PodRecord
@@ -41,10 +42,8 @@ class StatusClient:
         return ApiResult(200, {})
 
 
-def pod() -> PodRecord:
-    obj = make_pod("p")
-    obj["metadata"]["uid"] = "uid-p"
-    return PodRecord.from_api(obj)
+def report_pod() -> PodRecord:
+    return Pod("p").uid().record()
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +59,7 @@ def feedback(client: StatusClient) -> PodReports:
 async def test_a_condition_without_answer_is_tried_again_until_it_lands() -> None:
     client = StatusClient([NO_ANSWER, ApiResult(503, {}), ApiResult(200, {})])
     fb = feedback(client)
-    fb.unschedulable(pod(), "0/1 nodes are available: 1 Insufficient cpu.")
+    fb.unschedulable(report_pod(), "0/1 nodes are available: 1 Insufficient cpu.")
     await fb.close()
     assert client.patches == ["0/1 nodes are available: 1 Insufficient cpu."] * 3
 
@@ -68,7 +67,7 @@ async def test_a_condition_without_answer_is_tried_again_until_it_lands() -> Non
 async def test_a_condition_that_never_lands_is_written_again_on_the_next_attempt() -> None:
     client = StatusClient([NO_ANSWER])
     fb = feedback(client)
-    record = pod()
+    record = report_pod()
     fb.unschedulable(record, "no room")
     await asyncio.wait_for(fb._calls.join(), 5)  # every try made
     tries = len(client.patches)
@@ -83,7 +82,7 @@ async def test_a_condition_that_never_lands_is_written_again_on_the_next_attempt
 async def test_a_superseded_condition_is_not_retried() -> None:
     client = StatusClient([NO_ANSWER, ApiResult(200, {})])
     fb = feedback(client)
-    record = pod()
+    record = report_pod()
     fb.unschedulable(record, "first reason")
     await asyncio.sleep(0)  # the first try goes out and gets no answer
     fb.unschedulable(record, "second reason")

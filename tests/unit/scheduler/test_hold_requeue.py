@@ -7,13 +7,14 @@ import io
 from typing import Any
 
 import orjson
+from builders import Pod
 
 from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.core import SchedulerCore
-from ai_scheduler.sim.objects import make_node, make_pod
+from ai_scheduler.sim.objects import make_node
 from ai_scheduler.tracesim.engine import Simulation
 
 
@@ -30,24 +31,21 @@ def events(log: io.BytesIO, name: str) -> list[dict[str, Any]]:
     return [line for line in lines if line["event"] == name]
 
 
-def pod(annotations: dict[str, str] | None = None, version: str = "1") -> PodRecord:
-    obj = make_pod("job", namespace="team-a", gpus=1, annotations=annotations)
-    obj["metadata"]["uid"] = "uid-job"
-    obj["metadata"]["resourceVersion"] = version
-    return PodRecord.from_api(obj)
+def held_pod(annotations: dict[str, str] | None = None, version: str = "1") -> PodRecord:
+    return Pod("job", namespace="team-a", gpus=1, annotations=annotations).uid().rv(version).record()
 
 
 def test_the_hold_annotation_keeps_a_pod_out_of_the_queue_and_counted_as_gated() -> None:
     core, log = core_and_log()
-    core.handlers.pod_event("ADDED", pod({HOLD_ANNOTATION: "true"}))
+    core.handlers.pod_event("ADDED", held_pod({HOLD_ANNOTATION: "true"}))
     assert "uid-job" not in core.queue
     assert core.queue.pending_counts()["gated"] == 1
     assert [(e["pod"], e["by"]) for e in events(log, "pod.held")] == [("team-a/job", "annotation")]
     # The same pod seen again (a relist, a status change) is logged once, not per event.
-    core.handlers.pod_event("MODIFIED", pod({HOLD_ANNOTATION: "true"}, version="2"))
+    core.handlers.pod_event("MODIFIED", held_pod({HOLD_ANNOTATION: "true"}, version="2"))
     assert len(events(log, "pod.held")) == 1
     # Released: the annotation goes, the pod joins activeQ.
-    core.handlers.pod_event("MODIFIED", pod(version="3"))
+    core.handlers.pod_event("MODIFIED", held_pod(version="3"))
     assert "uid-job" in core.queue and core.queue.counts()["active"] == 1
     assert core.queue.pending_counts()["gated"] == 0
     assert [e["pod"] for e in events(log, "pod.ungated")] == ["team-a/job"]
@@ -55,7 +53,7 @@ def test_the_hold_annotation_keeps_a_pod_out_of_the_queue_and_counted_as_gated()
 
 def test_a_hold_value_other_than_true_does_not_hold() -> None:
     core, _ = core_and_log()
-    core.handlers.pod_event("ADDED", pod({HOLD_ANNOTATION: "false"}))
+    core.handlers.pod_event("ADDED", held_pod({HOLD_ANNOTATION: "false"}))
     assert "uid-job" in core.queue
 
 
@@ -64,7 +62,7 @@ def test_a_new_requeue_value_moves_a_backing_off_pod_to_active_and_resets_its_ba
     core, log = core_and_log(simulation)
     queue, clock = core.queue, simulation.clock
     initial = queue.backoff_duration(1)
-    core.handlers.pod_event("ADDED", pod())
+    core.handlers.pod_event("ADDED", held_pod())
     for attempt in range(1, 4):  # three failures, each waited out on the simulated clock
         qp = queue.pop_nowait()
         assert qp is not None and qp.attempts == attempt
@@ -77,7 +75,7 @@ def test_a_new_requeue_value_moves_a_backing_off_pod_to_active_and_resets_its_ba
             queue.flush_due()
     assert queue.counts() == {"active": 0, "backoff": 1, "unschedulable": 0, "in_flight": 0}
 
-    core.handlers.pod_event("MODIFIED", pod({REQUEUE_ANNOTATION: "2026-01-01T00:00:00.000Z"}, "2"))
+    core.handlers.pod_event("MODIFIED", held_pod({REQUEUE_ANNOTATION: "2026-01-01T00:00:00.000Z"}, "2"))
     assert queue.counts()["active"] == 1 and queue.counts()["backoff"] == 0
     assert [(e["pod"], e["moved"]) for e in events(log, "pod.requeued")] == [("team-a/job", True)]
     # The attempts stay counted; the backoff starts over: the next failure waits one initial period.
@@ -87,14 +85,14 @@ def test_a_new_requeue_value_moves_a_backing_off_pod_to_active_and_resets_its_ba
     backoff, _ = queue.deadlines()
     assert backoff is not None and backoff - clock() == initial
     # The same value seen again (a relist) asks for nothing.
-    core.handlers.pod_event("MODIFIED", pod({REQUEUE_ANNOTATION: "2026-01-01T00:00:00.000Z"}, "3"))
+    core.handlers.pod_event("MODIFIED", held_pod({REQUEUE_ANNOTATION: "2026-01-01T00:00:00.000Z"}, "3"))
     assert len(events(log, "pod.requeued")) == 1
     assert queue.counts()["backoff"] == 1
 
 
 def test_requeue_moves_an_unschedulable_pod_at_once() -> None:
     queue = SchedulingQueue(initial_backoff=10, max_backoff=100)
-    queue.add(pod())
+    queue.add(held_pod())
     qp = queue.pop_nowait()
     assert qp is not None
     assert queue.requeue(qp, unschedulable=True, reason="0/1 nodes are available")

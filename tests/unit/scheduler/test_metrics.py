@@ -24,7 +24,7 @@ from ai_scheduler.scheduler.metrics import Metrics, StateCollector, attempts_lab
 from ai_scheduler.scheduler.recovery import CycleGuard
 from ai_scheduler.sim import SimApiServer, make_node, make_pod
 from ai_scheduler.tracesim.engine import Simulation
-from unit.cache.test_cache import pod
+from unit.cache.test_cache import cached_pod
 from unit.daemon.test_binder import Harness, conflict
 from unit.queue.test_scheduling_queue import FakeClock
 
@@ -103,8 +103,8 @@ def test_pending_and_incoming_pods_follow_the_queues_transitions() -> None:
     clock = FakeClock()
     queue, metrics = queue_with_metrics(clock)
     for name in ("a", "b", "c"):
-        queue.add(pod(name))
-    gated = pod("g")
+        queue.add(cached_pod(name))
+    gated = cached_pod("g")
     queue.gate(gated.uid)
     queue.requeue(popped(queue, "a"), unschedulable=True, reason="no room")
     queue.requeue(popped(queue, "b"), unschedulable=False, reason="binding failed")
@@ -119,7 +119,7 @@ def test_pending_and_incoming_pods_follow_the_queues_transitions() -> None:
     queue.move_all("NodeAdd")  # a: unschedulable -> backoff (its backoff since the failure is still running)
     clock.now += 2
     queue.flush_due()  # a and b: backoff -> active
-    queue.add(pod("g"))  # its gates removed
+    queue.add(cached_pod("g"))  # its gates removed
     text = rendered(metrics)
     incoming = {
         ("active", "UnschedulablePodAdd"): 3,
@@ -143,7 +143,7 @@ def test_pending_and_incoming_pods_follow_the_queues_transitions() -> None:
 
 async def test_a_bound_pod_counts_as_scheduled_with_its_latency_and_attempts() -> None:
     h = Harness([ApiResult(201, {})])
-    record = pod("p")
+    record = cached_pod("p")
     h.queue.add(record)
     h.queue.requeue(popped(h.queue, "p"), unschedulable=True, reason="no room")
     qp = h.queue.take(record.uid)  # tried again (as a gang sibling would be)
@@ -164,7 +164,7 @@ async def test_a_bound_pod_counts_as_scheduled_with_its_latency_and_attempts() -
 
 async def test_a_binding_the_api_server_refuses_counts_as_an_error() -> None:
     h = Harness([conflict("n2")])
-    h.submit(pod("p"))
+    h.submit(cached_pod("p"))
     await h.finish()
     text = rendered(h.binder.metrics)
     assert value(text, 'scheduler_schedule_attempts_total{profile="default-scheduler",result="error"}') == 1
@@ -179,7 +179,7 @@ async def test_a_cycle_that_raises_counts_as_an_error() -> None:
     gangs = cast(GangScheduler, SimpleNamespace(holding=[]))
     guard = CycleGuard(h.cache, h.queue, binder, gangs, h.feedback, h.binder.metrics,
                        JsonLogger(stream=io.BytesIO()))
-    h.queue.add(pod("p"))
+    h.queue.add(cached_pod("p"))
 
     def cycle(qp: QueuedPod) -> None:
         raise ValueError("a bug")

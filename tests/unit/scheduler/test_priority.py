@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
@@ -54,37 +55,13 @@ def config(weights: dict[str, float], **extra: Any) -> Any:
     )
 
 
-def pod(
-    name: str,
-    namespace: str = "team-a",
-    *,
-    priority: int = 0,
-    gpus: int = 0,
-    cpu: str = "1",
-    labels: dict[str, str] | None = None,
-    annotations: dict[str, str] | None = None,
-    node: str = "",
-) -> PodRecord:
-    limits = {"nvidia.com/gpu": str(gpus)} if gpus else {}
-    spec: dict[str, Any] = {
-        "priority": priority,
-        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}, "limits": limits}}],
-    }
-    if node:
-        spec["nodeName"] = node
-    return PodRecord.from_api(
-        {
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": f"uid-{name}",
-                "labels": labels or {},
-                "annotations": annotations or {},
-            },
-            "spec": spec,
-            "status": {"phase": "Running" if node else "Pending"},
-        }
-    )
+def tenant_pod(name: str, namespace: str = "team-a", *, priority: int = 0, gpus: int = 0, cpu: str = "1",
+               labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+               node: str = "") -> PodRecord:
+    gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    return (Pod.bare(name, namespace).uid().labels(labels or {}).annotations(annotations or {})
+            .spec(priority=priority).container("c", requests={"cpu": cpu}, limits=gpu).on(node)
+            .phase("Running" if node else "Pending").record())
 
 
 def engine(
@@ -109,36 +86,38 @@ def queued(p: PodRecord, initial: float = 1000.0) -> QueuedPod:
 # ----------------------------------------------------------------------------------------- identity
 def test_identity_comes_from_the_namespace_and_a_trusted_label() -> None:
     tenancy = Tenancy(config({"taskPriority": 1}))
-    assert tenancy.tenant_of(pod("a")) == tenancy.tenant_of(
-        pod("b", labels={"ai-scheduler.io/user": "carol"})
+    assert tenancy.tenant_of(tenant_pod("a")) == tenancy.tenant_of(
+        tenant_pod("b", labels={"ai-scheduler.io/user": "carol"})
     )
-    assert tenancy.tenant_of(pod("a")).user == "alice", "team-a does not trust the user label"
-    trusted = tenancy.tenant_of(pod("c", "team-b", labels={"ai-scheduler.io/user": "alice"}))
+    assert tenancy.tenant_of(tenant_pod("a")).user == "alice", "team-a does not trust the user label"
+    trusted = tenancy.tenant_of(tenant_pod("c", "team-b", labels={"ai-scheduler.io/user": "alice"}))
     assert (trusted.user, trusted.group) == ("alice", "vision")
-    assert tenancy.tenant_of(pod("d", "team-b", labels={"ai-scheduler.io/user": "nobody"})).user == "bob"
-    assert tenancy.tenant_of(pod("e", "team-a")).queue == "batch"
-    assert tenancy.tenant_of(pod("f", "team-b")).queue == "default"
-    assert tenancy.tenant_of(pod("g", "team-a", labels={"ai-scheduler.io/queue": "prod"})).queue == "prod"
-    bad = tenancy.tenant_of(pod("h", labels={"ai-scheduler.io/queue": "nope"}))
+    assert tenancy.tenant_of(tenant_pod("d", "team-b",
+                                        labels={"ai-scheduler.io/user": "nobody"})).user == "bob"
+    assert tenancy.tenant_of(tenant_pod("e", "team-a")).queue == "batch"
+    assert tenancy.tenant_of(tenant_pod("f", "team-b")).queue == "default"
+    assert tenancy.tenant_of(tenant_pod("g", "team-a",
+                                        labels={"ai-scheduler.io/queue": "prod"})).queue == "prod"
+    bad = tenancy.tenant_of(tenant_pod("h", labels={"ai-scheduler.io/queue": "nope"}))
     assert bad.error == "queue 'nope' named by label ai-scheduler.io/queue is not configured"
-    stranger = tenancy.tenant_of(pod("i", "elsewhere"))
+    stranger = tenancy.tenant_of(tenant_pod("i", "elsewhere"))
     assert (stranger.user, stranger.group, stranger.queue) == ("", "", "default")
 
 
 # ----------------------------------------------------------------------------------------- quotas
 def test_two_level_quota_arithmetic() -> None:
     tenancy = Tenancy(config({"taskPriority": 1}))
-    alice = tenancy.tenant_of(pod("x"))
-    bob = tenancy.tenant_of(pod("y", "team-b"))
+    alice = tenancy.tenant_of(tenant_pod("x"))
+    bob = tenancy.tenant_of(tenant_pod("y", "team-b"))
     assert tenancy.quota_refusal(alice, {"nvidia.com/gpu": 8}) == ""
     assert (
         tenancy.quota_refusal(alice, {"nvidia.com/gpu": 9})
         == "exceeds quota of user alice: nvidia.com/gpu 0/8"
     )
     for i in range(6):
-        tenancy.charge(pod(f"a{i}", gpus=1, node="n"))
+        tenancy.charge(tenant_pod(f"a{i}", gpus=1, node="n"))
     for i in range(8):
-        tenancy.charge(pod(f"b{i}", "team-b", gpus=1, node="n"))
+        tenancy.charge(tenant_pod(f"b{i}", "team-b", gpus=1, node="n"))
     assert tenancy.used("group", "vision")["nvidia.com/gpu"] == 14
     assert tenancy.quota_refusal(alice, {"nvidia.com/gpu": 2}) == ""
     assert (
@@ -155,7 +134,7 @@ def test_two_level_quota_arithmetic() -> None:
     assert tenancy.used("group", "vision")["nvidia.com/gpu"] == 13
     assert tenancy.quota_refusal(bob, {"nvidia.com/gpu": 3}) == ""
     # Borrowing: a group above its min but under its max is admitted (nlp has no min at all).
-    carol = tenancy.tenant_of(pod("z", "team-c"))
+    carol = tenancy.tenant_of(tenant_pod("z", "team-c"))
     assert tenancy.quota_refusal(carol, {"nvidia.com/gpu": 8}) == ""
 
 
@@ -172,14 +151,14 @@ def test_quota_counts_managed_gpus() -> None:
 
 def test_cache_charges_and_releases_usage_as_pods_count_and_stop() -> None:
     _engine, tenancy, cache = engine({"taskPriority": 1})
-    running = pod("r", gpus=2, node="n1")
+    running = tenant_pod("r", gpus=2, node="n1")
     cache.set_pod(running)
     assert tenancy.used("user", "alice") == {"cpu": 1000, "nvidia.com/gpu": 2}
-    pending = pod("p", gpus=1)
+    pending = tenant_pod("p", gpus=1)
     cache.assume(pending, "n1")
     assert tenancy.used("group", "vision")["nvidia.com/gpu"] == 3
     cache.forget(pending.uid)
-    finished = pod("r", gpus=2, node="n1")
+    finished = tenant_pod("r", gpus=2, node="n1")
     finished.phase = "Succeeded"
     cache.set_pod(finished)
     assert tenancy.used("group", "vision").get("nvidia.com/gpu", 0) == 0
@@ -223,13 +202,14 @@ def test_each_factor_is_normalised_to_unit_range() -> None:
         members={"big": 4},
     )
     small = queued(
-        pod("small", priority=10, gpus=1, annotations={"ai-scheduler.io/estimated-runtime": "30m"}),
+        tenant_pod("small", priority=10, gpus=1, annotations={"ai-scheduler.io/estimated-runtime": "30m"}),
         initial=950,
     )
     big = queued(
-        pod("big", "team-c", priority=110, gpus=2, annotations={"ai-scheduler.io/estimated-runtime": "2h"})
+        tenant_pod("big", "team-c", priority=110, gpus=2,
+                   annotations={"ai-scheduler.io/estimated-runtime": "2h"})
     )
-    unknown = queued(pod("none", "team-b", priority=60, cpu="4"))
+    unknown = queued(tenant_pod("none", "team-b", priority=60, cpu="4"))
     prio.refresh([small, big, unknown])
     f_small, f_big, f_none = (prio.evaluate(q).factors for q in (small, big, unknown))
     assert f_small["userLevel"] == 1.0 and f_none["userLevel"] == 0.25  # levels 4 and 1 of max 4
@@ -248,8 +228,8 @@ def test_each_factor_is_normalised_to_unit_range() -> None:
 
 def test_formula_is_the_weighted_sum_and_negative_weights_prefer_small() -> None:
     prio, _, _ = engine({"jobSize": -1, "taskPriority": 0.5})
-    small = queued(pod("s", priority=0, gpus=1))
-    large = queued(pod("l", priority=100, gpus=4))
+    small = queued(tenant_pod("s", priority=0, gpus=1))
+    large = queued(tenant_pod("l", priority=100, gpus=4))
     prio.refresh([small, large])
     assert prio.evaluate(small).score == pytest.approx(-0.25)
     assert prio.evaluate(large).score == pytest.approx(-1.0 + 0.5)
@@ -259,16 +239,16 @@ def test_formula_is_the_weighted_sum_and_negative_weights_prefer_small() -> None
 def test_fair_share_decays_usage_and_favours_the_group_that_used_less() -> None:
     clock = Clock()
     prio, _tenancy, cache = engine({"fairShare": 1}, clock)
-    cache.set_pod(pod("v-running", gpus=4, node="n1"))  # vision uses 4 GPUs; nlp nothing
+    cache.set_pod(tenant_pod("v-running", gpus=4, node="n1"))  # vision uses 4 GPUs; nlp nothing
     prio.refresh([])
     clock.now += 100
     prio.refresh([])
-    vision = queued(pod("v", gpus=1))
-    nlp = queued(pod("n", "team-c", gpus=1))
+    vision = queued(tenant_pod("v", gpus=1))
+    nlp = queued(tenant_pod("n", "team-c", gpus=1))
     assert prio.evaluate(nlp).factors["fairShare"] == 1.0
     assert prio.evaluate(vision).factors["fairShare"] == pytest.approx(2 ** (-1 / 0.25))  # U=1, S=1/4
     cache.remove_pod("uid-v-running")
-    cache.set_pod(pod("n-running", "team-c", gpus=4, node="n1"))
+    cache.set_pod(tenant_pod("n-running", "team-c", gpus=4, node="n1"))
     for _ in range(20):  # ten half-lives later, vision's old usage has all but gone
         clock.now += 50
         prio.refresh([])
@@ -279,10 +259,10 @@ def test_queue_levels_come_first_and_reprioritize_moves_only_changed_pods() -> N
     clock = Clock()
     prio, _, _ = engine({"waitingTime": 1}, clock)
     queue = SchedulingQueue(clock=clock, sort_key=prio.sort_key)
-    queue.add(pod("batch-old", "team-a"))  # batch, level 2
+    queue.add(tenant_pod("batch-old", "team-a"))  # batch, level 2
     clock.now += 50
-    queue.add(pod("prod-new", "team-a", labels={"ai-scheduler.io/queue": "prod"}))  # level 0
-    queue.add(pod("batch-new", "team-a"))
+    queue.add(tenant_pod("prod-new", "team-a", labels={"ai-scheduler.io/queue": "prod"}))  # level 0
+    queue.add(tenant_pod("batch-new", "team-a"))
     clock.now += 10
     prio.refresh(queue.pending())
     assert queue.reprioritize() >= 1
@@ -298,7 +278,7 @@ def test_default_policy_keeps_kube_schedulers_order() -> None:
     prio = PriorityEngine(cfg, tenancy, SchedulerCache(), lambda p: 1, Clock())
     queue = SchedulingQueue(clock=Clock(), sort_key=prio.sort_key)
     for name, priority in (("low-1", 0), ("high", 1000), ("low-2", 0), ("mid", 5)):
-        queue.add(pod(name, "anywhere", priority=priority))
+        queue.add(tenant_pod(name, "anywhere", priority=priority))
     prio.refresh(queue.pending())
     queue.reprioritize()
     order = []
@@ -333,11 +313,11 @@ def test_a_pod_waiting_past_promote_after_is_ordered_at_the_top_level_from_the_n
     clock = Clock()
     prio, _ = promoting_engine({"taskPriority": 1}, clock)  # one spec priority: scores tie, seq decides
     queue = SchedulingQueue(clock=clock, sort_key=prio.sort_key)
-    queue.add(pod("batch-old", "team-a"))  # batch, level 2, at 1000
-    queue.add(pod("research-old", "team-c"))  # research, level 2, never promoted
+    queue.add(tenant_pod("batch-old", "team-a"))  # batch, level 2, at 1000
+    queue.add(tenant_pod("research-old", "team-c"))  # research, level 2, never promoted
     clock.now += 10
-    queue.add(pod("prod-1", "team-a", labels={"ai-scheduler.io/queue": "prod"}))
-    queue.add(pod("prod-2", "team-a", labels={"ai-scheduler.io/queue": "prod"}))
+    queue.add(tenant_pod("prod-1", "team-a", labels={"ai-scheduler.io/queue": "prod"}))
+    queue.add(tenant_pod("prod-2", "team-a", labels={"ai-scheduler.io/queue": "prod"}))
     clock.now = 1029.0  # waited 29 s of 30
     prio.refresh(queue.pending())
     assert queue.reprioritize() == 0
@@ -358,11 +338,12 @@ def test_a_pod_waiting_past_promote_after_is_ordered_at_the_top_level_from_the_n
 def test_a_promoted_pod_counts_as_a_peer_of_the_top_level_queues() -> None:
     clock = Clock()
     prio, cache = promoting_engine({"queueLevel": 1}, clock)
-    cache.set_pod(pod("prod-running", "team-a", gpus=4, node="n1", labels={"ai-scheduler.io/queue": "prod"}))
+    cache.set_pod(tenant_pod("prod-running", "team-a", gpus=4, node="n1",
+                             labels={"ai-scheduler.io/queue": "prod"}))
     prio.refresh([])
     clock.now += 100
     prio.refresh([])
-    waiting = queued(pod("batch", "team-a"), initial=clock.now - 10)
+    waiting = queued(tenant_pod("batch", "team-a"), initial=clock.now - 10)
     before = prio.evaluate(waiting)
     assert (before.queue_level, before.promoted, before.factors["queueLevel"]) == (2, False, 0.0)
     assert before.queue_fairness == 1.0  # alone with research at level 2, neither has used anything
@@ -371,7 +352,7 @@ def test_a_promoted_pod_counts_as_a_peer_of_the_top_level_queues() -> None:
     assert (after.queue_level, after.promoted, after.factors["queueLevel"]) == (0, True, 1.0)
     # Its fair share is taken among the top level's queues and itself: prod holds all that usage.
     assert after.queue_fairness == 1.0
-    prod = queued(pod("p", "team-a", labels={"ai-scheduler.io/queue": "prod"}), clock.now)
+    prod = queued(tenant_pod("p", "team-a", labels={"ai-scheduler.io/queue": "prod"}), clock.now)
     assert prio.evaluate(prod).queue_fairness == pytest.approx(0.5)  # prod alone at level 0: U=1, S=1
     assert prio.sort_key(waiting) < prio.sort_key(prod), "the starved queue comes first at the top level"
 
@@ -385,7 +366,7 @@ def test_queues_at_the_top_level_and_queues_without_the_key_are_never_promoted()
     ancient = 1000.0 - 10**6
     for name, namespace, labels in (("p", "team-a", {"ai-scheduler.io/queue": "prod"}),
                                     ("b", "team-a", None), ("r", "team-c", None)):
-        result = prio.evaluate(queued(pod(name, namespace, labels=labels), ancient))
+        result = prio.evaluate(queued(tenant_pod(name, namespace, labels=labels), ancient))
         assert not result.promoted
         assert result.queue_level == (0 if name == "p" else 2)
 
@@ -397,17 +378,17 @@ def test_a_refresh_rekeys_the_queue_only_when_some_key_may_have_moved() -> None:
     prio = PriorityEngine(cfg, Tenancy(cfg), SchedulerCache(), lambda p: 1, Clock())
     queue = SchedulingQueue(clock=Clock(), sort_key=prio.sort_key)
     for name, priority in (("a", 0), ("b", 10), ("c", 5)):
-        queue.add(pod(name, "anywhere", priority=priority))
+        queue.add(tenant_pod(name, "anywhere", priority=priority))
     prio.refresh(queue.pending())
     assert prio.keys_may_move(), "never re-keyed yet"
     queue.reprioritize()
     prio.rekeyed()
     prio.refresh(queue.pending())
     assert not prio.keys_may_move(), "same pods, same normalisers: every key is what a re-key would give"
-    queue.add(pod("d", "anywhere", priority=5))
+    queue.add(tenant_pod("d", "anywhere", priority=5))
     prio.refresh(queue.pending())
     assert not prio.keys_may_move(), "a pod inside the range moves nobody else"
-    queue.add(pod("e", "anywhere", priority=100))
+    queue.add(tenant_pod("e", "anywhere", priority=100))
     assert prio.keys_may_move(), "a pod above the highest widened the normalisers of every key"
     queue.reprioritize()
     prio.rekeyed()
@@ -423,14 +404,14 @@ def test_a_refresh_rekeys_the_queue_only_when_some_key_may_have_moved() -> None:
     fresh = PriorityEngine(cfg, Tenancy(cfg), SchedulerCache(), lambda p: 1, Clock())
     queue = SchedulingQueue(clock=Clock(), sort_key=fresh.sort_key)
     for index in range(3):
-        queue.add(pod(f"same-{index}", "anywhere", priority=0))
+        queue.add(tenant_pod(f"same-{index}", "anywhere", priority=0))
     fresh.refresh(queue.pending())
     assert not fresh.keys_may_move(), "equal priorities from the start: every key was current when made"
 
     clock = Clock()
     waiting, _, _ = engine({"waitingTime": 1}, clock)
     queue = SchedulingQueue(clock=clock, sort_key=waiting.sort_key)
-    queue.add(pod("x", "team-a"))
+    queue.add(tenant_pod("x", "team-a"))
     waiting.refresh(queue.pending())
     queue.reprioritize()
     waiting.rekeyed()

@@ -7,6 +7,7 @@ import io
 import math
 
 import numpy as np
+from builders import Node
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -21,16 +22,9 @@ GPU = "nvidia.com/gpu"
 AHEAD, BEHIND = (0, -1.0, -1.0, -100), (0, -1.0, -0.5, 0)  # queue keys: lower is better
 
 
-def node(name: str, gpus: int = 8) -> NodeRecord:
-    return NodeRecord.from_api(
-        {
-            "metadata": {"name": name},
-            "status": {
-                "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110", GPU: str(gpus)},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-    )
+def gpu_node(name: str, gpus: int = 8) -> NodeRecord:
+    allocatable = {"cpu": "64", "memory": "256Gi", "pods": "110", GPU: str(gpus)}
+    return Node.bare(name).allocatable(allocatable, ready=True).record()
 
 
 def running(name: str, node_name: str, gpus: int, started_ago: float, estimate: str | None) -> PodRecord:
@@ -67,7 +61,7 @@ def pending(name: str, estimate: str | None = None, gpus: int = 0, created_ago: 
 def cluster() -> SchedulerCache:
     cache = SchedulerCache()
     for name in ("a", "b", "c"):
-        cache.set_node(node(name))
+        cache.set_node(gpu_node(name))
     cache.set_pod(running("a-job", "a", 8, started_ago=600, estimate="20m"))  # ends in 10 min
     cache.set_pod(running("b-job", "b", 4, started_ago=60, estimate="5m"))  # ends in 4 min
     cache.set_pod(running("c-job", "c", 8, started_ago=60, estimate=None))  # no estimate: end unknown
@@ -143,7 +137,7 @@ def test_a_pod_without_an_estimate_does_not_make_free_gpus_wait_for_a_gang() -> 
     made only once the gang has waited reservationMinWaitSeconds, and then holds what the gang needs."""
     cache = SchedulerCache()
     for name in ("n0", "n1"):
-        cache.set_node(node(name))
+        cache.set_node(gpu_node(name))
     cache.set_pod(running("r", "n0", 8, started_ago=600, estimate=None))
     cache.set_pod(running("s", "n1", 4, started_ago=600, estimate=None))
     reserver = reserver_over(cache, min_wait=300)
@@ -175,9 +169,9 @@ def test_a_reservation_holds_only_the_room_it_needs() -> None:
     """On a 16-GPU node where a 12-GPU pod will fit in 3 minutes (8 free, 8 ending), 4 GPUs are spare: a pod
     that fits in them is not refused, whatever its estimate; one that would cut into the 12 is."""
     cache = SchedulerCache()
-    cache.set_node(node("a", gpus=16))
-    cache.set_node(node("b"))
-    cache.set_node(node("idle", gpus=0))
+    cache.set_node(gpu_node("a", gpus=16))
+    cache.set_node(gpu_node("b"))
+    cache.set_node(gpu_node("idle", gpus=0))
     cache.set_pod(running("a-job", "a", 8, started_ago=60, estimate="4m"))  # ends in 3 min
     cache.set_pod(running("b-job", "b", 8, started_ago=60, estimate=None))
     reserver = reserver_over(cache, backfill=False)

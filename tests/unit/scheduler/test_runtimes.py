@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
@@ -25,27 +26,25 @@ CONFIG = parse_config({"groups": {"lab": {}}, "users": {"alice": {"group": "lab"
                        "namespaces": {"team": {"user": "alice"}}})
 
 
-def pod(name: str, estimate: str | None = None) -> PodRecord:
+def estimated_pod(name: str, estimate: str | None = None) -> PodRecord:
     annotations = {"ai-scheduler.io/estimated-runtime": estimate} if estimate else {}
-    obj = make_pod(name, namespace="team", cpu="1", memory="1Gi", annotations=annotations)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    return PodRecord.from_api(obj)
+    return Pod(name, namespace="team", cpu="1", memory="1Gi", annotations=annotations).uid().record()
 
 
 def test_without_a_model_a_users_own_completions_predict_the_next_job() -> None:
     runtimes = PredictedRunTimes(RunTimePredictor(), Tenancy(CONFIG))
-    assert runtimes.estimate(pod("first")) is None  # alice has finished nothing yet
+    assert runtimes.estimate(estimated_pod("first")) is None  # alice has finished nothing yet
     for seconds in (100.0, 200.0, 300.0):
-        runtimes.completed(pod("done"), seconds)
-    predicted = runtimes.estimate(pod("next"))
+        runtimes.completed(estimated_pod("done"), seconds)
+    predicted = runtimes.estimate(estimated_pod("next"))
     assert predicted is not None and predicted.source == "prediction"
     assert predicted.median == pytest.approx(200.0) and 200.0 <= predicted.upper <= 300.0
     # The pod's own estimate always comes first.
-    assert runtimes.estimate(pod("declared", "90m")) == RunTime(5400.0, 5400.0, "annotation")
+    assert runtimes.estimate(estimated_pod("declared", "90m")) == RunTime(5400.0, 5400.0, "annotation")
     # Without online learning, completions teach nothing.
     frozen = PredictedRunTimes(RunTimePredictor(), Tenancy(CONFIG), learn_online=False)
-    frozen.completed(pod("done"), 100.0)
-    assert frozen.estimate(pod("next")) is None
+    frozen.completed(estimated_pod("done"), 100.0)
+    assert frozen.estimate(estimated_pod("next")) is None
 
 
 def test_a_prediction_is_made_once_per_pod_and_dropped_when_it_completes(tmp_path: Path) -> None:
@@ -53,12 +52,12 @@ def test_a_prediction_is_made_once_per_pod_and_dropped_when_it_completes(tmp_pat
     model = RunTimeModel.fit(jobs, [60.0 * (1 + i % 2) for i in range(30)], max_iter=20)
     predictor = RunTimePredictor(model)
     runtimes = PredictedRunTimes(predictor, Tenancy(CONFIG))
-    first = runtimes.estimate(pod("p"))
+    first = runtimes.estimate(estimated_pod("p"))
     assert first is not None and first.source == "prediction"
     for _ in range(20):  # alice's jobs now run ten times longer than the model says
-        runtimes.completed(pod("other"), first.median * 10)
-    assert runtimes.estimate(pod("p")) == first  # predicted at enqueue: kept while it waits
-    fresh = runtimes.estimate(pod("q"))
+        runtimes.completed(estimated_pod("other"), first.median * 10)
+    assert runtimes.estimate(estimated_pod("p")) == first  # predicted at enqueue: kept while it waits
+    fresh = runtimes.estimate(estimated_pod("q"))
     assert fresh is not None and fresh.median > 3 * first.median  # corrected for the next pod
 
 

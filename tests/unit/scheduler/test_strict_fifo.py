@@ -41,11 +41,12 @@ def _config(strategy: str | None) -> Config:
 
 
 def _starts(strategy: str | None, hints: bool) -> dict[str, float | None]:
-    def pod(name: str, submit: float, cores: int, run: float) -> TraceJob:
+    def trace_job(name: str, submit: float, cores: int, run: float) -> TraceJob:
         return TraceJob(name=name, submit_time=submit, duration=run, cpu=cores * 1000, memory=Gi)
 
-    jobs = [pod("a0", 0, 1, 10), pod("a1", 0, 1, 10), pod("big", 1, 4, 10), pod("s0", 2, 1, 20),
-            pod("s1", 2, 1, 20)]
+    jobs = [trace_job("a0", 0, 1, 10), trace_job("a1", 0, 1, 10), trace_job("big", 1, 4, 10),
+            trace_job("s0", 2, 1, 20),
+            trace_job("s1", 2, 1, 20)]
     node = NodeSpec(name="n0", cpu=4000, memory=64 * Gi)
     result = Simulation(_config(strategy), [node], jobs, Mode.TIMED, seed=0, queueing_hints=hints).run()
     return {pod.name: pod.start for pod in result.pods}

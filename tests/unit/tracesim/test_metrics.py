@@ -37,7 +37,7 @@ from ai_scheduler.tracesim.report import compare, summary_table, write_events, w
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def pod(
+def outcome(
     name: str,
     submit: float,
     start: float | None,
@@ -94,10 +94,10 @@ def sample(
 @pytest.fixture
 def timed_run() -> SimResult:
     pods = [
-        pod("p0", 0, 0, 10),
-        pod("p1", 0, 10, 20, user="bob", group="g2", level=1),
-        pod("p2", 10, 30, 40, user="bob", group="g2", level=1, gpu_milli=500, backfilled=True),
-        pod("p3", 5, None, None, user="carol", group="g3", level=2, gpu_milli=2000),
+        outcome("p0", 0, 0, 10),
+        outcome("p1", 0, 10, 20, user="bob", group="g2", level=1),
+        outcome("p2", 10, 30, 40, user="bob", group="g2", level=1, gpu_milli=500, backfilled=True),
+        outcome("p3", 5, None, None, user="carol", group="g3", level=2, gpu_milli=2000),
     ]
     samples = [
         sample(0, 2000, 1000, arrived=2, placed=1),
@@ -131,12 +131,12 @@ def placement_run() -> SimResult:
         for i, (r, a, f) in enumerate(zip(requested, allocated, fragmentation, strict=True))
     ]
     pods = [
-        pod("a", 0, 0, None, duration=None, gpu_milli=500),
-        pod("b", 1, 1, None, duration=None, gpu_milli=400),
-        pod("c", 2, None, None, duration=None),
-        pod("d", 3, 4, None, duration=None, gpu_milli=50),  # waits 1 s, the longest of the placed
-        pod("e", 9, None, None, duration=None),  # never placed: no wait in placement mode
-        pod("f", 9, None, None, duration=None),
+        outcome("a", 0, 0, None, duration=None, gpu_milli=500),
+        outcome("b", 1, 1, None, duration=None, gpu_milli=400),
+        outcome("c", 2, None, None, duration=None),
+        outcome("d", 3, 4, None, duration=None, gpu_milli=50),  # waits 1 s, the longest of the placed
+        outcome("e", 9, None, None, duration=None),  # never placed: no wait in placement mode
+        outcome("f", 9, None, None, duration=None),
     ]
     return SimResult(
         mode=Mode.PLACEMENT,
@@ -250,15 +250,15 @@ def test_placement_mode_summary(placement_run: SimResult) -> None:
 
 def test_jain_of_two_groups_ratios_one_and_a_half() -> None:
     pods = [
-        pod("x", 0, 0, 10, group="fast"),  # 10 / (0 + 10) = 1
-        pod("y", 0, 10, 20, group="slow"),  # 10 / (10 + 10) = 0.5
+        outcome("x", 0, 0, 10, group="fast"),  # 10 / (0 + 10) = 1
+        outcome("y", 0, 10, 20, group="slow"),  # 10 / (10 + 10) = 0.5
     ]
     assert jain_groups(pods) == pytest.approx(1.5**2 / (2 * (1 + 0.25)))
     assert jain_groups(pods) == pytest.approx(0.9)
 
 
 def test_jain_edge_cases(timed_run: SimResult) -> None:
-    assert jain_groups([pod("x", 0, 30, 40)]) == pytest.approx(1.0)  # one group
+    assert jain_groups([outcome("x", 0, 30, 40)]) == pytest.approx(1.0)  # one group
     assert jain_index([1.0, 0.0]) == pytest.approx(0.5)  # one of two gets everything: 1/n
     assert jain_index([]) is None
     # g1: 1; g2: (10/20 + 10/30) / 2 = 5/12; g3 placed nothing and is left out.
@@ -318,7 +318,7 @@ def test_summary_table_names_levels_groups_users(timed_run: SimResult) -> None:
 
 
 def test_summary_table_caps_users() -> None:
-    pods = [pod(f"p{i}-{j}", 0, 0, 1, user=f"user{i:02d}") for i in range(25) for j in range(i + 1)]
+    pods = [outcome(f"p{i}-{j}", 0, 0, 1, user=f"user{i:02d}") for i in range(25) for j in range(i + 1)]
     result = SimResult(
         mode=Mode.TIMED, config="many", nodes=1, capacity_gpu_milli=1000, capacity_cpu=1000, pods=pods
     )

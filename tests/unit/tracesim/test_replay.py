@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.gpus import GPU_IDS_ANNOTATION, UPDATED_ANNOTATION
 from ai_scheduler.daemon.history import History, node_spec, pod_spec
 from ai_scheduler.log import JsonLogger, parse_time, rfc3339
-from ai_scheduler.sim import make_pod
 from ai_scheduler.trace import NodeSpec
 from ai_scheduler.tracesim.replay import (
     ReplayError,
@@ -41,11 +41,9 @@ def events(stream: io.BytesIO) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in stream.getvalue().splitlines()]
 
 
-def pod(name: str, **kwargs: Any) -> dict[str, Any]:
-    obj = make_pod(name, cpu="1", memory="1Gi", **kwargs)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    obj["metadata"]["creationTimestamp"] = "2026-11-25T10:00:00Z"
-    return obj
+def logged_pod(name: str, **kwargs: Any) -> dict[str, Any]:
+    return Pod(name, cpu="1", memory="1Gi",
+               **kwargs).uid().meta(creationTimestamp="2026-11-25T10:00:00Z").obj()
 
 
 def managed_node(name: str, updated: float) -> dict[str, Any]:
@@ -80,17 +78,17 @@ def test_a_node_is_logged_once_per_change_and_a_heartbeat_is_no_change() -> None
 
 def test_a_pod_is_logged_at_first_sight_and_on_changes_while_it_waits_then_once_when_it_ends() -> None:
     log, stream = history()
-    gated = pod("p", annotations={"ai-scheduler.io/gpu-fraction": "0.5"})
+    gated = logged_pod("p", annotations={"ai-scheduler.io/gpu-fraction": "0.5"})
     gated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
     log.pod_event("ADDED", gated)
-    ungated = pod("p", annotations={"ai-scheduler.io/gpu-fraction": "0.5"})
+    ungated = logged_pod("p", annotations={"ai-scheduler.io/gpu-fraction": "0.5"})
     log.pod_event("MODIFIED", ungated)  # the gate went: logged again
-    prebind = pod("p", annotations={"ai-scheduler.io/gpu-fraction": "0.5", GPU_IDS_ANNOTATION: "1"})
+    prebind = logged_pod("p", annotations={"ai-scheduler.io/gpu-fraction": "0.5", GPU_IDS_ANNOTATION: "1"})
     log.pod_event("MODIFIED", prebind)  # our own PreBind write: not a change of what it asks
-    bound = pod("p", node_name="a", annotations={GPU_IDS_ANNOTATION: "1"})
+    bound = logged_pod("p", node_name="a", annotations={GPU_IDS_ANNOTATION: "1"})
     bound["status"] = {"phase": "Running", "startTime": "2026-11-25T10:00:05Z"}
     log.pod_event("MODIFIED", bound)  # placed: nothing more until it ends
-    done = pod("p", node_name="a")
+    done = logged_pod("p", node_name="a")
     done["status"] = {
         "phase": "Succeeded",
         "startTime": "2026-11-25T10:00:05Z",
@@ -124,9 +122,9 @@ def test_a_pod_is_logged_at_first_sight_and_on_changes_while_it_waits_then_once_
 
 def test_a_pod_deleted_while_waiting_or_gone_from_a_relist_ends_as_deleted() -> None:
     log, stream = history()
-    log.pod_event("ADDED", pod("gone"))
-    log.pod_event("ADDED", pod("relisted"))
-    log.pod_event("DELETED", pod("gone"))
+    log.pod_event("ADDED", logged_pod("gone"))
+    log.pod_event("ADDED", logged_pod("relisted"))
+    log.pod_event("DELETED", logged_pod("gone"))
     log.pods_listed(set())
     finished = [line for line in events(stream) if line["event"] == "pod.finished"]
     assert [(line["uid"], line["phase"]) for line in finished] == [
@@ -136,7 +134,7 @@ def test_a_pod_deleted_while_waiting_or_gone_from_a_relist_ends_as_deleted() -> 
 
 
 def test_pruned_objects_keep_what_a_scheduler_reads_and_drop_the_rest() -> None:
-    obj = pod(
+    obj = logged_pod(
         "w",
         ports=[{"containerPort": 80}, {"containerPort": 8080, "hostPort": 8080}],
         volumes=[
@@ -165,8 +163,8 @@ def small_log(t0: float = 1_800_000_000.0) -> list[bytes]:
     """Two nodes, three pods of ours (one placed and finished, one placed, one waiting), one of another
     scheduler and one placed before the log began."""
     node = NodeSpec("n0", cpu=8000, memory=32 * GIB).to_node()
-    other = pod("o", scheduler_name="default-scheduler")
-    before = pod("b", node_name="n0")
+    other = logged_pod("o", scheduler_name="default-scheduler")
+    before = logged_pod("b", node_name="n0")
     return logged(
         [
             (
@@ -191,7 +189,7 @@ def small_log(t0: float = 1_800_000_000.0) -> list[bytes]:
                         "object": pod_spec(p),
                     },
                 )
-                for p in (pod("x"), pod("y"), other, before)
+                for p in (logged_pod("x"), logged_pod("y"), other, before)
             ),
             (t0 + 0.01, "scheduler.ready", {}),
             (
@@ -207,7 +205,7 @@ def small_log(t0: float = 1_800_000_000.0) -> list[bytes]:
             (
                 t0 + 5.0,
                 "pod.spec",
-                {"v": 1, "pod": "default/z", "uid": "uid-z", "object": pod_spec(pod("z"))},
+                {"v": 1, "pod": "default/z", "uid": "uid-z", "object": pod_spec(logged_pod("z"))},
             ),
             (t0 + 7.52, "pod.finished", {"v": 1, "uid": "uid-x", "phase": "Succeeded"}),
         ]

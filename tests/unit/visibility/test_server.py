@@ -41,7 +41,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def make_ca(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+def ca_certificate(name: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
@@ -103,7 +103,7 @@ class Rules:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[tuple[VisibilityServer, Rules, Any]]:
-    ca = make_ca("front-proxy-ca")
+    ca = ca_certificate("front-proxy-ca")
     rules = Rules({
         ("alice", "list", "pendingpods", ""), ("alice", "get", "pendingpods", "team-a"),
         ("carol", "list", "pendingpods", ""), ("carol", "get", "pendingpods", ""),
@@ -155,7 +155,7 @@ async def test_only_the_verified_front_proxy_with_a_user_is_served(
             assert status == 401 and body["kind"] == "Status" and body["reason"] == "Unauthorized"
     assert rules.asked == []
     with pytest.raises(aiohttp.ClientError):  # a certificate of another CA fails the handshake
-        await call(client_context(folder, make_ca("another-ca")), port, f"{API}/pendingpods")
+        await call(client_context(folder, ca_certificate("another-ca")), port, f"{API}/pendingpods")
     status, body = await call(proxy, port, API)
     assert status == 200 and body["kind"] == "APIResourceList"
     assert {r["name"]: r["namespaced"] for r in body["resources"]} == {

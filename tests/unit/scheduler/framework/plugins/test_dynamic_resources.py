@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from builders import Pod, pod_claim
+
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.dra import Claim
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -79,23 +81,12 @@ def allocated(
     return status
 
 
-def pod(
-    name: str = "p",
-    claim: str = "c",
-    template: str = "",
-    statuses: list[dict[str, Any]] | None = None,
-    gpus: int = 0,
-) -> PodRecord:
-    ref = (
-        {"name": "gpu", "resourceClaimTemplateName": template}
-        if template
-        else {"name": "gpu", "resourceClaimName": claim}
-    )
-    obj = make_pod(name, resource_claims=[ref] if claim or template else None, gpus=gpus)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    if statuses is not None:
-        obj.setdefault("status", {})["resourceClaimStatuses"] = statuses
-    return PodRecord.from_api(obj)
+def claim_pod(name: str = "p", claim: str = "c", template: str = "",
+              statuses: list[dict[str, Any]] | None = None,
+              gpus: int = 0) -> PodRecord:
+    ref = pod_claim("gpu", template=template) if template else pod_claim("gpu", claim=claim)
+    pod = Pod(name, resource_claims=[ref] if claim or template else None, gpus=gpus).uid()
+    return (pod.status(resourceClaimStatuses=statuses) if statuses is not None else pod).record()
 
 
 def framework(cache: SchedulerCache) -> Framework:
@@ -115,7 +106,7 @@ def place(fw: Framework, cache: SchedulerCache, record: PodRecord) -> Decision:
 
 def test_pods_without_claims_are_untouched() -> None:
     cache = cluster({"n1": 1})
-    decision = framework(cache).schedule(pod(claim=""))
+    decision = framework(cache).schedule(claim_pod(claim=""))
     assert decision.node is not None and decision.claims is None
 
 
@@ -123,14 +114,14 @@ def test_claim_lands_on_the_node_with_a_free_device_and_is_assumed() -> None:
     cache = cluster({"n2": 1})
     add_claim(cache, "c")
     fw = framework(cache)
-    decision = place(fw, cache, pod())
+    decision = place(fw, cache, claim_pod())
     assert decision.node == "n2"
     held = cache.dra.claim("default", "c")
     assert held is not None and held.allocation is not None
     assert [d.device for d in held.allocation.devices] == ["gpu-0"]
     assert held.reserved_for_pod("uid-p")
     add_claim(cache, "c2")
-    second = fw.schedule(pod("q", "c2"))
+    second = fw.schedule(claim_pod("q", "c2"))
     assert second.node is None
     assert second.message == "0/3 nodes are available: 3 cannot allocate all claims."
 
@@ -138,7 +129,7 @@ def test_claim_lands_on_the_node_with_a_free_device_and_is_assumed() -> None:
 def test_unmet_selector_is_unschedulable_with_kubes_message() -> None:
     cache = cluster({"n1": 2, "n2": 2})
     add_claim(cache, "c", selector=f'device.attributes["{DRIVER}"].productName == "B200"')
-    decision = framework(cache).schedule(pod())
+    decision = framework(cache).schedule(claim_pod())
     assert decision.node is None
     assert decision.message == "0/3 nodes are available: 3 cannot allocate all claims."
 
@@ -146,14 +137,15 @@ def test_unmet_selector_is_unschedulable_with_kubes_message() -> None:
 def test_missing_claim_and_template_claim_not_created_yet_wait() -> None:
     cache = cluster({"n1": 1})
     fw = framework(cache)
-    assert fw.schedule(pod()).message == '0/3 nodes are available: could not find ResourceClaim "default/c".'
-    waiting = fw.schedule(pod(claim="", template="t"))
+    missing = '0/3 nodes are available: could not find ResourceClaim "default/c".'
+    assert fw.schedule(claim_pod()).message == missing
+    waiting = fw.schedule(claim_pod(claim="", template="t"))
     assert waiting.message == '0/3 nodes are available: pod "default/p": ResourceClaim not created yet.'
     add_claim(cache, "p-gpu-x", owner="someone-else")
-    record = pod(claim="", template="t", statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
+    record = claim_pod(claim="", template="t", statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-x"}])
     assert "(Pod is not owner)" in fw.schedule(record).message
     add_claim(cache, "p-gpu-y", owner="uid-p")
-    record = pod(claim="", template="t", statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-y"}])
+    record = claim_pod(claim="", template="t", statuses=[{"name": "gpu", "resourceClaimName": "p-gpu-y"}])
     assert fw.schedule(record).node == "n1"
 
 
@@ -161,7 +153,7 @@ def test_missing_device_class_is_named() -> None:
     cache = cluster({"n1": 1})
     cache.dra.apply("DeviceClass", "DELETED", {"metadata": {"name": "gpu"}})
     add_claim(cache, "c")
-    assert framework(cache).schedule(pod()).message == (
+    assert framework(cache).schedule(claim_pod()).message == (
         "0/3 nodes are available: request gpu: device class gpu does not exist."
     )
 
@@ -176,11 +168,11 @@ def test_allocated_claim_keeps_the_pod_on_its_node_and_is_shared() -> None:
         "shared",
         status=allocated("n3", node_selector=selector, reserved_for=[("other", "uid-other")]),
     )
-    decision = framework(cache).schedule(pod(claim="shared"))
+    decision = framework(cache).schedule(claim_pod(claim="shared"))
     assert decision.node == "n3"
     assert isinstance(decision.claims, DraPlan)
     assert [(w.allocate, w.claim.reserved_for[-1].uid) for w in decision.claims.writes] == [(False, "uid-p")]
-    record = pod(claim="shared")
+    record = claim_pod(claim="shared")
     fw = framework(cache)
     assert fw.feasible_rows(record)[1] == {"resourceclaim not available on the node": 2}
 
@@ -193,7 +185,7 @@ def test_reserved_for_limit() -> None:
         status=allocated("n1", reserved_for=[(f"p{i}", f"u{i}") for i in range(256)]),
     )
     assert (
-        framework(cache).schedule(pod(claim="full")).message
+        framework(cache).schedule(claim_pod(claim="full")).message
         == "0/3 nodes are available: resourceclaim in use."
     )
 
@@ -203,18 +195,19 @@ def test_unreserve_frees_the_devices() -> None:
     add_claim(cache, "c")
     add_claim(cache, "d")
     fw = framework(cache)
-    decision = place(fw, cache, pod())
-    assert fw.schedule(pod("q", "d")).node is None
+    decision = place(fw, cache, claim_pod())
+    assert fw.schedule(claim_pod("q", "d")).node is None
     assert isinstance(decision.claims, DraPlan)
     DynamicResources.release(decision.claims, cache)
-    assert cache.dra.claim("default", "c") is not None and cache.dra.claim("default", "c").allocation is None  # type: ignore[union-attr]
-    assert fw.schedule(pod("q", "d")).node == "n1"
+    assert cache.dra.claim("default", "c") is not None
+    assert cache.dra.claim("default", "c").allocation is None  # type: ignore[union-attr]
+    assert fw.schedule(claim_pod("q", "d")).node == "n1"
 
 
 def test_the_assumption_outlives_the_watch_until_prebind_lets_go() -> None:
     cache = cluster({"n1": 2})
     add_claim(cache, "c")
-    decision = place(framework(cache), cache, pod())
+    decision = place(framework(cache), cache, claim_pod())
     assert isinstance(decision.claims, DraPlan)
     write = decision.claims.writes[0].claim
     assert write.allocation is not None
@@ -240,7 +233,7 @@ def test_the_assumption_outlives_the_watch_until_prebind_lets_go() -> None:
 
 def test_dra_backed_extended_resource_on_a_node_without_it_in_allocatable() -> None:
     cache = cluster({"n2": 2}, extended=True)
-    decision = framework(cache).schedule(pod(claim="", gpus=2))
+    decision = framework(cache).schedule(claim_pod(claim="", gpus=2))
     assert decision.node == "n2"
     assert isinstance(decision.claims, DraPlan) and decision.claims.extended is not None
     spec, result, mappings = decision.claims.extended
@@ -249,7 +242,7 @@ def test_dra_backed_extended_resource_on_a_node_without_it_in_allocatable() -> N
     assert mappings == [
         {"containerName": "main", "resourceName": "nvidia.com/gpu", "requestName": "container-0-request-2"}
     ]
-    too_many = framework(cache).schedule(pod(claim="", gpus=3))
+    too_many = framework(cache).schedule(claim_pod(claim="", gpus=3))
     assert too_many.node is None
     assert "Insufficient nvidia.com/gpu" not in too_many.message
 
@@ -259,14 +252,14 @@ def test_claims_changed_elsewhere_are_recomputed_only_there() -> None:
     add_claim(cache, "c")
     plugin = DynamicResources()
     fw = Framework("ai-scheduler", [plugin], [], cache, rng=random.Random(1))
-    assert fw.feasible_rows(pod())[0].size == 2
+    assert fw.feasible_rows(claim_pod())[0].size == 2
     evaluations = plugin.selectors.evaluations
     add_claim(
         cache,
         "held",
         status=allocated("n1"),
     )
-    rows, reasons = fw.feasible_rows(pod())
+    rows, reasons = fw.feasible_rows(claim_pod())
     assert [cache.row_names[int(r)] for r in rows] == ["n2"] and reasons == {"cannot allocate all claims": 2}
     assert plugin.selectors.evaluations == evaluations  # verdicts per device were cached
 
@@ -280,9 +273,9 @@ def test_a_shared_claim_allocated_in_flight_makes_the_second_pod_wait() -> None:
     cache = cluster({"n1": 1})
     add_claim(cache, "shared")
     fw = framework(cache)
-    first = place(fw, cache, pod("a", "shared"))
+    first = place(fw, cache, claim_pod("a", "shared"))
     assert first.node == "n1"
-    second = fw.schedule(pod("b", "shared"))
+    second = fw.schedule(claim_pod("b", "shared"))
     assert second.message == (
         "0/3 nodes are available: resource claim default/shared is in the process of being allocated."
     )
@@ -294,7 +287,7 @@ def test_a_shared_claim_allocated_in_flight_makes_the_second_pod_wait() -> None:
         "reservedFor": [{"resource": "pods", "name": "a", "uid": "uid-a"}],
     }
     cache.dra.apply("ResourceClaim", "MODIFIED", written)
-    shared = fw.schedule(pod("b", "shared"))
+    shared = fw.schedule(claim_pod("b", "shared"))
     assert shared.node == "n1"
     assert isinstance(shared.claims, DraPlan) and [w.allocate for w in shared.claims.writes] == [False]
 
@@ -335,7 +328,7 @@ def test_first_available_prefers_nodes_meeting_an_earlier_alternative() -> None:
     score = DynamicResourcesScore(2)
     fw = Framework("ai-scheduler", [DynamicResources()], [score], cache, rng=random.Random(1))
     assert score.filter is fw.dra
-    decision = fw.schedule(pod())
+    decision = fw.schedule(claim_pod())
     assert decision.node == "n2"  # 8 points there (the first alternative), 7 on n1
     assert dict(decision.top) == {"n2": 200, "n1": 174}
     assert isinstance(decision.claims, DraPlan)
@@ -349,13 +342,13 @@ def test_preemption_what_if_frees_the_devices_of_claims_reserved_for_the_victims
     add_claim(cache, "c")
     plugin = DynamicResources()
     fw = Framework("ai-scheduler", [plugin], [], cache, rng=random.Random(1))
-    assert fw.feasible_rows(pod())[0].size == 0
-    victim = pod("low", "low-gpu")
+    assert fw.feasible_rows(claim_pod())[0].size == 0
+    victim = claim_pod("low", "low-gpu")
     with cache.dra.without_pods({victim.uid}):
-        assert [cache.row_names[int(r)] for r in fw.feasible_rows(pod())[0]] == ["n1"]
-    assert fw.feasible_rows(pod())[0].size == 0
+        assert [cache.row_names[int(r)] for r in fw.feasible_rows(claim_pod())[0]] == ["n1"]
+    assert fw.feasible_rows(claim_pod())[0].size == 0
     with cache.dra.without_pods({"someone-else"}):
-        assert fw.feasible_rows(pod())[0].size == 0
+        assert fw.feasible_rows(claim_pod())[0].size == 0
 
 
 def test_a_deallocated_claim_wakes_every_pod_waiting_for_devices() -> None:
@@ -366,34 +359,34 @@ def test_a_deallocated_claim_wakes_every_pod_waiting_for_devices() -> None:
         "status": allocated("n1"),
     }
     cache.dra.apply("ResourceClaim", "ADDED", obj)
-    waiting = pod("w", "c")
+    waiting = claim_pod("w", "c")
     assert not cache.dra.pods_affected("ResourceClaim", obj)(waiting)
     meta = {**obj["metadata"], "resourceVersion": "2"}
     cache.dra.apply("ResourceClaim", "MODIFIED", {**obj, "metadata": meta, "status": {}})
     assert cache.dra.pods_affected("ResourceClaim", obj)(waiting)
-    assert not cache.dra.pods_affected("ResourceClaim", obj)(pod("plain", claim=""))
+    assert not cache.dra.pods_affected("ResourceClaim", obj)(claim_pod("plain", claim=""))
 
 
 def test_a_profile_without_dynamic_resources_never_binds_a_pod_with_claims() -> None:
     cache = cluster({"n1": 1})
     add_claim(cache, "c")
     fw = Framework("ai-scheduler", [NodeResourcesFit()], [], cache, rng=random.Random(1))
-    decision = fw.schedule(pod())
+    decision = fw.schedule(claim_pod())
     assert decision.node is None
     assert decision.message == (
         "0/3 nodes are available: profile ai-scheduler does not run DynamicResources, "
         "which pods with spec.resourceClaims need."
     )
-    assert fw.schedule(pod("plain", claim="")).node is not None
+    assert fw.schedule(claim_pod("plain", claim="")).node is not None
 
 
 def test_a_selector_erring_at_run_time_fails_the_attempt_in_kubes_words() -> None:
     cache = cluster({"n1": 1})
     add_claim(cache, "c", selector=f'device.attributes["{DRIVER}"].nothing == 1')
-    decision = framework(cache).schedule(pod())
+    decision = framework(cache).schedule(claim_pod())
     assert decision.node is None
     assert decision.failure == decision.message == (
         'running "DynamicResources" filter plugin: claim default/c: selector #0 on device '
         f"{DRIVER}/n1/gpu-0: CEL runtime error: no such key: nothing"
     )
-    assert framework(cache).schedule(pod("plain", claim="")).failure == ""
+    assert framework(cache).schedule(claim_pod("plain", claim="")).failure == ""

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+from builders import Node, Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import GPUS_ANNOTATION, MANAGED_LABEL, UPDATED_ANNOTATION
@@ -40,16 +40,10 @@ GPU = "nvidia.com/gpu"
 RESOURCES = {"cpu": 1, "memory": 1, GPU: 1}
 
 
-def node(name: str, *, cpu: str = "8", memory: str = "16Gi", gpus: int = 0) -> NodeRecord:
-    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
-    if gpus:
-        allocatable[GPU] = str(gpus)
-    return NodeRecord.from_api(
-        {
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-            "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
-        }
-    )
+def packed_node(name: str, *, cpu: str = "8", memory: str = "16Gi", gpus: int = 0) -> NodeRecord:
+    gpu = {GPU: str(gpus)} if gpus else {}
+    return (Node.bare(name).labels({"kubernetes.io/hostname": name})
+            .allocatable({"cpu": cpu, "memory": memory, "pods": "110", **gpu}, ready=True).record())
 
 
 def managed_node(name: str) -> NodeRecord:
@@ -70,22 +64,10 @@ def managed_node(name: str) -> NodeRecord:
     )
 
 
-def pod(name: str, *, cpu: str, memory: str = "1Gi", gpus: int = 0, node_name: str = "") -> PodRecord:
-    requests = {"cpu": cpu, "memory": memory}
-    limits = {}
-    if gpus:
-        requests[GPU] = limits[GPU] = str(gpus)
-    resources = {"requests": requests, "limits": limits}
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": resources}]}
-    if node_name:
-        spec["nodeName"] = node_name
-    return PodRecord.from_api(
-        {
-            "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}"},
-            "spec": spec,
-            "status": {"phase": "Running" if node_name else "Pending"},
-        }
-    )
+def packed_pod(name: str, *, cpu: str, memory: str = "1Gi", gpus: int = 0, node_name: str = "") -> PodRecord:
+    gpu = {GPU: str(gpus)} if gpus else {}
+    return (Pod.bare(name).uid().container("c", requests={"cpu": cpu, "memory": memory, **gpu}, limits=gpu)
+            .on(node_name).phase("Running" if node_name else "Pending").record())
 
 
 def cluster(*nodes: NodeRecord) -> SchedulerCache:
@@ -124,11 +106,11 @@ def test_the_default_profile_scores_resources_with_the_gpu_aware_scorer() -> Non
 
 
 def test_scores_by_hand_most_allocated_on_gpu_nodes_least_allocated_elsewhere() -> None:
-    cache = cluster(node("gpu", gpus=4), node("cpu"))
+    cache = cluster(packed_node("gpu", gpus=4), packed_node("cpu"))
     for name in ("gpu", "cpu"):
-        cache.set_pod(pod(f"old-{name}", cpu="4", memory="8Gi", node_name=name))
+        cache.set_pod(packed_pod(f"old-{name}", cpu="4", memory="8Gi", node_name=name))
     fw = framework(cache)
-    p = pod("p", cpu="2", memory="4Gi")
+    p = packed_pod("p", cpu="2", memory="4Gi")
     aware = GpuAwareAllocation(1, RESOURCES)
     # gpu node, MostAllocated: cpu 6/8 -> 75, memory 12/16 -> 75; the idle GPUs are not scored for a
     # cpu-only pod. cpu node, LeastAllocated: cpu 2/8 free -> 25, memory 4/16 -> 25.
@@ -136,47 +118,48 @@ def test_scores_by_hand_most_allocated_on_gpu_nodes_least_allocated_elsewhere() 
     assert scores_of(aware, fw, p, ["gpu"]) == scores_of(MostAllocated(1, RESOURCES), fw, p, ["gpu"])
     assert scores_of(aware, fw, p, ["cpu"]) == scores_of(LeastAllocated(1, RESOURCES), fw, p, ["cpu"])
     # a GPU pod on the gpu node: cpu 75, memory 75, GPUs 1/4 -> 25 -> (75 + 75 + 25) / 3 = 58
-    assert scores_of(aware, fw, pod("g", cpu="2", memory="4Gi", gpus=1), ["gpu"]) == [58]
+    assert scores_of(aware, fw, packed_pod("g", cpu="2", memory="4Gi", gpus=1), ["gpu"]) == [58]
     # resource weights apply as in the other two: cpu three times memory, a pod asking for cpu alone
     # (memory 0 -> its share as it is): gpu node cpu 75, memory 8/16 -> 50 -> (3*75 + 50) / 4 = 68;
     # cpu node cpu 25, memory 50 -> (3*25 + 50) / 4 = 31
     weighted = GpuAwareAllocation(1, {"cpu": 3, "memory": 1})
-    assert scores_of(weighted, fw, pod("c", cpu="2", memory="0"), ["gpu", "cpu"]) == [68, 31]
+    assert scores_of(weighted, fw, packed_pod("c", cpu="2", memory="0"), ["gpu", "cpu"]) == [68, 31]
 
 
 def test_a_request_beyond_the_node_scores_like_the_two_scorers() -> None:
-    cache = cluster(node("gpu", gpus=4), node("cpu"))
+    cache = cluster(packed_node("gpu", gpus=4), packed_node("cpu"))
     fw = framework(cache)
-    huge = pod("p", cpu="16", memory="32Gi")
+    huge = packed_pod("p", cpu="16", memory="32Gi")
     aware = GpuAwareAllocation(1, RESOURCES)
     assert scores_of(aware, fw, huge, ["gpu", "cpu"]) == [100, 0]
 
 
 def test_managed_gpu_nodes_count_as_gpu_nodes() -> None:
-    cache = cluster(managed_node("managed"), node("plain-gpu", gpus=8), node("cpu"))
+    cache = cluster(managed_node("managed"), packed_node("plain-gpu", gpus=8), packed_node("cpu"))
     rows = np.array([cache.row_of(n) for n in ("managed", "plain-gpu", "cpu")], dtype=np.int64)
     assert gpu_nodes(cache, rows).tolist() == [True, True, False]
     assert gpu_nodes(cache, rows, cache.allocatable.take(rows, axis=0)).tolist() == [True, True, False]
     fw = framework(cache)
     # managed node, MostAllocated: cpu 2/8 -> 25, memory 4/16 -> 25; cpu node, LeastAllocated: 75
-    p = pod("p", cpu="2", memory="4Gi")
+    p = packed_pod("p", cpu="2", memory="4Gi")
     assert scores_of(GpuAwareAllocation(1, RESOURCES), fw, p, ["managed", "cpu"]) == [25, 75]
 
 
 def test_packs_gpu_nodes_and_spreads_cpu_nodes() -> None:
-    cache = cluster(node("gpu-busy", gpus=8), node("gpu-idle", gpus=8), node("cpu-busy"), node("cpu-idle"))
-    cache.set_pod(pod("old-gpu", cpu="2", node_name="gpu-busy"))
-    cache.set_pod(pod("old-cpu", cpu="2", node_name="cpu-busy"))
+    cache = cluster(packed_node("gpu-busy", gpus=8), packed_node("gpu-idle", gpus=8),
+                    packed_node("cpu-busy"), packed_node("cpu-idle"))
+    cache.set_pod(packed_pod("old-gpu", cpu="2", node_name="gpu-busy"))
+    cache.set_pod(packed_pod("old-cpu", cpu="2", node_name="cpu-busy"))
     only_gpu = np.array([cache.row_of(n) is not None and n.startswith("gpu") for n in cache.row_names])
     only_cpu = np.array([cache.row_of(n) is not None and n.startswith("cpu") for n in cache.row_names])
     fw = framework(cache, [GpuAwareAllocation(1, RESOURCES)])
     for i in range(3):
-        p = pod(f"g{i}", cpu="1")
+        p = packed_pod(f"g{i}", cpu="1")
         decision = fw.schedule(p, node_mask=only_gpu)
         assert decision.node == "gpu-busy"
         cache.assume(p, "gpu-busy")
     for i in range(2):
-        p = pod(f"c{i}", cpu="1")
+        p = packed_pod(f"c{i}", cpu="1")
         decision = fw.schedule(p, node_mask=only_cpu)
         assert decision.node == "cpu-idle"
         cache.assume(p, "cpu-idle")
@@ -185,22 +168,22 @@ def test_packs_gpu_nodes_and_spreads_cpu_nodes() -> None:
 def _stranding_cluster() -> SchedulerCache:
     """Two GPU nodes (8 GPUs, 96 cores) and one CPU node already full: CPU-only pods must use GPU nodes."""
     cache = cluster(
-        node("gpu-a", cpu="96", memory="768Gi", gpus=8),
-        node("gpu-b", cpu="96", memory="768Gi", gpus=8),
-        node("cpu", cpu="64", memory="256Gi"),
+        packed_node("gpu-a", cpu="96", memory="768Gi", gpus=8),
+        packed_node("gpu-b", cpu="96", memory="768Gi", gpus=8),
+        packed_node("cpu", cpu="64", memory="256Gi"),
     )
-    cache.set_pod(pod("filler", cpu="64", memory="64Gi", node_name="cpu"))
+    cache.set_pod(packed_pod("filler", cpu="64", memory="64Gi", node_name="cpu"))
     return cache
 
 
 def _spill_then_large(fw: Framework) -> str | None:
     cache = fw.cache
     for i in range(10):  # 80 cores of CPU-only work: 40 on each GPU node leaves 56 free on each
-        p = pod(f"cpu-{i}", cpu="8", memory="16Gi")
+        p = packed_pod(f"cpu-{i}", cpu="8", memory="16Gi")
         decision = fw.schedule(p)
         assert decision.node is not None and decision.node.startswith("gpu"), decision.message
         cache.assume(p, decision.node)
-    large = pod("large", cpu="64", memory="512Gi", gpus=8)
+    large = packed_pod("large", cpu="64", memory="512Gi", gpus=8)
     decision = fw.schedule(large)
     if decision.node is None:
         assert decision.message == (
@@ -226,27 +209,27 @@ def test_least_allocated_strands_the_gpus_the_default_keeps() -> None:
 
 # ------------------------------------------------------------------------------------------ tie-break
 def test_node_order_tie_break_picks_the_first_node_of_the_table_among_the_best() -> None:
-    cache = cluster(*(node(f"n{i}") for i in range(6)))
+    cache = cluster(*(packed_node(f"n{i}") for i in range(6)))
     fw = framework(cache, [], tie_break="nodeOrder")
-    assert {fw.schedule(pod(f"p{i}", cpu="1")).node for i in range(10)} == {"n0"}
+    assert {fw.schedule(packed_pod(f"p{i}", cpu="1")).node for i in range(10)} == {"n0"}
     # only the best count: n0 made worse by a busy pod, the first of the rest is taken
-    cache.set_pod(pod("busy", cpu="4", node_name="n0"))
+    cache.set_pod(packed_pod("busy", cpu="4", node_name="n0"))
     fw = framework(cache, [LeastAllocated(1, RESOURCES)], tie_break="nodeOrder")
-    assert fw.schedule(pod("q", cpu="1")).node == "n1"
+    assert fw.schedule(packed_pod("q", cpu="1")).node == "n1"
 
 
 def test_node_order_ignores_where_the_search_started() -> None:
     """The first row among the tied ones, not the first one the (rotating) search found."""
-    cache = cluster(*(node(f"n{i}") for i in range(6)))
+    cache = cluster(*(packed_node(f"n{i}") for i in range(6)))
     fw = framework(cache, [], tie_break="nodeOrder")
     rows = np.array([4, 5, 0, 1], dtype=np.int64)  # a search that wrapped round from row 4
     assert fw._pick(rows, np.array([0, 1, 3])) == 3  # row 1, the lowest of rows 4, 5 and 1
 
 
 def test_random_tie_break_spreads_over_the_tied_nodes() -> None:
-    cache = cluster(*(node(f"n{i}") for i in range(6)))
+    cache = cluster(*(packed_node(f"n{i}") for i in range(6)))
     fw = framework(cache, [], tie_break="random", seed=3)
-    assert len({fw.schedule(pod(f"p{i}", cpu="1")).node for i in range(30)}) > 1
+    assert len({fw.schedule(packed_pod(f"p{i}", cpu="1")).node for i in range(30)}) > 1
 
 
 # ------------------------------------------------------------------------------ search window margin
@@ -269,14 +252,14 @@ class RowsScored(ScorePlugin):
 def test_a_search_that_met_full_nodes_widens_the_next_window_but_keeps_the_same_nodes() -> None:
     """Packing fills nodes; a search that met some looks at a few more rows next time, in one window,
     and still keeps the first `wanted` feasible nodes in search order (420 of 1,000)."""
-    cache = cluster(*(node(f"n{i}", cpu="1" if i < 10 else "8") for i in range(1000)))
+    cache = cluster(*(packed_node(f"n{i}", cpu="1" if i < 10 else "8") for i in range(1000)))
     seen = RowsScored()
     fw = framework(cache, [seen])
-    first = fw.schedule(pod("p", cpu="2"))
+    first = fw.schedule(packed_pod("p", cpu="2"))
     assert first.feasible == 420 and seen.seen[0] == list(range(10, 430))
     assert first.reasons == {"Insufficient cpu": 10}
     assert (fw.last_looked_at, fw.last_found) == (420 + 64, 410 + 64)  # a second window of 64 rows
-    second = fw.schedule(pod("q", cpu="2"))
+    second = fw.schedule(packed_pod("q", cpu="2"))
     assert second.feasible == 420 and seen.seen[1] == list(range(430, 850))
     # one window: 420 rows, and 4 x 10/484 of them (34) plus 16 more
     assert second.evaluated == 420 + 4 * 420 * 10 // 484 + 16 and fw.next_start == 850

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -27,7 +28,7 @@ from ai_scheduler.scheduler.framework.plugins.inter_pod_affinity import (
     normalize_min_max,
 )
 from ai_scheduler.scheduler.framework.runtime import Framework
-from ai_scheduler.sim import make_node, make_pod
+from ai_scheduler.sim import make_node
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -86,22 +87,12 @@ def affinity(
     return result
 
 
-def pod(
-    name: str,
-    labels: dict[str, str] | None = None,
-    node: str | None = None,
-    namespace: str = "default",
-    **affinity_spec: Any,
-) -> PodRecord:
-    obj = make_pod(
-        name,
-        namespace=namespace,
-        labels=labels,
-        node_name=node,
-        affinity=affinity(**affinity_spec) if affinity_spec else None,
-    )
-    obj["metadata"]["uid"] = f"uid-{namespace}-{name}"
-    return PodRecord.from_api(obj)
+def affine_pod(name: str, labels: dict[str, str] | None = None, node: str | None = None,
+               namespace: str = "default",
+               **affinity_spec: Any) -> PodRecord:
+    chosen = affinity(**affinity_spec) if affinity_spec else None
+    return Pod(name, namespace=namespace, labels=labels, node_name=node,
+               affinity=chosen).uid(f"uid-{namespace}-{name}").record()
 
 
 def cluster(*existing: PodRecord, nodes: dict[str, tuple[str, str]] | None = None) -> SchedulerCache:
@@ -140,13 +131,13 @@ SECURITY = {"service": "securityscan"}
 
 # ---------------------------------------------------------------- filter: the incoming pod's affinity
 def test_a_pod_without_affinity_passes_everywhere_when_no_existing_pod_has_anti_affinity() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
-    assert filter_reasons(cache, pod("incoming")) == {"m1": None, "m2": None, "m3": None}
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
+    assert filter_reasons(cache, affine_pod("incoming")) == {"m1": None, "m2": None, "m3": None}
 
 
 def test_required_affinity_in_the_same_region_as_a_matching_pod() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
-    incoming = pod(
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
+    incoming = affine_pod(
         "incoming",
         required=[
             term(
@@ -159,8 +150,8 @@ def test_required_affinity_in_the_same_region_as_a_matching_pod() -> None:
 
 
 def test_required_affinity_not_in_and_exists_operators() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
-    not_in = pod(
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
+    not_in = affine_pod(
         "a",
         required=[
             term(
@@ -170,9 +161,9 @@ def test_required_affinity_not_in_and_exists_operators() -> None:
         ],
     )
     assert filter_reasons(cache, not_in)["m1"] is None
-    exists = pod("b", required=[term(HOST, expressions=[{"key": "service", "operator": "Exists"}])])
+    exists = affine_pod("b", required=[term(HOST, expressions=[{"key": "service", "operator": "Exists"}])])
     assert filter_reasons(cache, exists) == {"m1": None, "m2": AFFINITY_RULES, "m3": AFFINITY_RULES}
-    wrong = pod(
+    wrong = affine_pod(
         "c",
         required=[
             term(
@@ -185,8 +176,8 @@ def test_required_affinity_not_in_and_exists_operators() -> None:
 
 
 def test_an_existing_pod_must_match_all_the_affinity_terms() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"), pod("p2", {"wrongkey": "v"}, node="m1"))
-    both = pod(
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"), affine_pod("p2", {"wrongkey": "v"}, node="m1"))
+    both = affine_pod(
         "incoming",
         required=[
             term(HOST, expressions=[{"key": "service", "operator": "Exists"}]),
@@ -194,7 +185,7 @@ def test_an_existing_pod_must_match_all_the_affinity_terms() -> None:
         ],
     )
     assert filter_reasons(cache, both)["m1"] is None  # p1 matches both
-    impossible = pod(
+    impossible = affine_pod(
         "incoming2",
         required=[
             term(HOST, expressions=[{"key": "service", "operator": "Exists"}]),
@@ -207,23 +198,23 @@ def test_an_existing_pod_must_match_all_the_affinity_terms() -> None:
 def test_the_first_pod_of_a_self_affine_group_passes_on_nodes_with_the_key() -> None:
     nodes = {"m1": ("z11", "r1"), "bare": ("", "")}
     cache = cluster(nodes=nodes)
-    incoming = pod("first", SECURITY, required=[term(REGION, labels=SECURITY)])
+    incoming = affine_pod("first", SECURITY, required=[term(REGION, labels=SECURITY)])
     assert filter_reasons(cache, incoming) == {"m1": None, "bare": AFFINITY_RULES}
-    not_self = pod("first", {"service": "other"}, required=[term(REGION, labels=SECURITY)])
+    not_self = affine_pod("first", {"service": "other"}, required=[term(REGION, labels=SECURITY)])
     assert filter_reasons(cache, not_self) == {"m1": AFFINITY_RULES, "bare": AFFINITY_RULES}
 
 
 def test_once_a_matching_pod_exists_self_affinity_follows_it() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m3"))
-    incoming = pod("second", SECURITY, required=[term(REGION, labels=SECURITY)])
+    cache = cluster(affine_pod("p1", SECURITY, node="m3"))
+    incoming = affine_pod("second", SECURITY, required=[term(REGION, labels=SECURITY)])
     assert filter_reasons(cache, incoming) == {"m1": AFFINITY_RULES, "m2": AFFINITY_RULES, "m3": None}
 
 
 def test_required_anti_affinity_keeps_the_pod_out_of_a_matching_pods_domain() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
-    by_host = pod("incoming", anti=[term(HOST, labels=SECURITY)])
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
+    by_host = affine_pod("incoming", anti=[term(HOST, labels=SECURITY)])
     assert filter_reasons(cache, by_host) == {"m1": ANTI_AFFINITY_RULES, "m2": None, "m3": None}
-    by_zone = pod("incoming", anti=[term(REGION, labels=SECURITY)])
+    by_zone = affine_pod("incoming", anti=[term(REGION, labels=SECURITY)])
     assert filter_reasons(cache, by_zone) == {
         "m1": ANTI_AFFINITY_RULES,
         "m2": ANTI_AFFINITY_RULES,
@@ -232,27 +223,28 @@ def test_required_anti_affinity_keeps_the_pod_out_of_a_matching_pods_domain() ->
 
 
 def test_anti_affinity_on_a_key_the_node_lacks_does_not_filter_it() -> None:
-    cache = cluster(pod("p1", SECURITY, node="bare"), nodes={"bare": ("", ""), "m1": ("z11", "r1")})
-    incoming = pod("incoming", anti=[term(REGION, labels=SECURITY)])
+    cache = cluster(affine_pod("p1", SECURITY, node="bare"), nodes={"bare": ("", ""), "m1": ("z11", "r1")})
+    incoming = affine_pod("incoming", anti=[term(REGION, labels=SECURITY)])
     assert filter_reasons(cache, incoming) == {"bare": None, "m1": None}
 
 
 def test_existing_pods_anti_affinity_keeps_a_matching_pod_away() -> None:
-    cache = cluster(pod("p1", {"app": "db"}, node="m1", anti=[term(ZONE, labels=SECURITY)]))
-    assert filter_reasons(cache, pod("incoming", SECURITY)) == {
+    cache = cluster(affine_pod("p1", {"app": "db"}, node="m1", anti=[term(ZONE, labels=SECURITY)]))
+    assert filter_reasons(cache, affine_pod("incoming", SECURITY)) == {
         "m1": EXISTING_ANTI_AFFINITY_RULES,
         "m2": None,
         "m3": None,
     }
-    assert filter_reasons(cache, pod("other", {"service": "x"})) == {"m1": None, "m2": None, "m3": None}
+    other = affine_pod("other", {"service": "x"})
+    assert filter_reasons(cache, other) == {"m1": None, "m2": None, "m3": None}
 
 
 def test_affinity_fails_first_then_anti_affinity_then_existing_anti_affinity() -> None:
     cache = cluster(
-        pod("p1", SECURITY, node="m1", anti=[term(HOST, labels={"app": "web"})]),
-        pod("p2", {"app": "cache"}, node="m2"),
+        affine_pod("p1", SECURITY, node="m1", anti=[term(HOST, labels={"app": "web"})]),
+        affine_pod("p2", {"app": "cache"}, node="m2"),
     )
-    incoming = pod(
+    incoming = affine_pod(
         "incoming",
         {"app": "web"},
         required=[term(REGION, labels=SECURITY)],
@@ -269,18 +261,18 @@ def test_affinity_fails_first_then_anti_affinity_then_existing_anti_affinity() -
 
 # ---------------------------------------------------------------- namespaces
 def test_terms_apply_to_the_pods_own_namespace_unless_they_name_others() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1", namespace="other"))
-    own = pod("incoming", anti=[term(HOST, labels=SECURITY)])
+    cache = cluster(affine_pod("p1", SECURITY, node="m1", namespace="other"))
+    own = affine_pod("incoming", anti=[term(HOST, labels=SECURITY)])
     assert filter_reasons(cache, own)["m1"] is None
-    listed = pod("incoming", anti=[term(HOST, labels=SECURITY, namespaces=["other"])])
+    listed = affine_pod("incoming", anti=[term(HOST, labels=SECURITY, namespaces=["other"])])
     assert filter_reasons(cache, listed)["m1"] == ANTI_AFFINITY_RULES
-    everywhere = pod("incoming", anti=[term(HOST, labels=SECURITY, namespace_selector={})])
+    everywhere = affine_pod("incoming", anti=[term(HOST, labels=SECURITY, namespace_selector={})])
     assert filter_reasons(cache, everywhere)["m1"] == ANTI_AFFINITY_RULES
 
 
 def test_namespace_selector_reads_the_namespaces_labels() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1", namespace="team-a"))
-    incoming = pod(
+    cache = cluster(affine_pod("p1", SECURITY, node="m1", namespace="team-a"))
+    incoming = affine_pod(
         "incoming", anti=[term(HOST, labels=SECURITY, namespace_selector={"matchLabels": {"team": "a"}})]
     )
     assert filter_reasons(cache, incoming)["m1"] is None  # namespace labels not known yet
@@ -292,7 +284,7 @@ def test_namespace_selector_reads_the_namespaces_labels() -> None:
 
 def test_existing_pods_terms_with_a_namespace_selector_match_the_incoming_pods_namespace() -> None:
     cache = cluster(
-        pod(
+        affine_pod(
             "p1",
             {"app": "db"},
             node="m1",
@@ -302,18 +294,18 @@ def test_existing_pods_terms_with_a_namespace_selector_match_the_incoming_pods_n
     )
     cache.set_namespace("shop", {"env": "prod"})
     assert (
-        filter_reasons(cache, pod("incoming", SECURITY, namespace="shop"))["m1"]
+        filter_reasons(cache, affine_pod("incoming", SECURITY, namespace="shop"))["m1"]
         == EXISTING_ANTI_AFFINITY_RULES
     )
-    assert filter_reasons(cache, pod("incoming", SECURITY, namespace="dev"))["m1"] is None
+    assert filter_reasons(cache, affine_pod("incoming", SECURITY, namespace="dev"))["m1"] is None
 
 
 def test_match_label_keys_add_the_pods_own_values_to_the_selector() -> None:
     cache = cluster(
-        pod("old", {"app": "train", "rev": "1"}, node="m1"),
-        pod("new", {"app": "train", "rev": "2"}, node="m2"),
+        affine_pod("old", {"app": "train", "rev": "1"}, node="m1"),
+        affine_pod("new", {"app": "train", "rev": "2"}, node="m2"),
     )
-    incoming = pod(
+    incoming = affine_pod(
         "incoming",
         {"app": "train", "rev": "2"},
         anti=[term(HOST, labels={"app": "train"}, match_label_keys=["rev"])],
@@ -324,9 +316,9 @@ def test_match_label_keys_add_the_pods_own_values_to_the_selector() -> None:
 # ---------------------------------------------------------------- the cache keeps up
 def test_results_follow_pods_and_node_labels_as_they_change() -> None:
     cache = cluster()
-    incoming = pod("incoming", anti=[term(ZONE, labels=SECURITY)])
+    incoming = affine_pod("incoming", anti=[term(ZONE, labels=SECURITY)])
     assert set(filter_reasons(cache, incoming).values()) == {None}
-    cache.set_pod(pod("p1", SECURITY, node="m1"))
+    cache.set_pod(affine_pod("p1", SECURITY, node="m1"))
     assert filter_reasons(cache, incoming)["m1"] == ANTI_AFFINITY_RULES
     # m2 moves into m1's zone: it now shares the domain.
     cache.set_node(NodeRecord.from_api(make_node("m2", labels={ZONE: "z11", REGION: "r1"})))
@@ -337,10 +329,10 @@ def test_results_follow_pods_and_node_labels_as_they_change() -> None:
 
 
 def test_a_removed_node_takes_its_pods_out_of_the_groups() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
     cache.remove_node("m1")
     assert cache.check_consistency() == []
-    incoming = pod("incoming", required=[term(REGION, labels=SECURITY)])
+    incoming = affine_pod("incoming", required=[term(REGION, labels=SECURITY)])
     assert filter_reasons(cache, incoming) == {"m2": AFFINITY_RULES, "m3": AFFINITY_RULES}
 
 
@@ -351,7 +343,7 @@ def test_a_cycle_places_anti_affine_replicas_one_per_node() -> None:
     )
     placed = []
     for i in range(4):
-        replica = pod(f"r{i}", {"app": "web"}, anti=[term(HOST, labels={"app": "web"})])
+        replica = affine_pod(f"r{i}", {"app": "web"}, anti=[term(HOST, labels={"app": "web"})])
         decision = framework.schedule(replica)
         if decision.node is None:
             assert i == 3
@@ -359,27 +351,27 @@ def test_a_cycle_places_anti_affine_replicas_one_per_node() -> None:
             break
         placed.append(decision.node)
         cache.set_pod(
-            pod(f"r{i}", {"app": "web"}, node=decision.node, anti=[term(HOST, labels={"app": "web"})])
+            affine_pod(f"r{i}", {"app": "web"}, node=decision.node, anti=[term(HOST, labels={"app": "web"})])
         )
     assert sorted(placed) == ["m1", "m2", "m3"]
 
 
 # ---------------------------------------------------------------- score
 def test_preferred_affinity_scores_the_matching_pods_domain_highest() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
-    incoming = pod("incoming", preferred=[(5, term(REGION, labels=SECURITY))])
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
+    incoming = affine_pod("incoming", preferred=[(5, term(REGION, labels=SECURITY))])
     assert scores(cache, incoming) == {"m1": 100, "m2": 100, "m3": 0}
 
 
 def test_preferred_anti_affinity_scores_the_matching_pods_domain_lowest() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
-    incoming = pod("incoming", preferred_anti=[(5, term(ZONE, labels=SECURITY))])
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
+    incoming = affine_pod("incoming", preferred_anti=[(5, term(ZONE, labels=SECURITY))])
     assert scores(cache, incoming) == {"m1": 0, "m2": 100, "m3": 100}
 
 
 def test_weights_add_up_and_are_scaled_between_lowest_and_highest() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"), pod("p2", {"app": "db"}, node="m3"))
-    incoming = pod(
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"), affine_pod("p2", {"app": "db"}, node="m3"))
+    incoming = affine_pod(
         "incoming",
         preferred=[(8, term(HOST, labels=SECURITY)), (2, term(REGION, labels={"app": "db"}))],
         preferred_anti=[(4, term(REGION, labels=SECURITY))],
@@ -390,19 +382,19 @@ def test_weights_add_up_and_are_scaled_between_lowest_and_highest() -> None:
 
 def test_existing_pods_required_and_preferred_terms_that_match_the_incoming_pod_count() -> None:
     cache = cluster(
-        pod(
+        affine_pod(
             "p1", {"app": "db"}, node="m1", required=[term(HOST, labels=SECURITY)]
         ),  # hardPodAffinityWeight 1
-        pod("p2", {"app": "db"}, node="m2", preferred=[(3, term(HOST, labels=SECURITY))]),
-        pod("p3", {"app": "db"}, node="m3", preferred_anti=[(5, term(HOST, labels=SECURITY))]),
+        affine_pod("p2", {"app": "db"}, node="m2", preferred=[(3, term(HOST, labels=SECURITY))]),
+        affine_pod("p3", {"app": "db"}, node="m3", preferred_anti=[(5, term(HOST, labels=SECURITY))]),
     )
     # m1: 1, m2: 3, m3: -5.  Scaled over [-5, 3]: 75, 100, 0.
-    assert scores(cache, pod("incoming", SECURITY)) == {"m1": 75, "m2": 100, "m3": 0}
+    assert scores(cache, affine_pod("incoming", SECURITY)) == {"m1": 75, "m2": 100, "m3": 0}
 
 
 def test_no_terms_anywhere_means_no_opinion() -> None:
-    cache = cluster(pod("p1", SECURITY, node="m1"))
-    assert scores(cache, pod("incoming")) is None
+    cache = cluster(affine_pod("p1", SECURITY, node="m1"))
+    assert scores(cache, affine_pod("incoming")) is None
 
 
 def test_normalisation_truncates_as_kube_does() -> None:
@@ -412,14 +404,14 @@ def test_normalisation_truncates_as_kube_does() -> None:
 
 # ---------------------------------------------------------------- parsing
 def test_invalid_terms_become_the_pods_reason() -> None:
-    bad = pod("bad", anti=[{"labelSelector": {"matchLabels": {"a": "b"}}}])
+    bad = affine_pod("bad", anti=[{"labelSelector": {"matchLabels": {"a": "b"}}}])
     assert bad.spec_error.startswith("invalid pod affinity: spec.affinity.podAntiAffinity.")
     assert "topologyKey must be a non-empty label key" in bad.spec_error
     with pytest.raises(SelectorError, match="operator must be one of"):
         parse_selector({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}, "s")
     with pytest.raises(SelectorError, match="must be non-empty for operator In"):
         parse_selector({"matchExpressions": [{"key": "a", "operator": "In"}]}, "s")
-    weightless = pod("w", preferred=[(0, term(HOST, labels=SECURITY))])
+    weightless = affine_pod("w", preferred=[(0, term(HOST, labels=SECURITY))])
     assert "weight must be an integer from 1 to 100" in weightless.spec_error
 
 
@@ -439,9 +431,9 @@ def test_replicas_of_one_template_share_their_parsed_terms() -> None:
 def test_large_groups_keep_their_counts_when_they_switch_to_a_dense_column() -> None:
     """A label group on many nodes keeps a dense per-row column: it must hold every replica."""
     nodes = {f"n{i}": (f"z{i % 4}", "r1") for i in range(100)}
-    replicas = [pod(f"r{i}", {"app": "web"}, node=f"n{i}") for i in range(80)]
+    replicas = [affine_pod(f"r{i}", {"app": "web"}, node=f"n{i}") for i in range(80)]
     cache = cluster(*replicas, nodes=nodes)
-    incoming = pod("incoming", anti=[term(HOST, labels={"app": "web"})])
+    incoming = affine_pod("incoming", anti=[term(HOST, labels={"app": "web"})])
     free = {name for name, reason in filter_reasons(cache, incoming).items() if reason is None}
     assert free == {f"n{i}" for i in range(80, 100)}
     for i in range(0, 80, 2):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord, pod_host_ports
@@ -33,10 +34,8 @@ def ports(*infos: str) -> list[dict[str, Any]]:
     return result
 
 
-def pod(name: str, *infos: str, node: str | None = None, **kw: Any) -> PodRecord:
-    obj = make_pod(name, node_name=node, ports=ports(*infos) or None, **kw)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    return PodRecord.from_api(obj)
+def port_pod(name: str, *infos: str, node: str | None = None, **kw: Any) -> PodRecord:
+    return Pod(name, node_name=node, ports=ports(*infos) or None, **kw).uid().record()
 
 
 def cluster(*names: str, initial_rows: int = 64) -> SchedulerCache:
@@ -53,9 +52,9 @@ def framework(cache: SchedulerCache) -> Framework:
 def fits(wanted: Sequence[str], existing: Sequence[str]) -> bool:
     """Whether a pod with `wanted` ports fits a node that holds one pod with `existing` ports."""
     cache = cluster("m1")
-    cache.set_pod(pod("existing", *existing, node="m1"))
+    cache.set_pod(port_pod("existing", *existing, node="m1"))
     assert cache.check_consistency() == []
-    decision = framework(cache).schedule(pod("incoming", *wanted))
+    decision = framework(cache).schedule(port_pod("incoming", *wanted))
     assert decision.node in ("m1", None)
     if decision.node is None:
         assert decision.reasons == {NO_FREE_PORTS: 1}
@@ -107,8 +106,8 @@ def test_kube_scheduler_cases(wanted: list[str], existing: list[str], expected: 
 def test_pod_without_host_ports_is_not_looked_at() -> None:
     """kube-scheduler's "skip filter": PreFilter returns Skip; here the filter returns no masks at all."""
     cache = cluster("m1")
-    cache.set_pod(pod("existing", "TCP/0.0.0.0/8080", node="m1"))
-    plain = pod("plain")
+    cache.set_pod(port_pod("existing", "TCP/0.0.0.0/8080", node="m1"))
+    plain = port_pod("plain")
     assert plain.host_ports == ()
     assert NodePorts().run(plain, cache, np.ones(cache.rows, dtype=bool), StaticResults(cache)) == []
     assert framework(cache).schedule(plain).node == "m1"
@@ -127,7 +126,7 @@ def test_host_network_ports_are_host_ports() -> None:
     exporter["spec"]["hostNetwork"] = True
     assert PodRecord.from_api(exporter).host_ports == (("0.0.0.0", "TCP", 9100), ("0.0.0.0", "TCP", 9101))
     cache = cluster("m1")
-    cache.set_pod(pod("existing", "TCP/0.0.0.0/9100", node="m1"))
+    cache.set_pod(port_pod("existing", "TCP/0.0.0.0/9100", node="m1"))
     assert framework(cache).schedule(PodRecord.from_api(exporter)).reasons == {NO_FREE_PORTS: 1}
     exporter["spec"]["containers"][0]["ports"] = [{"containerPort": "9100"}]
     assert PodRecord.from_api(exporter).spec_error == (
@@ -144,19 +143,19 @@ def test_empty_host_ip_and_protocol_are_every_address_and_tcp() -> None:
     cache = cluster("m1")
     cache.set_pod(PodRecord.from_api({"metadata": {"name": "e", "namespace": "d", "uid": "e"},
                                       "spec": {**spec, "nodeName": "m1"}}))
-    assert framework(cache).schedule(pod("incoming", "TCP/127.0.0.1/80")).node is None
-    assert framework(cache).schedule(pod("incoming", "UDP/127.0.0.1/80")).node == "m1"
+    assert framework(cache).schedule(port_pod("incoming", "TCP/127.0.0.1/80")).node is None
+    assert framework(cache).schedule(port_pod("incoming", "UDP/127.0.0.1/80")).node == "m1"
 
 
 def test_only_sidecar_init_containers_hold_host_ports() -> None:
     """kube-scheduler's "non-sidecar initContainer using hostPort" and "... from sidecar initContainer"."""
     init = {"name": "init", "image": "i", "ports": ports("TCP/0.0.0.0/8001")}
     cache = cluster("m1")
-    cache.set_pod(pod("existing", "TCP/0.0.0.0/8001", node="m1"))
-    ordinary = pod("ordinary", init_containers=[init])
+    cache.set_pod(port_pod("existing", "TCP/0.0.0.0/8001", node="m1"))
+    ordinary = port_pod("ordinary", init_containers=[init])
     assert ordinary.host_ports == ()
     assert framework(cache).schedule(ordinary).node == "m1"
-    sidecar = pod("sidecar", init_containers=[{**init, "restartPolicy": "Always"}])
+    sidecar = port_pod("sidecar", init_containers=[{**init, "restartPolicy": "Always"}])
     assert sidecar.host_ports == (("0.0.0.0", "TCP", 8001),)
     assert framework(cache).schedule(sidecar).reasons == {NO_FREE_PORTS: 1}
 
@@ -164,8 +163,8 @@ def test_only_sidecar_init_containers_hold_host_ports() -> None:
 def test_a_sidecars_port_is_held_on_its_node() -> None:
     sidecar = {"name": "proxy", "image": "i", "restartPolicy": "Always", "ports": ports("TCP/0.0.0.0/15001")}
     cache = cluster("m1")
-    cache.set_pod(pod("existing", node="m1", init_containers=[sidecar]))
-    assert framework(cache).schedule(pod("incoming", "TCP/10.1.1.1/15001")).node is None
+    cache.set_pod(port_pod("existing", node="m1", init_containers=[sidecar]))
+    assert framework(cache).schedule(port_pod("incoming", "TCP/10.1.1.1/15001")).node is None
 
 
 @pytest.mark.parametrize(("port", "field", "got"), [
@@ -203,7 +202,7 @@ def test_three_pods_with_one_host_port_take_three_nodes_and_the_fourth_waits() -
     fw = framework(cache)
     placed = []
     for i in range(4):
-        p = pod(f"web-{i}", "TCP/0.0.0.0/8080")
+        p = port_pod(f"web-{i}", "TCP/0.0.0.0/8080")
         decision = fw.schedule(p)
         if decision.node is not None:
             cache.assume(p, decision.node)
@@ -217,54 +216,54 @@ def test_three_pods_with_one_host_port_take_three_nodes_and_the_fourth_waits() -
 def test_ports_are_freed_when_the_pod_goes_and_by_a_forgotten_assumption() -> None:
     cache = cluster("m1")
     fw = framework(cache)
-    first = pod("first", "TCP/0.0.0.0/8080")
+    first = port_pod("first", "TCP/0.0.0.0/8080")
     cache.assume(first, "m1")
-    assert fw.schedule(pod("second", "TCP/0.0.0.0/8080")).node is None
+    assert fw.schedule(port_pod("second", "TCP/0.0.0.0/8080")).node is None
     cache.forget(first.uid)
-    assert fw.schedule(pod("second", "TCP/0.0.0.0/8080")).node == "m1"
-    cache.set_pod(pod("bound", "TCP/0.0.0.0/8080", node="m1"))
-    assert fw.schedule(pod("second", "TCP/0.0.0.0/8080")).node is None
+    assert fw.schedule(port_pod("second", "TCP/0.0.0.0/8080")).node == "m1"
+    cache.set_pod(port_pod("bound", "TCP/0.0.0.0/8080", node="m1"))
+    assert fw.schedule(port_pod("second", "TCP/0.0.0.0/8080")).node is None
     cache.remove_pod("uid-bound")
-    assert fw.schedule(pod("second", "TCP/0.0.0.0/8080")).node == "m1"
+    assert fw.schedule(port_pod("second", "TCP/0.0.0.0/8080")).node == "m1"
     assert len(cache.host_ports) == 0, "no column is kept for a port nobody uses"
     assert cache.check_consistency() == []
 
 
 def test_a_finished_pod_frees_its_port() -> None:
     cache = cluster("m1")
-    running = pod("job", "UDP/0.0.0.0/4789", node="m1")
+    running = port_pod("job", "UDP/0.0.0.0/4789", node="m1")
     cache.set_pod(running)
-    assert framework(cache).schedule(pod("next", "UDP/0.0.0.0/4789")).node is None
+    assert framework(cache).schedule(port_pod("next", "UDP/0.0.0.0/4789")).node is None
     finished = make_pod("job", node_name="m1", ports=ports("UDP/0.0.0.0/4789"))
     finished["metadata"]["uid"] = "uid-job"
     finished["status"] = {"phase": "Succeeded"}
     done = PodRecord.from_api(finished)
     cache.set_pod(done)
-    assert framework(cache).schedule(pod("next", "UDP/0.0.0.0/4789")).node == "m1"
+    assert framework(cache).schedule(port_pod("next", "UDP/0.0.0.0/4789")).node == "m1"
 
 
 def test_two_pods_on_one_port_free_it_only_when_both_are_gone() -> None:
     """Pods bound by name are not checked by any scheduler: the port stays taken while either runs."""
     cache = cluster("m1")
-    cache.set_pod(pod("one", "TCP/0.0.0.0/80", node="m1"))
-    cache.set_pod(pod("two", "TCP/0.0.0.0/80", node="m1"))
+    cache.set_pod(port_pod("one", "TCP/0.0.0.0/80", node="m1"))
+    cache.set_pod(port_pod("two", "TCP/0.0.0.0/80", node="m1"))
     fw = framework(cache)
     cache.remove_pod("uid-one")
-    assert fw.schedule(pod("incoming", "TCP/0.0.0.0/80")).node is None
+    assert fw.schedule(port_pod("incoming", "TCP/0.0.0.0/80")).node is None
     cache.remove_pod("uid-two")
-    assert fw.schedule(pod("incoming", "TCP/0.0.0.0/80")).node == "m1"
+    assert fw.schedule(port_pod("incoming", "TCP/0.0.0.0/80")).node == "m1"
 
 
 def test_a_node_that_leaves_and_comes_back_keeps_its_pods_ports() -> None:
     cache = cluster("m1", "m2", "m3")
-    cache.set_pod(pod("on-m1", "TCP/0.0.0.0/80", node="m1"))
-    cache.set_pod(pod("on-m2", "TCP/0.0.0.0/80", node="m2"))
+    cache.set_pod(port_pod("on-m1", "TCP/0.0.0.0/80", node="m1"))
+    cache.set_pod(port_pod("on-m2", "TCP/0.0.0.0/80", node="m2"))
     cache.remove_node("m1")
     assert cache.check_consistency() == []
-    assert framework(cache).schedule(pod("incoming", "TCP/0.0.0.0/80")).node == "m3"
+    assert framework(cache).schedule(port_pod("incoming", "TCP/0.0.0.0/80")).node == "m3"
     cache.set_node(NodeRecord.from_api(make_node("m1", cpu="64", memory="256Gi")))
     assert cache.check_consistency() == []
-    decision = framework(cache).schedule(pod("incoming", "TCP/0.0.0.0/80"))
+    decision = framework(cache).schedule(port_pod("incoming", "TCP/0.0.0.0/80"))
     assert decision.node == "m3" and decision.reasons == {NO_FREE_PORTS: 2}
 
 
@@ -272,18 +271,18 @@ def test_ports_survive_the_node_table_growing_and_windows_that_wrap() -> None:
     names = [f"n{i}" for i in range(300)]
     cache = cluster(*names, initial_rows=4)
     for i in range(0, 300, 2):
-        cache.set_pod(pod(f"p{i}", "TCP/0.0.0.0/9000", node=f"n{i}"))
+        cache.set_pod(port_pod(f"p{i}", "TCP/0.0.0.0/9000", node=f"n{i}"))
     assert cache.check_consistency() == []
     fw = Framework("ai-scheduler", [NodePorts()], [], cache, rng=random.Random(1),
                    percentage_of_nodes_to_score=5)
     fw.next_start = 290  # the search wraps round the end of the table
-    decision = fw.schedule(pod("incoming", "TCP/10.0.0.1/9000"))
+    decision = fw.schedule(port_pod("incoming", "TCP/10.0.0.1/9000"))
     assert decision.node is not None and int(decision.node[1:]) % 2 == 1
-    rows, reasons = fw.feasible_rows(pod("incoming", "TCP/10.0.0.1/9000"))
+    rows, reasons = fw.feasible_rows(port_pod("incoming", "TCP/10.0.0.1/9000"))
     assert {cache.row_names[int(r)] for r in rows} == {f"n{i}" for i in range(1, 300, 2)}
     assert reasons == {NO_FREE_PORTS: 150}
     window = np.arange(296, 304) % 300
-    taken = cache.host_ports.conflicts(pod("w", "TCP/0.0.0.0/9000").host_ports, window)
+    taken = cache.host_ports.conflicts(port_pod("w", "TCP/0.0.0.0/9000").host_ports, window)
     assert taken is not None
     names = [cache.row_names[int(r)] for r in window]
     assert [cache.row_names[int(r)] for r in window[taken]] == [n for n in names if int(n[1:]) % 2 == 0]

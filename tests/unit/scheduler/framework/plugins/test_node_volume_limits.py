@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -20,7 +21,7 @@ from ai_scheduler.cache.volumes import (
 )
 from ai_scheduler.scheduler.framework.plugins.node_volume_limits import MAX_VOLUME_COUNT, NodeVolumeLimits
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
+from ai_scheduler.sim import make_node, make_pv, make_pvc, make_storage_class
 
 EBS = "ebs.csi.aws.com"
 GCE = "pd.csi.storage.gke.io"
@@ -55,15 +56,11 @@ def cluster(limits: dict[str, int] | None) -> SchedulerCache:
     return cache
 
 
-def pod(name: str, *claims: str, node: str | None = None, ephemeral: bool = False) -> PodRecord:
-    volumes: list[dict[str, Any]] = [
-        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": f"claim-{c}"}} for i, c in enumerate(claims)
-    ]
-    if ephemeral:
-        volumes.append({"name": "scratch", "ephemeral": {}})
-    obj = make_pod(name, node_name=node, volumes=volumes or None)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    return PodRecord.from_api(obj)
+def volume_pod(name: str, *claims: str, node: str | None = None, ephemeral: bool = False) -> PodRecord:
+    volumes = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": f"claim-{c}"}} for i,
+               c in enumerate(claims)]
+    volumes += [{"name": "scratch", "ephemeral": {}}] if ephemeral else []
+    return Pod(name, node_name=node, volumes=volumes or None).uid().record()
 
 
 def schedule(cache: SchedulerCache, record: PodRecord) -> Decision:
@@ -90,8 +87,8 @@ def schedule(cache: SchedulerCache, record: PodRecord) -> Decision:
 )
 def test_csi_limits(existing: list[str], new: list[str], limits: dict[str, int] | None, fits: bool) -> None:
     cache = cluster(limits)
-    cache.set_pod(pod("existing", *existing, node="node-1"))
-    decision = schedule(cache, pod("incoming", *new))
+    cache.set_pod(volume_pod("existing", *existing, node="node-1"))
+    decision = schedule(cache, volume_pod("incoming", *new))
     if fits:
         assert decision.node == "node-1", decision.message
     else:
@@ -100,16 +97,16 @@ def test_csi_limits(existing: list[str], new: list[str], limits: dict[str, int] 
 
 def test_generic_ephemeral_volumes_count() -> None:
     cache = cluster({EBS: 2})
-    cache.set_pod(pod("existing", "ebs-1", node="node-1"))
-    assert schedule(cache, pod("pod", ephemeral=True)).node == "node-1"
-    cache.set_pod(pod("other", "ebs-2", node="node-1"))
-    assert schedule(cache, pod("pod", ephemeral=True)).node is None
+    cache.set_pod(volume_pod("existing", "ebs-1", node="node-1"))
+    assert schedule(cache, volume_pod("pod", ephemeral=True)).node == "node-1"
+    cache.set_pod(volume_pod("other", "ebs-2", node="node-1"))
+    assert schedule(cache, volume_pod("pod", ephemeral=True)).node is None
 
 
 def test_volumes_of_pods_that_leave_stop_counting() -> None:
     cache = cluster({EBS: 2})
-    cache.set_pod(pod("existing", "ebs-1", "ebs-2", node="node-1"))
-    assert schedule(cache, pod("incoming", "ebs-3")).node is None
+    cache.set_pod(volume_pod("existing", "ebs-1", "ebs-2", node="node-1"))
+    assert schedule(cache, volume_pod("incoming", "ebs-3")).node is None
     cache.remove_pod("uid-existing")
-    assert schedule(cache, pod("incoming", "ebs-3")).node == "node-1"
+    assert schedule(cache, volume_pod("incoming", "ebs-3")).node == "node-1"
     assert cache.volumes.node_claims == {}

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from builders import Node, Pod, owner_ref
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -37,7 +38,6 @@ from ai_scheduler.scheduler.framework.plugins.pod_topology_spread import (
 )
 from ai_scheduler.scheduler.framework.plugins.taint_toleration import TaintTolerationFilter
 from ai_scheduler.scheduler.framework.runtime import Framework
-from ai_scheduler.sim import make_node, make_pod
 
 HOSTNAME = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -73,40 +73,24 @@ def spread(
     return constraint
 
 
-def node(name: str, labels: dict[str, str], taints: list[dict[str, Any]] | None = None) -> NodeRecord:
+def spread_node(name: str, labels: dict[str, str], taints: list[dict[str, Any]] | None = None) -> NodeRecord:
     """A node with exactly these labels (kube's test nodes carry no hostname label unless given one)."""
-    obj = make_node(name, taints=taints)
-    obj["metadata"]["labels"] = dict(labels)
-    return NodeRecord.from_api(obj)
+    return Node(name, taints=taints).labels(labels).record()
 
 
-def pod(
-    name: str,
-    labels: dict[str, str] | None = None,
-    *,
-    on: str | None = None,
-    namespace: str = "default",
-    constraints: list[dict[str, Any]] | None = None,
-    terminating: bool = False,
-    owner: tuple[str, str, str] | None = None,
-    **kw: Any,
-) -> PodRecord:
-    obj = make_pod(name, namespace=namespace, labels=labels, node_name=on, topology_spread=constraints, **kw)
-    obj["metadata"]["uid"] = f"uid-{namespace}-{name}"
-    if terminating:
-        obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    if owner is not None:
-        api_version, kind, owner_name = owner
-        obj["metadata"]["ownerReferences"] = [
-            {"apiVersion": api_version, "kind": kind, "name": owner_name, "uid": "u", "controller": True}
-        ]
-    return PodRecord.from_api(obj)
+def spread_pod(name: str, labels: dict[str, str] | None = None, *, on: str | None = None,
+               namespace: str = "default",
+               constraints: list[dict[str, Any]] | None = None, terminating: bool = False,
+               owner: tuple[str, str, str] | None = None, **kw: Any) -> PodRecord:
+    pod = (Pod(name, namespace=namespace, labels=labels, node_name=on, topology_spread=constraints, **kw)
+           .uid(f"uid-{namespace}-{name}").terminating(terminating))
+    return (pod.owners(owner_ref(*owner, "u", controller=True)) if owner is not None else pod).record()
 
 
 def existing(spec: str, labels: dict[str, str] | None = None, namespace: str = "default") -> PodRecord:
     """kube's `st.MakePod().Name("p-a1").Node("node-a")`: `spec` is "pod-name@node-name"."""
     name, _, on = spec.partition("@")
-    return pod(name, labels, on=on, namespace=namespace)
+    return spread_pod(name, labels, on=on, namespace=namespace)
 
 
 def foo_pods(*specs: str) -> list[PodRecord]:
@@ -137,104 +121,112 @@ def filter_verdicts(incoming: PodRecord, nodes: list[NodeRecord], pods: list[Pod
 # ---------------------------------------------------------------- kube's TestSingleConstraint
 
 FOUR_IN_TWO_ZONES = [
-    node("node-a", {"zone": "zone1", "node": "node-a"}),
-    node("node-b", {"zone": "zone1", "node": "node-b"}),
-    node("node-x", {"zone": "zone2", "node": "node-x"}),
-    node("node-y", {"zone": "zone2", "node": "node-y"}),
+    spread_node("node-a", {"zone": "zone1", "node": "node-a"}),
+    spread_node("node-b", {"zone": "zone1", "node": "node-b"}),
+    spread_node("node-x", {"zone": "zone2", "node": "node-x"}),
+    spread_node("node-y", {"zone": "zone2", "node": "node-y"}),
 ]
 SPREAD_2_1_0_3 = foo_pods(
     "p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-y1@node-y", "p-y2@node-y", "p-y3@node-y"
 )
 NODE_AND_FOO = [
-    node("node-a", {"node": "node-a", "foo": ""}),
-    node("node-b", {"node": "node-b", "foo": ""}),
-    node("node-x", {"node": "node-x", "foo": ""}),
-    node("node-y", {"node": "node-y"}),
+    spread_node("node-a", {"node": "node-a", "foo": ""}),
+    spread_node("node-b", {"node": "node-b", "foo": ""}),
+    spread_node("node-x", {"node": "node-x", "foo": ""}),
+    spread_node("node-y", {"node": "node-y"}),
 ]
-THREE_NODES = [node(f"node-{x}", {"node": f"node-{x}"}) for x in "abc"]
+THREE_NODES = [spread_node(f"node-{x}", {"node": f"node-{x}"}) for x in "abc"]
 
 SINGLE_CONSTRAINT_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[PodRecord], list[str]]] = [
-    ("no existing pods", pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]),
+    ("no existing pods", spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]),
      FOUR_IN_TWO_ZONES, [], [OK, OK, OK, OK]),
     ("no existing pods, incoming pod doesn't match itself",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, BAR)]), FOUR_IN_TWO_ZONES, [],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, BAR)]), FOUR_IN_TWO_ZONES, [],
      [OK, OK, OK, OK]),
     ("existing pods in a different namespace do not count",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]), FOUR_IN_TWO_ZONES,
      [existing("p-a1@node-a", {"foo": ""}, "ns1"), existing("p-b1@node-a", {"foo": ""}, "ns2"),
       *foo_pods("p-x1@node-x", "p-y1@node-y")], [OK, OK, SKEW, SKEW]),
     ("existing pods do not match null selector",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, None)]), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, None)]), FOUR_IN_TWO_ZONES,
      foo_pods("p-x1@node-x", "p-y1@node-y"), [OK, OK, OK, OK]),
     ("pods spread across zones as 3/3, all nodes fit",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
+     spread_pod("p", {"foo": ""},
+                constraints=[spread(1, "zone", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
      [OK, OK, OK, OK]),
     ("pods spread across zones as 1/2 due to absence of label 'zone' on node-b",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]),
-     [FOUR_IN_TWO_ZONES[0], node("node-b", {"zon": "zone1", "node": "node-b"}), *FOUR_IN_TWO_ZONES[2:]],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]),
+     [FOUR_IN_TWO_ZONES[0], spread_node("node-b", {"zon": "zone1", "node": "node-b"}),
+      *FOUR_IN_TWO_ZONES[2:]],
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-x1@node-x", "p-y1@node-y"), [OK, UNRESOLVABLE, SKEW, SKEW]),
     ("pod cannot be scheduled as all nodes don't have label 'rack'",
-     pod("p", {"foo": ""}, constraints=[spread(1, "rack", DNS, FOO)]),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "rack", DNS, FOO)]),
      [FOUR_IN_TWO_ZONES[0], FOUR_IN_TWO_ZONES[2]], [], [UNRESOLVABLE, UNRESOLVABLE]),
     ("pods spread across nodes as 2/1/0/3, only node-x fits",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
+     spread_pod("p", {"foo": ""},
+                constraints=[spread(1, "node", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
      [SKEW, SKEW, OK, SKEW]),
     ("pods spread across nodes as 2/1/0/3, maxSkew is 2, node-b and node-x fit",
-     pod("p", {"foo": ""}, constraints=[spread(2, "node", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
+     spread_pod("p", {"foo": ""},
+                constraints=[spread(2, "node", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
      [SKEW, OK, OK, SKEW]),
     ("pods spread across nodes as 2/1/0/3, but pod doesn't match itself",
-     pod("p", {"bar": ""}, constraints=[spread(1, "node", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
+     spread_pod("p", {"bar": ""},
+                constraints=[spread(1, "node", DNS, FOO)]), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
      [SKEW, OK, OK, SKEW]),
     # Only node-a and node-y count as domains (2/~1~/~0~/3); NodeAffinity itself is not run here.
     ("incoming pod has nodeAffinity, pods spread as 2/~1~/~0~/3, hence node-a fits",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)], affinity={"nodeAffinity": {
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)], affinity={"nodeAffinity": {
          "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
              {"key": "node", "operator": "In", "values": ["node-a", "node-y"]}]}]}}}),
      FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3, [OK, OK, OK, SKEW]),
-    ("terminating Pods should be excluded", pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)]),
-     [node("node-a", {"node": "node-a"}), node("node-b", {"node": "node-b"})],
-     [pod("p-a", {"foo": ""}, on="node-a", terminating=True), existing("p-b@node-b", {"foo": ""})],
+    ("terminating Pods should be excluded",
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)]),
+     [spread_node("node-a", {"node": "node-a"}), spread_node("node-b", {"node": "node-b"})],
+     [spread_pod("p-a", {"foo": ""}, on="node-a", terminating=True), existing("p-b@node-b", {"foo": ""})],
      [OK, SKEW]),
     ("incoming pod has nodeAffinity, pods spread as 0/~2~/0/1, hence node-a fits",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)], affinity={"nodeAffinity": {
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)], affinity={"nodeAffinity": {
          "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
              {"key": "node", "operator": "NotIn", "values": ["node-b"]}]}]}}}),
      FOUR_IN_TWO_ZONES, foo_pods("p-b1@node-b", "p-b2@node-b", "p-y1@node-y"), [OK, OK, SKEW, SKEW]),
     ("pods spread across nodes as 2/2/1, maxSkew is 2, and the number of domains < minDomains",
-     pod("p", {"foo": ""}, constraints=[spread(2, "node", DNS, FOO, min_domains=4)]), THREE_NODES,
+     spread_pod("p", {"foo": ""}, constraints=[spread(2, "node", DNS, FOO, min_domains=4)]), THREE_NODES,
      foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-b2@node-b", "p-c1@node-c"), [SKEW, SKEW, OK]),
     ("pods spread across nodes as 2/2/1, maxSkew is 2, and the number of domains > minDomains",
-     pod("p", {"foo": ""}, constraints=[spread(2, "node", DNS, FOO, min_domains=2)]), THREE_NODES,
+     spread_pod("p", {"foo": ""}, constraints=[spread(2, "node", DNS, FOO, min_domains=2)]), THREE_NODES,
      foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-b2@node-b", "p-c1@node-c"), [OK, OK, OK]),
     ("pods spread across zone as 2/1, maxSkew is 2 and the number of domains < minDomains",
-     pod("p", {"foo": ""}, constraints=[spread(2, "zone", DNS, FOO, min_domains=3)]), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": ""},
+                constraints=[spread(2, "zone", DNS, FOO, min_domains=3)]), FOUR_IN_TWO_ZONES,
      foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, OK]),
     ("pods spread across zone as 2/1, maxSkew is 2 and the number of domains > minDomains",
-     pod("p", {"foo": ""}, constraints=[spread(2, "zone", DNS, FOO, min_domains=1)]), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": ""},
+                constraints=[spread(2, "zone", DNS, FOO, min_domains=1)]), FOUR_IN_TWO_ZONES,
      foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [OK, OK, OK, OK]),
     ("NodeAffinityPolicy honored with labelSelectors",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)], node_selector={"foo": ""}),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)], node_selector={"foo": ""}),
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, OK]),
     ("NodeAffinityPolicy ignored with labelSelectors",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, affinity_policy="Ignore")],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, affinity_policy="Ignore")],
          node_selector={"foo": ""}),
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("NodeAffinityPolicy honored with nodeAffinity",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)], affinity={"nodeAffinity": {
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)], affinity={"nodeAffinity": {
          "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
              {"key": "foo", "operator": "In", "values": [""]}]}]}}}),
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, OK]),
     ("NodeAffinityPolicy ignored with nodeAffinity",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, affinity_policy="Ignore")],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, affinity_policy="Ignore")],
          affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
              {"matchExpressions": [{"key": "foo", "operator": "In", "values": [""]}]}]}}}),
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("NodeTaintsPolicy honored",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, taints_policy="Honor")]),
-     [*NODE_AND_FOO[:3], node("node-y", {"node": "node-y"}, UNSCHEDULABLE_TAINT)],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, taints_policy="Honor")]),
+     [*NODE_AND_FOO[:3], spread_node("node-y", {"node": "node-y"}, UNSCHEDULABLE_TAINT)],
      foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, OK]),
-    ("NodeTaintsPolicy ignored", pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)]),
-     [*NODE_AND_FOO[:3], node("node-y", {"node": "node-y"}, UNSCHEDULABLE_TAINT)],
+    ("NodeTaintsPolicy ignored", spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)]),
+     [*NODE_AND_FOO[:3], spread_node("node-y", {"node": "node-y"}, UNSCHEDULABLE_TAINT)],
      foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
 ]
 
@@ -255,63 +247,63 @@ def test_kube_single_constraint(
 ZONE_AND_NODE = [spread(1, "zone", DNS, FOO), spread(1, "node", DNS, FOO)]
 ZONE_FOO_NODE_BAR = [spread(1, "zone", DNS, FOO), spread(1, "node", DNS, BAR)]
 ZONES_WITH_FOO = [
-    node("node-a", {"zone": "zone1", "node": "node-a", "foo": ""}),
-    node("node-b", {"zone": "zone1", "node": "node-b", "foo": ""}),
-    node("node-x", {"zone": "zone2", "node": "node-x", "foo": ""}),
+    spread_node("node-a", {"zone": "zone1", "node": "node-a", "foo": ""}),
+    spread_node("node-b", {"zone": "zone1", "node": "node-b", "foo": ""}),
+    spread_node("node-x", {"zone": "zone2", "node": "node-x", "foo": ""}),
 ]
 
 MULTIPLE_CONSTRAINT_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[PodRecord], list[str]]] = [
     ("two Constraints on zone and node, spreads = [3/3, 2/1/0/3]",
-     pod("p", {"foo": ""}, constraints=ZONE_AND_NODE), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
+     spread_pod("p", {"foo": ""}, constraints=ZONE_AND_NODE), FOUR_IN_TWO_ZONES, SPREAD_2_1_0_3,
      [SKEW, SKEW, OK, SKEW]),
     ("two Constraints on zone and node, spreads = [3/4, 2/1/0/4]",
-     pod("p", {"foo": ""}, constraints=ZONE_AND_NODE), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": ""}, constraints=ZONE_AND_NODE), FOUR_IN_TWO_ZONES,
      [*SPREAD_2_1_0_3, *foo_pods("p-y4@node-y")], [SKEW, SKEW, SKEW, SKEW]),
     ("Constraints hold different labelSelectors, spreads = [1/0, 1/0/0/1]",
-     pod("p", {"foo": "", "bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": "", "bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
      [existing("p-a1@node-a", {"foo": ""}), existing("p-y1@node-y", {"bar": ""})], [SKEW, SKEW, OK, SKEW]),
     ("Constraints hold different labelSelectors, spreads = [1/0, 0/0/1/1]",
-     pod("p", {"foo": "", "bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": "", "bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
      [existing("p-a1@node-a", {"foo": ""}), existing("p-x1@node-x", {"bar": ""}),
       existing("p-y1@node-y", {"bar": ""})], [SKEW, SKEW, SKEW, SKEW]),
     ("Constraints hold different labelSelectors, spreads = [2/3, 1/0/0/1]",
-     pod("p", {"foo": "", "bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"foo": "", "bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
      [existing("p-a1@node-a", {"foo": ""}), existing("p-a2@node-a", {"foo": "", "bar": ""}),
       existing("p-y1@node-y", {"foo": ""}), existing("p-y2@node-y", {"foo": "", "bar": ""}),
       existing("p-y3@node-y", {"foo": ""})], [SKEW, OK, SKEW, SKEW]),
     ("Constraints hold different labelSelectors but pod doesn't match itself on 'zone' constraint",
-     pod("p", {"bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
+     spread_pod("p", {"bar": ""}, constraints=ZONE_FOO_NODE_BAR), FOUR_IN_TWO_ZONES,
      [existing("p-a1@node-a", {"foo": ""}), existing("p-x1@node-x", {"bar": ""}),
       existing("p-y1@node-y", {"bar": ""})], [OK, OK, SKEW, SKEW]),
     ("two Constraints on zone and node, absence of label 'node' on node-x, spreads = [1/1, 1/0/0/1]",
-     pod("p", {"foo": ""}, constraints=ZONE_AND_NODE),
-     [*FOUR_IN_TWO_ZONES[:2], node("node-x", {"zone": "zone2"}), FOUR_IN_TWO_ZONES[3]],
+     spread_pod("p", {"foo": ""}, constraints=ZONE_AND_NODE),
+     [*FOUR_IN_TWO_ZONES[:2], spread_node("node-x", {"zone": "zone2"}), FOUR_IN_TWO_ZONES[3]],
      foo_pods("p-a1@node-a", "p-y3@node-y"), [SKEW, OK, UNRESOLVABLE, SKEW]),
     ("two node inclusion Constraints, zone: honor/ignore, node: ignore/ignore",
-     pod("p", {"foo": ""}, node_selector={"foo": ""},
+     spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
          constraints=[spread(1, "zone", DNS, FOO), spread(1, "node", DNS, FOO, affinity_policy="Ignore")]),
-     [*ZONES_WITH_FOO, node("node-y", {"zone": "zone2", "node": "node-y"})],
+     [*ZONES_WITH_FOO, spread_node("node-y", {"zone": "zone2", "node": "node-y"})],
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("two node inclusion Constraints, zone: honor/honor, node: honor/ignore",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor"),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor"),
                                         spread(1, "node", DNS, FOO)]),
-     [*ZONES_WITH_FOO, node("node-y", {"zone": "zone2", "node": "node-y"}, UNSCHEDULABLE_TAINT)],
+     [*ZONES_WITH_FOO, spread_node("node-y", {"zone": "zone2", "node": "node-y"}, UNSCHEDULABLE_TAINT)],
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("two node inclusion Constraints, zone: honor/ignore, node: honor/ignore",
-     pod("p", {"foo": ""}, node_selector={"foo": ""}, constraints=ZONE_AND_NODE),
-     [node("node-a", {"zone": "zone1", "node": "node-a", "foo": ""}),
-      node("node-b", {"zone": "zone1", "node": "node-b"}),
-      node("node-x", {"zone": "zone2", "node": "node-x", "foo": ""}),
-      node("node-y", {"zone": "zone2", "node": "node-y", "foo": ""}, UNSCHEDULABLE_TAINT)],
+     spread_pod("p", {"foo": ""}, node_selector={"foo": ""}, constraints=ZONE_AND_NODE),
+     [spread_node("node-a", {"zone": "zone1", "node": "node-a", "foo": ""}),
+      spread_node("node-b", {"zone": "zone1", "node": "node-b"}),
+      spread_node("node-x", {"zone": "zone2", "node": "node-x", "foo": ""}),
+      spread_node("node-y", {"zone": "zone2", "node": "node-y", "foo": ""}, UNSCHEDULABLE_TAINT)],
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-y1@node-y"), [SKEW, OK, OK, SKEW]),
     ("two node inclusion Constraints, zone: honor/honor, node: ignore/ignore",
-     pod("p", {"foo": ""}, node_selector={"foo": ""},
+     spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
          constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor"),
                       spread(1, "node", DNS, FOO, affinity_policy="Ignore")]),
-     [node("node-a", {"zone": "zone1", "node": "node-a", "foo": ""}),
-      node("node-b", {"zone": "zone1", "node": "node-b"}),
-      node("node-x", {"zone": "zone2", "node": "node-x", "foo": ""}),
-      node("node-y", {"zone": "zone2", "node": "node-y", "foo": ""}, UNSCHEDULABLE_TAINT)],
+     [spread_node("node-a", {"zone": "zone1", "node": "node-a", "foo": ""}),
+      spread_node("node-b", {"zone": "zone1", "node": "node-b"}),
+      spread_node("node-x", {"zone": "zone2", "node": "node-x", "foo": ""}),
+      spread_node("node-y", {"zone": "zone2", "node": "node-y", "foo": ""}, UNSCHEDULABLE_TAINT)],
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
 ]
 
@@ -330,7 +322,7 @@ def test_kube_multiple_constraints(
 # ---------------------------------------------------------------- kube's TestPodTopologySpreadScore
 
 def host(name: str, **labels: str) -> NodeRecord:
-    return node(name, {HOSTNAME: name, **labels})
+    return spread_node(name, {HOSTNAME: name, **labels})
 
 
 def scores(
@@ -359,99 +351,108 @@ ZONED_HOSTS = {x: host(f"node-{x}", zone="zone1" if x in "ab" else "zone2") for 
 ZONED_ABCD = [host(f"node-{x}", zone="zone1" if x in "ab" else "zone2") for x in "abcd"]
 FOO_BAR_PODS = [existing("p-a1@node-a", {"foo": ""}), existing("p-b1@node-b", {"foo": "", "bar": ""}),
                 existing("p-y1@node-y", {"foo": ""}), existing("p-y2@node-y", {"bar": ""})]
-NODE_LABELLED = [node("node-a", {"node": "node-a", "foo": ""}), node("node-b", {"node": "node-b", "foo": ""}),
-                 node("node-c", {"node": "node-c"})]
+NODE_LABELLED = [spread_node("node-a", {"node": "node-a", "foo": ""}),
+                 spread_node("node-b", {"node": "node-b", "foo": ""}),
+                 spread_node("node-c", {"node": "node-c"})]
 PODS_2_1_1 = foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-c1@node-c")
 FOO_IN_EMPTY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": "foo", "operator": "In", "values": [""]}]}]}}}
 
 SCORE_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[NodeRecord], list[PodRecord], list[int]]] = [
     ("one constraint on node, no existing pods",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:2], [], [], [100, 100]),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:2], [], [],
+     [100, 100]),
     ("one constraint on node, only one node is candidate",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:1], HOSTS_ABCD[1:2],
+     spread_pod("p", {"foo": ""},
+                constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:1], HOSTS_ABCD[1:2],
      foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b"), [100]),
     ("one constraint on node, all nodes have the same number of matching pods",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:2], [],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:2], [],
      foo_pods("p-a1@node-a", "p-b1@node-b"), [100, 100]),
     ("one constraint on node, all 4 nodes are candidates",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD, [],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD, [],
      foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-d1@node-d", "p-d2@node-d", "p-d3@node-d"),
      [20, 60, 100, 0]),
     ("one constraint on node, null selector",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, None)]), HOSTS_ABCD, [],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, None)]), HOSTS_ABCD, [],
      foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-d1@node-d", "p-d2@node-d", "p-d3@node-d"),
      [100, 100, 100, 100]),
     ("one constraint on node, all 4 nodes are candidates, maxSkew=2",
-     pod("p", {"foo": ""}, constraints=[spread(2, HOSTNAME, SA, FOO)]), HOSTS_ABCD, [],
+     spread_pod("p", {"foo": ""}, constraints=[spread(2, HOSTNAME, SA, FOO)]), HOSTS_ABCD, [],
      foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-d1@node-d", "p-d2@node-d", "p-d3@node-d"),
      [33, 66, 100, 16]),
     ("one constraint on node, all 4 nodes are candidates, maxSkew=3",
-     pod("p", {"foo": ""}, constraints=[spread(3, HOSTNAME, SA, FOO)]), HOSTS_ABCD, [], SPREAD_4_3_2_1,
+     spread_pod("p", {"foo": ""}, constraints=[spread(3, HOSTNAME, SA, FOO)]), HOSTS_ABCD, [], SPREAD_4_3_2_1,
      [44, 66, 77, 100]),
     ("one constraint on node, 3 out of 4 nodes are candidates",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]),
      [host("node-a"), host("node-b"), host("node-x")], [host("node-y")], SPREAD_4_2_1_3, [33, 83, 100]),
     ("one constraint on node, 3 out of 4 nodes are candidates, one node doesn't match topology key",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]),
-     [host("node-a"), node("node-b", {"n": "node-b"}), host("node-x")], [host("node-y")], SPREAD_4_2_1_3,
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]),
+     [host("node-a"), spread_node("node-b", {"n": "node-b"}),
+      host("node-x")], [host("node-y")], SPREAD_4_2_1_3,
      [16, 0, 100]),
     ("one constraint on zone, 3 out of 4 nodes are candidates",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", SA, FOO)]),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", SA, FOO)]),
      [ZONED_HOSTS["a"], ZONED_HOSTS["b"], ZONED_HOSTS["x"]], [ZONED_HOSTS["y"]], SPREAD_4_2_1_3,
      [75, 75, 100]),
     ("two Constraints on zone and node, 2 out of 4 nodes are candidates",
-     pod("p", {"foo": ""}, constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, FOO)]),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, FOO)]),
      [ZONED_HOSTS["a"], ZONED_HOSTS["x"]], [ZONED_HOSTS["b"], ZONED_HOSTS["y"]],
      foo_pods("p-a1@node-a", "p-a2@node-a", "p-b1@node-b", "p-x1@node-x", "p-x2@node-x", "p-y1@node-y",
               "p-y2@node-y", "p-y3@node-y", "p-y4@node-y"), [100, 63]),
     ("two Constraints on zone and node, with different labelSelectors",
-     pod("p", {"foo": "", "bar": ""}, constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR)]),
+     spread_pod("p", {"foo": "", "bar": ""},
+                constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR)]),
      list(ZONED_HOSTS.values()), [], FOO_BAR_PODS, [60, 20, 100, 60]),
     ("two Constraints on zone and node, with different labelSelectors, some nodes have 0 pods",
-     pod("p", {"foo": "", "bar": ""}, constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR)]),
+     spread_pod("p", {"foo": "", "bar": ""},
+                constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR)]),
      list(ZONED_HOSTS.values()), [],
      [existing("p-b1@node-b", {"bar": ""}), existing("p-x1@node-x", {"foo": ""}),
       existing("p-y1@node-y", {"foo": "", "bar": ""})], [100, 60, 40, 0]),
     ("two Constraints on zone and node, with different labelSelectors, 3 out of 4 nodes are candidates",
-     pod("p", {"foo": "", "bar": ""}, constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR)]),
+     spread_pod("p", {"foo": "", "bar": ""},
+                constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR)]),
      [ZONED_HOSTS["a"], ZONED_HOSTS["b"], ZONED_HOSTS["x"]], [ZONED_HOSTS["y"]], FOO_BAR_PODS, [50, 25, 100]),
     ("existing pods in a different namespace do not count",
-     pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:2], [],
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]), HOSTS_ABCD[:2], [],
      [existing("p-a1@node-a", {"foo": ""}, "ns1"), *foo_pods("p-a2@node-a", "p-b1@node-b", "p-b2@node-b")],
      [100, 33]),
-    ("terminating Pods should be excluded", pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]),
-     HOSTS_ABCD[:2], [], [pod("p-a", {"foo": ""}, on="node-a", terminating=True), *foo_pods("p-b@node-b")],
+    ("terminating Pods should be excluded",
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, HOSTNAME, SA, FOO)]),
+     HOSTS_ABCD[:2], [], [spread_pod("p-a", {"foo": ""}, on="node-a", terminating=True),
+                          *foo_pods("p-b@node-b")],
      [100, 0]),
     ("NodeAffinityPolicy honoed with labelSelectors",
-     pod("p", {"foo": ""}, node_selector={"foo": ""}, constraints=[spread(1, "node", SA, FOO)]),
+     spread_pod("p", {"foo": ""}, node_selector={"foo": ""}, constraints=[spread(1, "node", SA, FOO)]),
      NODE_LABELLED, [], PODS_2_1_1, [0, 33, 100]),
     ("NodeAffinityPolicy ignored with labelSelectors",
-     pod("p", {"foo": ""}, node_selector={"foo": ""},
+     spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
          constraints=[spread(1, "node", SA, FOO, affinity_policy="Ignore")]),
      NODE_LABELLED, [], PODS_2_1_1, [66, 100, 100]),
     ("NodeAffinityPolicy honoed with nodeAffinity",
-     pod("p", {"foo": ""}, affinity=FOO_IN_EMPTY, constraints=[spread(1, "node", SA, FOO)]),
+     spread_pod("p", {"foo": ""}, affinity=FOO_IN_EMPTY, constraints=[spread(1, "node", SA, FOO)]),
      NODE_LABELLED, [], PODS_2_1_1, [0, 33, 100]),
     ("NodeAffinityPolicy ignored with nodeAffinity",
-     pod("p", {"foo": ""}, affinity=FOO_IN_EMPTY,
+     spread_pod("p", {"foo": ""}, affinity=FOO_IN_EMPTY,
          constraints=[spread(1, "node", SA, FOO, affinity_policy="Ignore")]),
      NODE_LABELLED, [], PODS_2_1_1, [66, 100, 100]),
     ("NodeTaintsPolicy honored",
-     pod("p", {"foo": ""}, constraints=[spread(1, "node", SA, FOO, taints_policy="Honor")]),
-     [node("node-a", {"node": "node-a"}), node("node-b", {"node": "node-b"}),
-      node("node-c", {"node": "node-c"}, UNSCHEDULABLE_TAINT)], [], PODS_2_1_1, [0, 33, 100]),
-    ("NodeTaintsPolicy ignored", pod("p", {"foo": ""}, constraints=[spread(1, "node", SA, FOO)]),
-     [node("node-a", {"node": "node-a"}), node("node-b", {"node": "node-b"}),
-      node("node-c", {"node": "node-c"}, UNSCHEDULABLE_TAINT)], [], PODS_2_1_1, [66, 100, 100]),
+     spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", SA, FOO, taints_policy="Honor")]),
+     [spread_node("node-a", {"node": "node-a"}), spread_node("node-b", {"node": "node-b"}),
+      spread_node("node-c", {"node": "node-c"}, UNSCHEDULABLE_TAINT)], [], PODS_2_1_1, [0, 33, 100]),
+    ("NodeTaintsPolicy ignored", spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", SA, FOO)]),
+     [spread_node("node-a", {"node": "node-a"}), spread_node("node-b", {"node": "node-b"}),
+      spread_node("node-c", {"node": "node-c"}, UNSCHEDULABLE_TAINT)], [], PODS_2_1_1, [66, 100, 100]),
     ("matchLabelKeys ANDed with LabelSelector when LabelSelector is empty",
-     pod("p", {"foo": "", "bar": ""}, constraints=[spread(1, "zone", SA, {}, match_label_keys=["foo"]),
+     spread_pod("p", {"foo": "", "bar": ""}, constraints=[spread(1, "zone", SA, {}, match_label_keys=["foo"]),
                                                    spread(1, HOSTNAME, SA, {}, match_label_keys=["bar"])]),
      ZONED_ABCD, [], [existing("p-a1@node-a", {"foo": ""}), existing("p-b1@node-b", {"foo": "", "bar": ""}),
                       existing("p-y1@node-c", {"foo": ""}), existing("p-y2@node-c", {"bar": ""})],
      [60, 20, 60, 100]),
     ("matchLabelKeys ANDed with LabelSelector when LabelSelector isn't empty",
-     pod("p", {"foo": "", "bar": "", "baz": ""},
+     spread_pod("p", {"foo": "", "bar": "", "baz": ""},
          constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR, match_label_keys=["baz"])]),
      ZONED_ABCD, [],
      [existing("p-a1@node-a", {"foo": ""}), existing("p-b1@node-b", {"foo": "", "bar": "", "baz": ""}),
@@ -482,7 +483,7 @@ def test_system_defaults_spread_pods_a_service_selects_as_one_hostname_constrain
     """kube's "system defaulting, nodes don't have zone, pods match service": the zone constraint is
     left out of nodes without a zone, the hostname one (maxSkew 3) scores as a constraint of its own."""
     service = {"metadata": {"namespace": "default", "name": "web"}, "spec": {"selector": {"foo": ""}}}
-    got = scores(pod("p", {"foo": ""}), HOSTS_ABCD, SPREAD_4_3_2_1, workloads=[(SERVICES, service)])
+    got = scores(spread_pod("p", {"foo": ""}), HOSTS_ABCD, SPREAD_4_3_2_1, workloads=[(SERVICES, service)])
     assert got == {"node-a": 44, "node-b": 66, "node-c": 77, "node-d": 100}
 
 
@@ -498,7 +499,7 @@ def test_system_defaults_take_the_replica_sets_selector_and_nodes_without_a_zone
     log(2 + 2) (zone "mars" and the nodes without a zone)."""
     mars = {ZONE: "mars"}
     nodes = [host("node-a", **mars), host("node-b", **mars), host("node-c"), host("node-d")]
-    incoming = pod("p", {"foo": "tar", "baz": "sup"}, owner=RS1)
+    incoming = spread_pod("p", {"foo": "tar", "baz": "sup"}, owner=RS1)
     pods = foo_pods("p-a1@node-a", "p-a2@node-a", "p-c1@node-c")
     got = scores(incoming, nodes, pods, workloads=[(REPLICA_SETS, replica_set("rs1", FOO))])
     # hostname: 2/0/1/0 pods * log(6) + 2; zone (nodes a and b only): 2 pods * log(4) + 4. Rounded:
@@ -510,18 +511,18 @@ def test_no_defaults_for_a_pod_nothing_selects_or_a_pod_with_constraints_of_its_
     cache, framework = cluster(HOSTS_ABCD, SPREAD_4_3_2_1)
     rows = np.array([cache.row_of(n.name) for n in HOSTS_ABCD], dtype=np.intp)
     plugin = PodTopologySpreadScore(2)
-    assert plugin.score(pod("lone", {"foo": ""}), cache, rows, framework.static) is None
+    assert plugin.score(spread_pod("lone", {"foo": ""}), cache, rows, framework.static) is None
     # kube's "default constraints and a replicaset that doesn't match": the pod's owner is another one.
     cache.workloads.apply(REPLICA_SETS, "ADDED", replica_set("rs1", {"matchLabels": {"tar": "x"}}))
-    assert plugin.score(pod("p", {"foo": ""}, owner=("apps/v1", "ReplicaSet", "rs2")), cache, rows,
+    assert plugin.score(spread_pod("p", {"foo": ""}, owner=("apps/v1", "ReplicaSet", "rs2")), cache, rows,
                         framework.static) is None
     # A pod with only DoNotSchedule constraints gets no defaults in the score (kube: Skip).
-    hard_only = pod("h", {"foo": ""}, owner=RS1, constraints=[spread(1, "zone", DNS, FOO)])
+    hard_only = spread_pod("h", {"foo": ""}, owner=RS1, constraints=[spread(1, "zone", DNS, FOO)])
     assert plugin.score(hard_only, cache, rows, framework.static) is None
     # The defaults apply only with system defaulting.
     assert PodTopologySpreadScore(2, system_defaults=False).score(
-        pod("q", {"tar": "x"}, owner=RS1), cache, rows, framework.static) is None
-    assert plugin.score(pod("q", {"tar": "x"}, owner=RS1), cache, rows, framework.static) is not None
+        spread_pod("q", {"tar": "x"}, owner=RS1), cache, rows, framework.static) is None
+    assert plugin.score(spread_pod("q", {"tar": "x"}, owner=RS1), cache, rows, framework.static) is not None
 
 
 def test_default_selector_merges_services_and_the_controllers_selector_as_kube_does() -> None:
@@ -537,27 +538,27 @@ def test_default_selector_merges_services_and_the_controllers_selector_as_kube_d
     workloads.apply(SERVICES, "ADDED", {"metadata": {"namespace": "elsewhere", "name": "c"},
                                         "spec": {"selector": {"app": "web"}}})
     labels = {"app": "web", "tier": "front", "hash": "1"}
-    selector = workloads.default_selector(pod("p", labels))
+    selector = workloads.default_selector(spread_pod("p", labels))
     assert selector is not None
     assert {(r.key, r.operator, tuple(r.values)) for r in selector.requirements} == {
         ("app", "In", ("web",)), ("tier", "In", ("front",))}
     workloads.apply(STATEFUL_SETS, "ADDED", {"metadata": {"namespace": "default", "name": "db"}, "spec": {
         "selector": {"matchExpressions": [{"key": "hash", "operator": "Exists"}]}}})
-    selector = workloads.default_selector(pod("p", labels, owner=("apps/v1", "StatefulSet", "db")))
+    selector = workloads.default_selector(spread_pod("p", labels, owner=("apps/v1", "StatefulSet", "db")))
     assert selector is not None and len(selector.requirements) == 3
     workloads.apply(REPLICATION_CONTROLLERS, "ADDED", {"metadata": {"namespace": "elsewhere", "name": "rc"},
                                                        "spec": {"selector": {"rc": "yes"}}})
-    lone = workloads.default_selector(pod("q", {"rc": "yes"}, namespace="elsewhere",
+    lone = workloads.default_selector(spread_pod("q", {"rc": "yes"}, namespace="elsewhere",
                                           owner=("v1", "ReplicationController", "rc")))
     assert lone is not None and [(r.key, tuple(r.values)) for r in lone.requirements] == [("rc", ("yes",))]
     workloads.apply(SERVICES, "DELETED", {"metadata": {"namespace": "default", "name": "a"}})
     workloads.apply(SERVICES, "DELETED", {"metadata": {"namespace": "default", "name": "b"}})
-    assert workloads.default_selector(pod("p", labels)) is None
+    assert workloads.default_selector(spread_pod("p", labels)) is None
     workloads.replace(SERVICES, [])
     assert len(workloads) == 2
     # Only a controlling owner of a kind kube reads counts (a Job's pods get no defaults).
-    assert pod("j", owner=("batch/v1", "Job", "j")).controller is None
-    assert pod("r", owner=RS1).controller == ("ReplicaSet", "rs1")
+    assert spread_pod("j", owner=("batch/v1", "Job", "j")).controller is None
+    assert spread_pod("r", owner=RS1).controller == ("ReplicaSet", "rs1")
 
 
 # ---------------------------------------------------------------- parsing and validation
@@ -579,7 +580,7 @@ def test_default_selector_merges_services_and_the_controllers_selector_as_kube_d
 def test_an_invalid_constraint_is_the_pods_reason_not_an_exception(
     constraint: dict[str, Any], reason: str
 ) -> None:
-    record = pod("bad", {"foo": ""}, constraints=[constraint])
+    record = spread_pod("bad", {"foo": ""}, constraints=[constraint])
     prefix = "invalid topology spread constraint: spec.topologySpreadConstraints[0]."
     assert record.spec_error.startswith(prefix)
     assert reason in record.spec_error
@@ -587,18 +588,18 @@ def test_an_invalid_constraint_is_the_pods_reason_not_an_exception(
 
 
 def test_a_topology_key_twice_with_the_same_action_is_refused_but_once_per_action_is_not() -> None:
-    twice = pod("twice", constraints=[spread(1, "zone", DNS, FOO), spread(2, "zone", DNS, FOO)])
+    twice = spread_pod("twice", constraints=[spread(1, "zone", DNS, FOO), spread(2, "zone", DNS, FOO)])
     assert "spec.topologySpreadConstraints[1] repeats topologyKey 'zone'" in twice.spec_error
-    both = pod("both", constraints=[spread(1, "zone", DNS, FOO), spread(2, "zone", SA, FOO)])
+    both = spread_pod("both", constraints=[spread(1, "zone", DNS, FOO), spread(2, "zone", SA, FOO)])
     assert both.spec_error == ""
     assert [c.max_skew for c in both.spread.hard] == [1] and [c.max_skew for c in both.spread.soft] == [2]
 
 
 def test_constraints_are_parsed_once_per_template_and_match_label_keys_take_the_pods_value() -> None:
     template = [spread(1, "zone", DNS, FOO, match_label_keys=["pod-template-hash"])]
-    first = pod("r1", {"foo": "", "pod-template-hash": "abc", "idx": "1"}, constraints=template)
-    second = pod("r2", {"foo": "", "pod-template-hash": "abc", "idx": "2"}, constraints=template)
-    other = pod("r3", {"foo": "", "pod-template-hash": "def"}, constraints=template)
+    first = spread_pod("r1", {"foo": "", "pod-template-hash": "abc", "idx": "1"}, constraints=template)
+    second = spread_pod("r2", {"foo": "", "pod-template-hash": "abc", "idx": "2"}, constraints=template)
+    other = spread_pod("r3", {"foo": "", "pod-template-hash": "def"}, constraints=template)
     assert first.spread is second.spread  # other labels do not matter
     assert first.spread is not other.spread
     (constraint,) = first.spread.hard
@@ -608,7 +609,7 @@ def test_constraints_are_parsed_once_per_template_and_match_label_keys_take_the_
     assert (constraint.honor_node_affinity, constraint.honor_node_taints) == (True, False)
     # A key the pod lacks adds nothing; a null selector stays one that matches no pod.
     null_selector = [spread(1, "zone", DNS, None, match_label_keys=["x"])]
-    (null,) = pod("n", {"foo": ""}, constraints=null_selector).spread.hard
+    (null,) = spread_pod("n", {"foo": ""}, constraints=null_selector).spread.hard
     assert null.selector.nothing
 
 
@@ -616,7 +617,7 @@ def test_constraints_are_parsed_once_per_template_and_match_label_keys_take_the_
 
 def test_pods_without_constraints_cost_nothing() -> None:
     cache, framework = cluster(HOSTS_ABCD, SPREAD_4_3_2_1)
-    plain = pod("plain", {"foo": ""})
+    plain = spread_pod("plain", {"foo": ""})
     assert framework.filters[0].run(plain, cache, cache.valid.copy(), framework.static) == []
     rows = np.array([cache.row_of(n.name) for n in HOSTS_ABCD], dtype=np.intp)
     assert PodTopologySpreadScore(2).score(plain, cache, rows, framework.static) is None
@@ -627,7 +628,7 @@ def test_the_filter_gives_the_same_verdicts_window_by_window_and_follows_the_cac
     pods = [existing(f"p{i}@n{i % 40:02d}", {"foo": ""}) for i in range(7)]
     cache, framework = cluster(nodes, pods)
     plugin = framework.filters[0]
-    incoming = pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)])
+    incoming = spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)])
     alive = cache.valid.copy()
     whole = {reason: mask.copy() for reason, mask in plugin.run(incoming, cache, alive, framework.static)}
     limit = cache.row_limit
@@ -651,17 +652,18 @@ def test_the_filter_gives_the_same_verdicts_window_by_window_and_follows_the_cac
 def test_the_unschedulable_message_is_kube_schedulers() -> None:
     nodes = [host("a", zone="z1"), host("b", zone="z2"), host("c")]
     cache, framework = cluster(nodes, foo_pods("p1@a", "p2@a"))
-    decision = framework.schedule(pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]))
+    decision = framework.schedule(spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)]))
     assert decision.node == "b"
     assert decision.reasons == {CONSTRAINTS_NOT_MATCH: 1, MISSING_LABEL: 1}
     # Only node a counts as a domain for a pod that may only go there (z1 holds the minimum, 2): a passes,
     # and so does b, whose domain is not counted (NodeAffinity, not in this framework, refuses it).
-    pinned = pod("q", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)], node_selector={HOSTNAME: "a"})
+    pinned = spread_pod("q", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO)],
+                        node_selector={HOSTNAME: "a"})
     rows, _ = framework.feasible_rows(pinned)
     assert sorted(cache.row_names[r] for r in rows.tolist()) == ["a", "b"]
     # Fewer domains than minDomains: the minimum is 0, and both zones are over the skew.
     cache.set_pod(existing("p3@b", {"foo": ""}))
-    decision = framework.schedule(pod("r", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO, 3)]))
+    decision = framework.schedule(spread_pod("r", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO, 3)]))
     assert decision.node is None
     # kube sorts the "count reason" strings: "1 node(s) ... (missing required label)" before "2 node(s) ...".
     assert decision.message == f"0/3 nodes are available: 1 {MISSING_LABEL}, 2 {CONSTRAINTS_NOT_MATCH}."
@@ -678,13 +680,14 @@ def test_the_default_profile_runs_the_plugin_with_kubes_weight_and_reads_the_sta
     assert any(isinstance(s, PodTopologySpreadScore) for s in build_scores(profile))
     # Honor policies read the NodeAffinity and TaintToleration filters' cached results: their entries are
     # the ones the profile's own filters use.
-    nodes = [node("a", {"zone": "z1", "foo": ""}), node("b", {"zone": "z2"}, UNSCHEDULABLE_TAINT)]
+    nodes = [spread_node("a", {"zone": "z1", "foo": ""}),
+             spread_node("b", {"zone": "z2"}, UNSCHEDULABLE_TAINT)]
     cache = SchedulerCache()
     for record in nodes:
         cache.set_node(record)
     filters = [NodeAffinityFilter(), TaintTolerationFilter(), PodTopologySpreadFilter()]
     framework = Framework("ai-scheduler", filters, [], cache)
-    incoming = pod("p", {"foo": ""}, node_selector={"foo": ""},
+    incoming = spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
                    constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor")])
     framework.schedule(incoming)
     entries = len(framework.static._entries)
@@ -697,7 +700,7 @@ def test_terminating_pods_are_kept_apart_and_the_cache_stays_consistent() -> Non
     running = existing("web@node-a", {"foo": ""})
     cache.set_pod(running)
     assert len(cache.terminating) == 0
-    leaving = pod("web", {"foo": ""}, on="node-a", terminating=True)
+    leaving = spread_pod("web", {"foo": ""}, on="node-a", terminating=True)
     cache.set_pod(leaving)
     assert len(cache.terminating) == 1
     assert cache.check_consistency() == []
@@ -826,7 +829,7 @@ def random_case(rng: random.Random) -> tuple[list[NodeRecord], list[PodRecord], 
         if rng.random() < 0.5:
             labels["foo"] = ""
         taints = [{"key": "t", "effect": "NoSchedule"}] if rng.random() < 0.2 else None
-        nodes.append(node(f"n{i}", labels, taints))
+        nodes.append(spread_node(f"n{i}", labels, taints))
 
     def labels_of() -> dict[str, str]:
         chosen = {"app": rng.choice("ab")}
@@ -835,7 +838,7 @@ def random_case(rng: random.Random) -> tuple[list[NodeRecord], list[PodRecord], 
         return chosen
 
     pods = [
-        pod(f"e{i}", labels_of(), on=rng.choice(nodes).name,
+        spread_pod(f"e{i}", labels_of(), on=rng.choice(nodes).name,
             namespace=rng.choice(["default", "default", "other"]), terminating=rng.random() < 0.1)
         for i in range(rng.randint(0, 40))
     ]
@@ -847,7 +850,7 @@ def random_case(rng: random.Random) -> tuple[list[NodeRecord], list[PodRecord], 
             rng.choice([None, "Honor", "Ignore"]), rng.choice([None, "Honor", "Ignore"]),
             rng.choice([None, ["tier"]]),
         ))
-    incoming = pod("incoming", labels_of(), constraints=constraints,
+    incoming = spread_pod("incoming", labels_of(), constraints=constraints,
                    node_selector={"foo": ""} if rng.random() < 0.3 else None,
                    tolerations=[{"key": "t", "operator": "Exists"}] if rng.random() < 0.3 else None)
     assert incoming.spec_error == ""
@@ -864,12 +867,12 @@ def test_filter_and_score_agree_with_kubes_code_node_by_node(seed: int) -> None:
         want = kube_score(incoming, candidates, nodes, pods, incoming.spread.soft, require_all=True)
         assert scores(incoming, candidates, pods, [n for n in nodes if n not in candidates]) == want
     # The same pod without constraints of its own, in a ReplicaSet that selects app=a: the system defaults.
-    owned = pod("owned", incoming.labels, owner=RS1)
+    owned = spread_pod("owned", incoming.labels, owner=RS1)
     workloads = [(REPLICA_SETS, replica_set("rs1", {"matchLabels": {"app": "a"}}))]
     selector = LabelSelector((Requirement("app", "In", frozenset({"a"})),))
     defaults = tuple(dataclasses.replace(c, selector=selector) for c in SYSTEM_DEFAULT_CONSTRAINTS)
     # kube's default keys: give some nodes a zone under the well-known key.
-    zoned = [node(n.name, {**n.labels, ZONE: n.labels["zone"]} if "zone" in n.labels else n.labels)
+    zoned = [spread_node(n.name, {**n.labels, ZONE: n.labels["zone"]} if "zone" in n.labels else n.labels)
              for n in nodes]
     chosen = [z for z in zoned if z.name in {c.name for c in candidates}]
     want = kube_score(owned, chosen, zoned, pods, defaults, require_all=False)
@@ -886,7 +889,7 @@ def test_a_large_replica_set_stays_within_its_skew_while_the_search_looks_at_win
     looked_at = []
     web = [spread(1, "zone", DNS, {"matchLabels": {"app": "web"}})]
     for i in range(350):
-        replica = pod(f"r{i}", {"app": "web"}, constraints=web)
+        replica = spread_pod(f"r{i}", {"app": "web"}, constraints=web)
         decision = framework.schedule(replica)
         assert decision.node is not None
         looked_at.append(decision.evaluated)

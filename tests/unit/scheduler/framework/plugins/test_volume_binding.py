@@ -14,6 +14,7 @@ import random
 from typing import Any, cast
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
@@ -39,7 +40,7 @@ from ai_scheduler.scheduler.framework.plugins.volume_binding import (
     prebind_plan,
 )
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
+from ai_scheduler.sim import make_node, make_pv, make_pvc, make_storage_class
 
 NODES = {"node1": "bar", "node2": "baz"}
 
@@ -94,16 +95,14 @@ def cluster(claims: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> Sche
     return cache
 
 
-def pod(*claims: str, ephemeral: str | None = None, name: str = "pod-a", uid: str = "uid-pod") -> PodRecord:
-    volumes: list[dict[str, Any]] = [
-        {"name": f"vol-{c}", "persistentVolumeClaim": {"claimName": c}} for c in claims
-    ]
+def volume_pod(*claims: str, ephemeral: str | None = None, name: str = "pod-a",
+               uid: str = "uid-pod") -> PodRecord:
+    volumes: list[dict[str, Any]] = [{"name": f"vol-{c}",
+                                      "persistentVolumeClaim": {"claimName": c}} for c in claims]
     volumes.append({"name": "scratch", "emptyDir": {}})
     if ephemeral:
         volumes.append({"name": ephemeral, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}})
-    obj = make_pod(name, volumes=volumes)
-    obj["metadata"]["uid"] = uid
-    return PodRecord.from_api(obj)
+    return Pod(name, volumes=volumes).uid(uid).record()
 
 
 def schedule(cache: SchedulerCache, record: PodRecord) -> Decision:
@@ -125,7 +124,7 @@ def plan(cache: SchedulerCache, record: PodRecord, node: str) -> NodeVolumes:
 # ------------------------------------------------------------------ PreFilter (TestVolumeBinding)
 def test_a_pod_without_claims_is_skipped() -> None:
     cache = cluster([], [])
-    record = pod()
+    record = volume_pod()
     assert record.claims == ()
     assert VolumeBinding().prefilter(record, cache) == ""
     assert feasible(cache, record) == ["node1", "node2"]
@@ -156,7 +155,7 @@ def test_prefilter_refuses_the_pod_with_kubes_reason(
     claims: list[dict[str, Any]], wanted: list[str], error: str
 ) -> None:
     cache = cluster(claims, [])
-    decision = schedule(cache, pod(*wanted))
+    decision = schedule(cache, volume_pod(*wanted))
     assert decision.node is None
     assert decision.error == error
     assert decision.message == f"0/2 nodes are available: {error}."
@@ -164,13 +163,13 @@ def test_prefilter_refuses_the_pod_with_kubes_reason(
 
 def test_ephemeral_volumes_claims_must_exist_and_belong_to_the_pod() -> None:
     cache = cluster([], [])
-    decision = schedule(cache, pod(ephemeral="myvol"))
+    decision = schedule(cache, volume_pod(ephemeral="myvol"))
     assert decision.error == (
         'waiting for ephemeral volume controller to create the persistentvolumeclaim "pod-a-myvol"'
     )
     claim = pvc("pod-a-myvol", sc="", volume="pv-a", bound=True)
     cache = cluster([claim], [pv("pv-a", sc="")])
-    decision = schedule(cache, pod(ephemeral="myvol"))
+    decision = schedule(cache, volume_pod(ephemeral="myvol"))
     assert decision.error == (
         "PVC default/pod-a-myvol was not created for pod default/pod-a (pod is not owner)"
     )
@@ -178,7 +177,7 @@ def test_ephemeral_volumes_claims_must_exist_and_belong_to_the_pod() -> None:
         {"apiVersion": "v1", "kind": "Pod", "name": "pod-a", "uid": "uid-pod", "controller": True}
     ]
     cache = cluster([claim], [pv("pv-a", sc="")])
-    assert feasible(cache, pod(ephemeral="myvol")) == ["node1", "node2"]
+    assert feasible(cache, volume_pod(ephemeral="myvol")) == ["node1", "node2"]
 
 
 def test_an_unset_binding_mode_is_an_error() -> None:
@@ -186,41 +185,41 @@ def test_an_unset_binding_mode_is_an_error() -> None:
     odd = make_storage_class("odd")
     del odd["volumeBindingMode"]
     cache.volumes.apply(STORAGE_CLASSES, "ADDED", odd)
-    assert schedule(cache, pod("pvc-a")).error == 'VolumeBindingMode not set for StorageClass "odd"'
+    assert schedule(cache, volume_pod("pvc-a")).error == 'VolumeBindingMode not set for StorageClass "odd"'
 
 
 # ------------------------------------------------------------------ Filter: bound claims
 def test_all_bound_passes_everywhere() -> None:
     cache = cluster([pvc("pvc-a", sc="", volume="pv-a", bound=True)], [pv("pv-a", sc="", phase="Bound")])
-    assert feasible(cache, pod("pvc-a")) == ["node1", "node2"]
+    assert feasible(cache, volume_pod("pvc-a")) == ["node1", "node2"]
 
 
 def test_bound_local_volumes_keep_the_pod_on_their_node() -> None:
     claims = [pvc("pvc-a", sc="", volume="pv-a", bound=True), pvc("pvc-b", sc="", volume="pv-b", bound=True)]
     volumes = [pv("pv-a", sc="", affinity="bar"), pv("pv-b", sc="", affinity="bar")]
     cache = cluster(claims, volumes)
-    decision = schedule(cache, pod("pvc-a", "pvc-b"))
+    decision = schedule(cache, volume_pod("pvc-a", "pvc-b"))
     assert decision.node == "node1"
     assert decision.reasons == {NODE_CONFLICT: 1}
 
 
 def test_a_claim_bound_to_a_missing_pv_fails_every_node() -> None:
     cache = cluster([pvc("pvc-a", sc="", volume="pv-a", bound=True)], [])
-    decision = schedule(cache, pod("pvc-a"))
+    decision = schedule(cache, volume_pod("pvc-a"))
     assert decision.message == f"0/2 nodes are available: 2 {PV_NOT_EXIST}."
 
 
 def test_a_volume_name_without_bind_completed_is_not_bound_yet() -> None:
     """isPVCFullyBound: the PV controller's annotation must be there too."""
     cache = cluster([pvc("pvc-a", sc="", volume="pv-a")], [pv("pv-a", sc="")])
-    assert schedule(cache, pod("pvc-a")).error == UNBOUND_IMMEDIATE
+    assert schedule(cache, volume_pod("pvc-a")).error == UNBOUND_IMMEDIATE
 
 
 def test_a_pv_affinity_on_no_node_and_both_reasons_at_once() -> None:
     """kube's "bound and unbound unsatisfied": one node can fail with two reasons, both counted."""
     claims = [pvc("pvc-a", sc="", volume="pv-a", bound=True), pvc("pvc-b")]
     cache = cluster(claims, [pv("pv-a", sc="", affinity="barbar")])
-    decision = schedule(cache, pod("pvc-a", "pvc-b"))
+    decision = schedule(cache, volume_pod("pvc-a", "pvc-b"))
     assert decision.message == f"0/2 nodes are available: 2 {BIND_CONFLICT}, 2 {NODE_CONFLICT}."
 
 
@@ -230,22 +229,22 @@ def test_match_fields_on_a_pv_never_match() -> None:
         {"key": "metadata.name", "operator": "In", "values": ["node1"]}]}]}
     volume = make_pv("pv-a", node_affinity=affinity)
     cache = cluster([pvc("pvc-a", sc="", volume="pv-a", bound=True)], [volume])
-    assert schedule(cache, pod("pvc-a")).reasons == {NODE_CONFLICT: 2}
+    assert schedule(cache, volume_pod("pvc-a")).reasons == {NODE_CONFLICT: 2}
 
 
 # ------------------------------------------------------------------ Filter: delayed claims, static PVs
 def test_unbound_claims_with_no_matching_pv_and_no_provisioner() -> None:
     cache = cluster([pvc("pvc-a")], [])
-    decision = schedule(cache, pod("pvc-a"))
+    decision = schedule(cache, volume_pod("pvc-a"))
     assert decision.message == f"0/2 nodes are available: 2 {BIND_CONFLICT}."
 
 
 def test_an_unbound_claim_goes_where_its_pv_is() -> None:
     cache = cluster([pvc("pvc-a")], [pv("pv-a", affinity="baz")])
-    decision = schedule(cache, pod("pvc-a"))
+    decision = schedule(cache, volume_pod("pvc-a"))
     assert decision.node == "node2"
     assert decision.reasons == {BIND_CONFLICT: 1}
-    result = plan(cache, pod("pvc-a"), "node2")
+    result = plan(cache, volume_pod("pvc-a"), "node2")
     assert [(v.name, c.name) for v, c in result.bindings] == [("pv-a", "pvc-a")]
     assert result.provisions == []
 
@@ -270,7 +269,7 @@ def test_an_unbound_claim_goes_where_its_pv_is() -> None:
 def test_find_matching_volume(volume: dict[str, Any], fits: bool | list[str]) -> None:
     cache = cluster([pvc("pvc-a")], [volume])
     wanted = fits if isinstance(fits, list) else ["node1", "node2"] if fits else []
-    assert feasible(cache, pod("pvc-a")) == wanted
+    assert feasible(cache, volume_pod("pvc-a")) == wanted
 
 
 def test_the_claims_selector_picks_among_the_pvs() -> None:
@@ -279,7 +278,7 @@ def test_the_claims_selector_picks_among_the_pvs() -> None:
     volumes = [pv("pv-slow", affinity="bar", labels={"tier": "slow"}),
                pv("pv-fast", affinity="baz", labels={"tier": "fast"})]
     cache = cluster([claim], volumes)
-    assert feasible(cache, pod("pvc-a")) == ["node2"]
+    assert feasible(cache, volume_pod("pvc-a")) == ["node2"]
 
 
 def test_two_unbound_claims_take_two_pvs_smallest_claims_first_smallest_pvs_first() -> None:
@@ -287,29 +286,29 @@ def test_two_unbound_claims_take_two_pvs_smallest_claims_first_smallest_pvs_firs
     volumes = [pv("pv-10g", storage="10Gi", affinity="bar"), pv("pv-5g", storage="5Gi", affinity="bar"),
                pv("pv-1g", storage="1Gi", affinity="bar")]
     cache = cluster(claims, volumes)
-    result = plan(cache, pod("pvc-big", "pvc-small"), "node1")
+    result = plan(cache, volume_pod("pvc-big", "pvc-small"), "node1")
     chosen = sorted((c.name, v.name) for v, c in result.bindings)
     assert chosen == [("pvc-big", "pv-5g"), ("pvc-small", "pv-1g")]
-    assert feasible(cache, pod("pvc-big", "pvc-small")) == ["node1"]
+    assert feasible(cache, volume_pod("pvc-big", "pvc-small")) == ["node1"]
 
 
 def test_two_unbound_claims_with_a_partial_match_fail() -> None:
     claims = [pvc("pvc-a"), pvc("pvc-b")]
     cache = cluster(claims, [pv("pv-a", affinity="bar")])
-    assert schedule(cache, pod("pvc-a", "pvc-b")).reasons == {BIND_CONFLICT: 2}
+    assert schedule(cache, volume_pod("pvc-a", "pvc-b")).reasons == {BIND_CONFLICT: 2}
 
 
 def test_one_bound_and_one_unbound_claim() -> None:
     claims = [pvc("pvc-a", sc="", volume="pv-a", bound=True), pvc("pvc-b")]
     volumes = [pv("pv-a", sc="", affinity="bar"), pv("pv-b", affinity="bar")]
     cache = cluster(claims, volumes)
-    assert feasible(cache, pod("pvc-a", "pvc-b")) == ["node1"]
+    assert feasible(cache, volume_pod("pvc-a", "pvc-b")) == ["node1"]
 
 
 # ------------------------------------------------------------------ Filter: dynamic provisioning
 def test_one_provisioned_claim_fits_every_node_and_prebind_selects_the_node() -> None:
     cache = cluster([pvc("pvc-a", sc="provisionSC")], [])
-    record = pod("pvc-a")
+    record = volume_pod("pvc-a")
     assert feasible(cache, record) == ["node1", "node2"]
     result = plan(cache, record, "node2")
     assert [c.name for c in result.provisions] == ["pvc-a"]
@@ -319,37 +318,37 @@ def test_one_provisioned_claim_fits_every_node_and_prebind_selects_the_node() ->
 def test_one_matched_one_provisioned() -> None:
     claims = [pvc("pvc-a", sc="provisionSC"), pvc("pvc-b", sc="provisionSC")]
     cache = cluster(claims, [pv("pv-a", sc="provisionSC", affinity="bar")])
-    result = plan(cache, pod("pvc-a", "pvc-b"), "node1")
+    result = plan(cache, volume_pod("pvc-a", "pvc-b"), "node1")
     assert [(v.name, c.name) for v, c in result.bindings] == [("pv-a", "pvc-a")]
     assert [c.name for c in result.provisions] == ["pvc-b"]
-    result = plan(cache, pod("pvc-a", "pvc-b"), "node2")
+    result = plan(cache, volume_pod("pvc-a", "pvc-b"), "node2")
     assert [c.name for c in result.provisions] == ["pvc-a", "pvc-b"]
 
 
 def test_a_claim_already_selected_for_a_node_goes_there_only() -> None:
     claim = pvc("pvc-a", sc="provisionSC", annotations={ANN_SELECTED_NODE: "node2"})
     cache = cluster([claim], [])
-    decision = schedule(cache, pod("pvc-a"))
+    decision = schedule(cache, volume_pod("pvc-a"))
     assert decision.node == "node2"
     assert decision.reasons == {BIND_CONFLICT: 1}
 
 
 def test_the_class_allowed_topologies_limit_provisioning() -> None:
     cache = cluster([pvc("pvc-a", sc="topologySC")], [])
-    assert feasible(cache, pod("pvc-a")) == ["node2"]
+    assert feasible(cache, volume_pod("pvc-a")) == ["node2"]
 
 
 def test_immediate_bound_and_one_provisioned() -> None:
     claims = [pvc("pvc-a", sc="immediateSC", volume="pv-a", bound=True), pvc("pvc-b", sc="provisionSC")]
     cache = cluster(claims, [pv("pv-a", sc="immediateSC", affinity="baz", phase="Bound")])
-    assert feasible(cache, pod("pvc-a", "pvc-b")) == ["node2"]
+    assert feasible(cache, volume_pod("pvc-a", "pvc-b")) == ["node2"]
 
 
 # ------------------------------------------------------------------ cached results follow the objects
 def test_results_follow_changes_of_the_objects_and_of_node_labels() -> None:
     cache = cluster([pvc("pvc-a")], [pv("pv-a", affinity="bar")])
     framework = Framework("ai-scheduler", [VolumeBinding()], [], cache, rng=random.Random(1))
-    record = pod("pvc-a")
+    record = volume_pod("pvc-a")
     assert framework.schedule(record).node == "node1"
     cache.volumes.apply(PERSISTENT_VOLUMES, "MODIFIED", pv("pv-a", affinity="baz") | {
         "metadata": {"name": "pv-a", "resourceVersion": "2"}})
@@ -364,7 +363,7 @@ def test_results_follow_changes_of_the_objects_and_of_node_labels() -> None:
 # ------------------------------------------------------------------ PreBind's writes
 def test_prebind_patches_are_kubes_writes() -> None:
     cache = cluster([pvc("pvc-a"), pvc("pvc-b", sc="provisionSC")], [pv("pv-a", affinity="bar")])
-    result = plan(cache, pod("pvc-a", "pvc-b"), "node1")
+    result = plan(cache, volume_pod("pvc-a", "pvc-b"), "node1")
     [(volume, claim)] = result.bindings
     assert claim_ref_patch(volume, claim) == {
         "metadata": {"resourceVersion": "1", "annotations": {ANN_BOUND_BY_CONTROLLER: "yes"}},
@@ -379,7 +378,7 @@ def test_prebind_patches_are_kubes_writes() -> None:
 
 def test_prebind_says_why_when_the_node_no_longer_fits() -> None:
     cache = cluster([pvc("pvc-a")], [pv("pv-a", affinity="bar")])
-    result = prebind_plan(pod("pvc-a"), cache.volumes, cache.node_record("node2") or NodeRecord())
+    result = prebind_plan(volume_pod("pvc-a"), cache.volumes, cache.node_record("node2") or NodeRecord())
     assert result == BIND_CONFLICT
 
 
@@ -388,7 +387,8 @@ def test_reserved_volumes_are_held_for_the_next_cycle_and_put_back_on_revert() -
     claims = [pvc("pvc-a"), pvc("pvc-b"), pvc("pvc-c", sc="provisionSC")]
     cache = cluster(claims, [pv("pv-a", affinity="bar")])
     prebind = VolumePreBind(cast(KubeClient, None), cache, JsonLogger(stream=io.BytesIO()))
-    first, second = pod("pvc-a", name="pod-a", uid="uid-a"), pod("pvc-b", name="pod-b", uid="uid-b")
+    first = volume_pod("pvc-a", name="pod-a", uid="uid-a")
+    second = volume_pod("pvc-b", name="pod-b", uid="uid-b")
     assert feasible(cache, second) == ["node1"]
 
     planned = prebind.assume(first, "node1")
@@ -400,9 +400,9 @@ def test_reserved_volumes_are_held_for_the_next_cycle_and_put_back_on_revert() -
     [(volume, claim)] = planned.bindings
     assert claim_ref_patch(volume, claim)["metadata"]["annotations"] == {ANN_BOUND_BY_CONTROLLER: "yes"}
 
-    provisioned = prebind.assume(pod("pvc-c", name="pod-c", uid="uid-c"), "node2")
+    provisioned = prebind.assume(volume_pod("pvc-c", name="pod-c", uid="uid-c"), "node2")
     assert cache.volumes.claims["default", "pvc-c"].selected_node == "node2"
-    assert feasible(cache, pod("pvc-c", name="pod-d", uid="uid-d")) == ["node2"]
+    assert feasible(cache, volume_pod("pvc-c", name="pod-d", uid="uid-d")) == ["node2"]
 
     prebind.revert(planned)
     prebind.revert(provisioned)
@@ -413,7 +413,7 @@ def test_reserved_volumes_are_held_for_the_next_cycle_and_put_back_on_revert() -
 def test_a_newer_object_from_the_watch_is_not_reverted() -> None:
     cache = cluster([pvc("pvc-a")], [pv("pv-a", affinity="bar")])
     prebind = VolumePreBind(cast(KubeClient, None), cache, JsonLogger(stream=io.BytesIO()))
-    planned = prebind.assume(pod("pvc-a"), "node1")
+    planned = prebind.assume(volume_pod("pvc-a"), "node1")
     newer = pv("pv-a", affinity="bar", claim="pvc-a", phase="Bound")
     newer["metadata"]["resourceVersion"] = "2"
     cache.volumes.apply(PERSISTENT_VOLUMES, "MODIFIED", newer)

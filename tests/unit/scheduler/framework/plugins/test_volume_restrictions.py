@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -34,11 +35,9 @@ def cluster() -> SchedulerCache:
     return cache
 
 
-def pod(name: str, *claims: str, node: str | None = None, **kw: Any) -> PodRecord:
+def volume_pod(name: str, *claims: str, node: str | None = None, **kw: Any) -> PodRecord:
     volumes = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)]
-    obj = make_pod(name, node_name=node, volumes=volumes or None, **kw)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    return PodRecord.from_api(obj)
+    return Pod(name, node_name=node, volumes=volumes or None, **kw).uid().record()
 
 
 def schedule(cache: SchedulerCache, record: PodRecord) -> Decision:
@@ -47,42 +46,42 @@ def schedule(cache: SchedulerCache, record: PodRecord) -> Decision:
 
 def test_nothing() -> None:
     cache = cluster()
-    cache.set_pod(pod("existing", "claim-with-rwop-1", node="node-1"))
-    assert schedule(cache, pod("incoming")).node is not None
+    cache.set_pod(volume_pod("existing", "claim-with-rwop-1", node="node-1"))
+    assert schedule(cache, volume_pod("incoming")).node is not None
 
 
 def test_failed_to_get_pvc() -> None:
-    decision = schedule(cluster(), pod("incoming", "claim-missing"))
+    decision = schedule(cluster(), volume_pod("incoming", "claim-missing"))
     assert decision.message == '0/2 nodes are available: persistentvolumeclaim "claim-missing" not found.'
 
 
 def test_no_access_mode_conflict() -> None:
     cache = cluster()
-    cache.set_pod(pod("existing", "claim-with-rwop-2", "claim-with-rwo", node="node-1"))
-    assert schedule(cache, pod("incoming", "claim-with-rwop-1", "claim-with-rwo")).node is not None
+    cache.set_pod(volume_pod("existing", "claim-with-rwop-2", "claim-with-rwo", node="node-1"))
+    assert schedule(cache, volume_pod("incoming", "claim-with-rwop-1", "claim-with-rwo")).node is not None
 
 
 def test_access_mode_conflict_fails_every_node() -> None:
     cache = cluster()
-    cache.set_pod(pod("existing", "claim-with-rwop-1", node="node-1"))
-    decision = schedule(cache, pod("incoming", "claim-with-rwop-1"))
+    cache.set_pod(volume_pod("existing", "claim-with-rwop-1", node="node-1"))
+    decision = schedule(cache, volume_pod("incoming", "claim-with-rwop-1"))
     assert decision.message == f"0/2 nodes are available: 2 {READ_WRITE_ONCE_POD_CONFLICT}."
 
 
 def test_users_follow_assumptions_and_pods_that_finish_or_go() -> None:
     cache = cluster()
-    incoming = pod("incoming", "claim-with-rwop-1")
-    cache.assume(pod("first", "claim-with-rwop-1"), "node-2")
+    incoming = volume_pod("incoming", "claim-with-rwop-1")
+    cache.assume(volume_pod("first", "claim-with-rwop-1"), "node-2")
     assert schedule(cache, incoming).node is None
     assert cache.forget("uid-first")
     assert schedule(cache, incoming).node is not None
-    cache.set_pod(pod("runner", "claim-with-rwop-1", node="node-1"))
+    cache.set_pod(volume_pod("runner", "claim-with-rwop-1", node="node-1"))
     assert schedule(cache, incoming).node is None
-    done = pod("runner", "claim-with-rwop-1", node="node-1")
+    done = volume_pod("runner", "claim-with-rwop-1", node="node-1")
     done.phase = "Succeeded"
     cache.set_pod(done)
     assert schedule(cache, incoming).node is not None
-    cache.set_pod(pod("other", "claim-with-rwop-1", node="node-2"))
+    cache.set_pod(volume_pod("other", "claim-with-rwop-1", node="node-2"))
     cache.remove_pod("uid-other")
     assert schedule(cache, incoming).node is not None
     assert cache.volumes.users == {}

@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -25,7 +26,7 @@ from ai_scheduler.scheduler.framework.plugins.volume_zone import (
     VolumeZone,
 )
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
+from ai_scheduler.sim import make_node, make_pv, make_pvc, make_storage_class
 
 VOLUMES = {
     "Vol_1": {BETA_ZONE: "us-west1-a"},
@@ -61,19 +62,16 @@ def cluster(node_labels: dict[str, str]) -> SchedulerCache:
     return cache
 
 
-def pod(*claim_names: str) -> PodRecord:
-    volumes = [
-        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claim_names)
-    ]
-    obj = make_pod("pod", volumes=volumes or None)
-    obj["metadata"]["uid"] = "uid-pod"
-    return PodRecord.from_api(obj)
+def volume_pod(*claim_names: str) -> PodRecord:
+    volumes = [{"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i,
+               c in enumerate(claim_names)]
+    return Pod("pod", volumes=volumes or None).uid("uid-pod").record()
 
 
 def schedule(node_labels: dict[str, str], *claim_names: str) -> Decision:
     cache = cluster(node_labels)
     framework = Framework("ai-scheduler", [VolumeZone()], [], cache, rng=random.Random(1))
-    return framework.schedule(pod(*claim_names))
+    return framework.schedule(volume_pod(*claim_names))
 
 
 @pytest.mark.parametrize(
