@@ -202,7 +202,8 @@ def main() -> None:
                 jobs = [dataclasses.replace(j, estimate=None) for j in simulated] if learned else simulated
                 config = arm_config(arm, args.weight, args.max_wait, model_path)
                 # Queueing hints and the equivalence of identical pods: the same placements as retrying
-                # every pod on every event (tests/test_queueing_hints.py), at a fraction of the attempts.
+                # every pod on every event (tests/unit/queue/test_queueing_hints.py), at a fraction of the
+                # attempts.
                 result = Simulation(config, nodes, jobs, Mode.TIMED, seed=seed, config_name=arm,
                                     queueing_hints=True).run()
                 s = summarize(result)

@@ -1,6 +1,6 @@
 """Shared fixtures: the clusters (simulated and real) and the real scheduler daemon against them.
 
-Every end-to-end test (a `test_e2e_*` module) runs once per backend: `sim`, the embedded
+Every end-to-end test (a module of tests/e2e/, marker `e2e`) runs once per backend: `sim`, the embedded
 simulated API server, and `kube`, the real control plane (etcd, kube-apiserver,
 kube-controller-manager, kwok) built by hack/kube/build.sh. `--backend sim` or `--backend kube`
 picks one. A test that needs a fault only one backend can make is marked
@@ -31,6 +31,7 @@ from ai_scheduler.sim.controlplane import ControlPlane, ControlPlaneError, build
 from ai_scheduler.sim.faultproxy import FaultProxy
 
 BACKENDS = ("sim", "kube")
+E2E = Path(__file__).resolve().parent / "e2e"  # the end-to-end tests' folder
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name.startswith("test_e2e_"):
+        if item.path.parent == E2E:
             item.add_marker(pytest.mark.e2e)
 
 

@@ -1,6 +1,6 @@
 """Random scheduling cases whose outcome does not depend on tie-breaks, for the differential test.
 
-`tests/test_e2e_differential.py` runs every case twice on one real control plane, once under
+`tests/e2e/test_e2e_differential.py` runs every case twice on one real control plane, once under
 kube-scheduler and once under ai-scheduler, and compares what any correct scheduler must agree on.
 Scores differ between any two schedulers (and kube-scheduler breaks ties at random), so a case is
 built such that *which* node a pod takes never changes *how many* pods can be placed, nor, once no

@@ -11,7 +11,7 @@ and never read (`kubectl.kubernetes.io/last-applied-configuration`) is dropped.
 Pods of one template also share their requests: equal `requests` and
 `nonzero_requests` are one `Frozen` dict (read-only: a write raises), as are the
 empty label, annotation, node selector and affinity maps, and an amount parsed
-from a quantity string is one int object. tests/test_memory_budgets.py holds the
+from a quantity string is one int object. tests/perf_budgets/test_memory_budgets.py holds the
 bytes per pod and per node to a budget.
 """
 

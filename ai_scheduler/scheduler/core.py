@@ -23,7 +23,7 @@ Queueing hints (`queueing_hints`, off by default: see below) let a pod leaving a
 only the waiting pods that may fit there, with the decisions of a queue that
 retries them all (scheduling_queue.py says how); `hint_of` says which failed
 pods may wait so, and `fits_row` whether one may fit on a node. They give the
-same placements as retrying every pod (tests/test_queueing_hints.py; Philly and
+same placements as retrying every pod (tests/unit/queue/test_queueing_hints.py; Philly and
 Helios slices of 500 and 1,000 jobs on 24 nodes, reservation off). With them, a
 pod with a hint that fails where an equivalent pod failed at the same room
 version repeats that failure without the filters (schedule_one.py), which is

@@ -4,8 +4,9 @@ What it does, end to end, with nothing mocked but the Kubernetes API server:
 
 1. asks `nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits`
    what the GPUs are (the independent reference);
-2. starts the embedded simulated API server (`ai_scheduler.sim.SimApiServer`, as tests/test_agent.py
-   does) on loopback and creates a Node labelled `ai-scheduler.io/gpu-managed: "true"`;
+2. starts the embedded simulated API server (`ai_scheduler.sim.SimApiServer`, as
+   tests/unit/agent/test_agent.py does) on loopback and creates a Node labelled
+   `ai-scheduler.io/gpu-managed: "true"`;
 3. runs the node agent exactly as the DaemonSet does, `python -m ai_scheduler agent --master URL
    --node-name NODE --interval 0.5 --heartbeat 1`, with the real pynvml (nvidia-ml-py), for a few reading
    intervals, then stops it with SIGTERM;

@@ -1,0 +1,1 @@
+"""Tests of deploy/: the manifests, the dashboard and the alerting rules."""

@@ -1,0 +1,1 @@
+"""Unit tests in folders that mirror the packages of ai_scheduler/ (its top-level modules: here)."""

@@ -1,0 +1,1 @@
+"""Tests of ai_scheduler/status/."""
