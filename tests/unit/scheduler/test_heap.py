@@ -13,12 +13,12 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+from builders import Node, Pod
 
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.heap import YOUNG_THRESHOLD, collection_due, freeze_survivors
-from ai_scheduler.sim.objects import make_node, make_pod
 from ai_scheduler.tracesim.engine import Simulation
 
 
@@ -38,11 +38,9 @@ class _Cycle:
 
 def _core_with_pods(pods: int) -> SchedulerCore:
     core = Simulation(default_config(), [], []).core  # a core whose outbox binds at once
-    core.handlers.on_node_event("ADDED", make_node("node-0", cpu="64", memory="256Gi"))
+    core.handlers.on_node_event("ADDED", Node("node-0", cpu="64", memory="256Gi").obj())
     for i in range(pods):
-        pod = make_pod(f"pod-{i}", scheduler_name="ai-scheduler", cpu="100m", memory="128Mi")
-        pod["metadata"]["uid"] = f"uid-{i}"
-        core.handlers.on_pod_event("ADDED", pod)
+        core.handlers.on_pod_event("ADDED", Pod(f"pod-{i}").uid(f"uid-{i}").obj())
     return core
 
 
@@ -57,9 +55,7 @@ def test_freezing_takes_the_cached_records_out_of_every_collection() -> None:
     freeze_survivors()
     assert _records_walked() == 0, "no cached record is left in a generation the collector walks"
     assert gc.get_threshold()[0] == YOUNG_THRESHOLD > 700, "the youngest generation is collected less often"
-    pod = make_pod("pod-late", scheduler_name="ai-scheduler", cpu="100m", memory="128Mi")
-    pod["metadata"]["uid"] = "uid-late"
-    core.handlers.on_pod_event("ADDED", pod)
+    core.handlers.on_pod_event("ADDED", Pod("pod-late").uid("uid-late").obj())
     assert _records_walked() == 1, "a record that came after the freeze is walked as usual"
     assert len(core.queue) == 201
 
