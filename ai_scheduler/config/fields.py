@@ -439,7 +439,7 @@ class Quantities(Check):
         return to_units(unit, value)
 
     def describe(self) -> str:
-        return "resource name → quantity"
+        return "resource name -> quantity"
 
 
 @dataclass(frozen=True)
@@ -464,7 +464,7 @@ class ResourceWeights(Check):
         return FrozenMap(result)
 
     def describe(self) -> str:
-        return "resource name → integer 1..100"
+        return "resource name -> integer 1..100"
 
 
 @dataclass(frozen=True)
@@ -490,7 +490,7 @@ class Factors(Check):
         return FrozenMap(weights)
 
     def describe(self) -> str:
-        return f"factor → number; factors: {', '.join(self.known)}"
+        return f"factor -> number; factors: {', '.join(self.known)}"
 
 
 # --- the text of a setting ---------------------------------------------------------------------------

@@ -606,7 +606,7 @@ class Config(Section):
 
     scheduler_name: Annotated[str, DNS_SUBDOMAIN, Doc(
         "Pods whose spec.schedulerName equals this name are scheduled by us (the first profile's name, "
-        "unless that profile names itself).")]
+        "unless that profile names itself).", default=f"`{DEFAULT_SCHEDULER_NAME}`")]
     profiles: Annotated[tuple[Profile, ...], Entries("scheduler name", unique="scheduler_name",
                                                      empty="must list at least one profile"), Doc(
         "One profile per scheduler name. A pod is handled by the profile whose schedulerName equals its "
