@@ -8,8 +8,9 @@ Three figures, each the median of N runs:
   from git into a temporary module: ``main`` by default, ``none`` to skip);
 - *load*: `load_config` of the same two files, YAML decoding included (the same loader both ways);
 - *first use*, in a fresh interpreter each run: importing ``ai_scheduler.config`` and validating the
-  first file, which is when pydantic is imported and the schema's validator built (the daemon pays
-  this once, at start).
+  first file, which is when the validation module is imported, the schema's annotations evaluated and
+  its validators made (the daemon pays this once, at start). Without cached bytecode (PYTHONDONTWRITEBYTECODE
+  set, as in this repository's dev environment) both include compiling the package's sources.
 
     python benchmarks/config_load.py [--runs 30] [--before main]
 """
@@ -146,7 +147,7 @@ def main() -> None:
             print(f"  {name:13} {ms:8.3f} ms")
     runs = max(3, args.runs // 5)
     print(f"first use in a fresh interpreter (import ai_scheduler.config, then the first parse_config: "
-          f"pydantic imported and the validator built), median of {runs}:")
+          f"the validators made), median of {runs}:")
     imported, first = first_use(runs)
     print(f"  schema        import {imported:6.1f} ms   first parse {first:6.1f} ms")
     if old is not None:

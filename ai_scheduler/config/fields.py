@@ -1,4 +1,4 @@
-"""The schema's vocabulary: what one setting is, and how a config file is checked against the schema.
+"""The schema's vocabulary: what one setting is, and the checks that a config file's values pass.
 
 A setting is written once, as one field of a frozen dataclass in ``schema.py``::
 
@@ -17,12 +17,13 @@ The file's key is the field's name in camelCase (`yaml_key`). A field typed as a
 a section, ``tuple[Entry, ...]`` marked `Entries` is a list of entries, ``Mapping[str, Entry]`` marked
 `Named` is a mapping of names the operator chooses to entries (an entry takes its ``name`` from its key).
 
-pydantic v2 walks the file along these types (`validate`): it builds the dataclasses without calling
-their ``__init__`` twice, tracks where in the file each value sits (its ``loc``, with the operator's own
-keys), and collects the errors in the schema's order; the checks and the `Section` wrapper here word
-every refusal, so pydantic's own messages never reach the operator. pydantic is imported when the first
-file is validated, not when the types are imported: the simulator, the tracer and tests that build a
-Config in code never pay for it.
+The checks are ours, and so is the walk that runs them along these fields (`validation.py`, imported
+by the first `parse_config`, not with the schema; why no validation library is said there).
+
+The types' annotations are strings (``from __future__ import annotations``), so that importing the
+schema evaluates none of them: the checks and texts are built when the first file is validated or the
+files are generated (`schema_fields`, cached). The checks, `Doc`, `Field`, `Entries` and `Named` are
+plain slotted classes rather than dataclasses, which would cost about a millisecond each at import.
 
 Refusals keep what the hand-written parser said: the key's dotted path (`where`, as ``ConfigError``
 shows it: ``profiles[0].scores[1].weight``, ``groups.vision.max['nvidia.com/gpu']``) and the reason; the
@@ -36,15 +37,10 @@ import difflib
 import ipaddress
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, get_args, get_type_hints
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Generic, TypeVar, get_args, get_type_hints
 
 from ai_scheduler.quantity import MILLI_RESOURCES, parse_quantity, to_units
-
-if TYPE_CHECKING:
-    from pydantic import GetCoreSchemaHandler, TypeAdapter
-    from pydantic_core import CoreSchema
 
 Step = str | int  # one step of a path: a key of a mapping or an index of a list
 Where = Callable[..., str]  # the dotted path of the place a check runs at, or of a place below it
@@ -152,8 +148,12 @@ class Check:
     ``null_is_default``: a null value takes the field's default (a collection whose items are all
     commented out is null in YAML); otherwise null is refused like any other wrong type: ``port:`` with
     no value is an unfinished edit, not a default.
+
+    Checks are plain slotted classes, set once in ``__init__`` and never changed (a dataclass each would
+    cost about a millisecond at import).
     """
 
+    __slots__ = ()
     null_is_default: ClassVar[bool] = False
 
     def __call__(self, value: object) -> Any:
@@ -163,16 +163,18 @@ class Check:
         """What the check allows, in a few words, for the docs' table and default.yaml."""
         raise NotImplementedError
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        from pydantic_core import core_schema
+    def __repr__(self) -> str:
+        names = [name for cls in reversed(type(self).__mro__) for name in getattr(cls, "__slots__", ())
+                 if not name.startswith("_")]
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
 
-        return core_schema.no_info_plain_validator_function(self)
 
-
-@dataclass(frozen=True)
 class Integer(Check):
-    low: int
-    high: int
+    __slots__ = ("high", "low")
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low = low
+        self.high = high
 
     def __call__(self, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or not self.low <= value <= self.high:
@@ -183,9 +185,10 @@ class Integer(Check):
         return f"integer {self.low}..{self.high}"
 
 
-@dataclass(frozen=True)
 class Real(Check):
     """A finite int or float, of any sign; booleans are not numbers."""
+
+    __slots__ = ()
 
     def __call__(self, value: object) -> float:
         if not isinstance(value, bool) and isinstance(value, int | float):
@@ -201,15 +204,20 @@ class Real(Check):
         return "number"
 
 
-@dataclass(frozen=True)
+_REAL = Real()
+
+
 class Number(Check):
     """A finite number above ``minimum`` (or equal to it when ``inclusive``)."""
 
-    minimum: float = 0
-    inclusive: bool = False
+    __slots__ = ("inclusive", "minimum")
+
+    def __init__(self, minimum: float = 0, inclusive: bool = False) -> None:
+        self.minimum = minimum
+        self.inclusive = inclusive
 
     def __call__(self, value: object) -> float:
-        number = Real()(value)
+        number = _REAL(value)
         if number < self.minimum or (number == self.minimum and not self.inclusive):
             raise Invalid(f"must be {self._bound()}, got {show(value)}")
         return number
@@ -224,10 +232,12 @@ class Number(Check):
 POSITIVE = Number()
 NOT_NEGATIVE = Number(inclusive=True)
 LEVEL = Integer(0, 100)
+_WEIGHT = Integer(1, 100)  # of a resource, in ResourceWeights
 
 
-@dataclass(frozen=True)
 class Boolean(Check):
+    __slots__ = ()
+
     def __call__(self, value: object) -> bool:
         if not isinstance(value, bool):
             raise Invalid(f"must be true or false, got {show(value)}")
@@ -237,8 +247,9 @@ class Boolean(Check):
         return "true or false"
 
 
-@dataclass(frozen=True)
 class String(Check):
+    __slots__ = ()
+
     def __call__(self, value: object) -> str:
         if not isinstance(value, str):
             raise Invalid(f"must be a string, got {show(value)}")
@@ -248,18 +259,24 @@ class String(Check):
         return "string"
 
 
-@dataclass(frozen=True)
+_STRING = String()
+
+
 class Name(Check):
     """A string that matches ``pattern`` and is at most ``longest`` characters (``empty``: or empty)."""
 
-    pattern: re.Pattern[str]
-    longest: int
-    what: str  # "must be {what}, got 'x'"
-    short: str  # for the docs
-    empty: bool = False
+    __slots__ = ("empty", "longest", "pattern", "short", "what")
+
+    def __init__(self, pattern: re.Pattern[str], longest: int, what: str, short: str,
+                 empty: bool = False) -> None:
+        self.pattern = pattern
+        self.longest = longest
+        self.what = what  # "must be {what}, got 'x'"
+        self.short = short  # for the docs
+        self.empty = empty
 
     def __call__(self, value: object) -> str:
-        text = String()(value)
+        text = _STRING(value)
         if (text or not self.empty) and (len(text) > self.longest or not self.pattern.match(text)):
             raise Invalid(f"must be {self.what}, got {text!r}")
         return text
@@ -282,12 +299,14 @@ DNS_LABEL = Name(
 )
 
 
-@dataclass(frozen=True)
 class Choice(Check):
-    choices: tuple[str, ...]
+    __slots__ = ("choices",)
+
+    def __init__(self, choices: tuple[str, ...]) -> None:
+        self.choices = choices
 
     def __call__(self, value: object) -> str:
-        text = String()(value)
+        text = _STRING(value)
         if text not in self.choices:
             raise Invalid(f"must be one of {', '.join(self.choices)}, got {text!r}")
         return text
@@ -296,15 +315,17 @@ class Choice(Check):
         return " or ".join(f"`{c}`" for c in self.choices)
 
 
-@dataclass(frozen=True)
 class Plugin(Check):
     """The name of one plugin of ``known``."""
 
-    known: tuple[str, ...]
-    kind: str  # "score plugin"
+    __slots__ = ("kind", "known")
+
+    def __init__(self, known: tuple[str, ...], kind: str) -> None:
+        self.known = known
+        self.kind = kind  # "score plugin"
 
     def __call__(self, value: object) -> str:
-        name = String()(value)
+        name = _STRING(value)
         if name not in self.known:
             raise Invalid(f"unknown {self.kind} {name!r}; known: {', '.join(self.known)}")
         return name
@@ -313,19 +334,22 @@ class Plugin(Check):
         return f"a {self.kind}: {', '.join(self.known)}"
 
 
-@dataclass(frozen=True)
 class Plugins(Check):
     """A list of distinct plugins of ``known``, in the order they run."""
 
-    known: tuple[str, ...]
-    kind: str  # "filter plugin"
+    __slots__ = ("_plugin", "kind", "known")
     null_is_default: ClassVar[bool] = True
+
+    def __init__(self, known: tuple[str, ...], kind: str) -> None:
+        self.known = known
+        self.kind = kind  # "filter plugin"
+        self._plugin = Plugin(known, kind)
 
     def __call__(self, value: object) -> tuple[str, ...]:
         names: list[str] = []
         for i, item in enumerate(listed(value)):
             try:
-                name = Plugin(self.known, self.kind)(item)
+                name = self._plugin(item)
             except Invalid as exc:
                 raise Invalid(exc.reason, (i,)) from None
             if name in names:
@@ -338,15 +362,16 @@ class Plugins(Check):
         return f"list of {self.kind}s: {', '.join(self.known)}"
 
 
-@dataclass(frozen=True)
 class LabelKeys(Check):
     """A list of distinct node label keys."""
+
+    __slots__ = ()
 
     def __call__(self, value: object) -> tuple[str, ...]:
         keys: list[str] = []
         for i, item in enumerate(listed(value)):
             try:
-                key = String()(item)
+                key = _STRING(item)
             except Invalid as exc:
                 raise Invalid(exc.reason, (i,)) from None
             if not _LABEL_KEY.match(key):
@@ -360,10 +385,11 @@ class LabelKeys(Check):
         return "list of node label keys"
 
 
-@dataclass(frozen=True)
 class BindAddress(Check):
+    __slots__ = ()
+
     def __call__(self, value: object) -> str:
-        text = String()(value)
+        text = _STRING(value)
         try:
             ipaddress.ip_address(text)
         except ValueError:
@@ -378,11 +404,13 @@ class BindAddress(Check):
 _C = TypeVar("_C", bound=Check)
 
 
-@dataclass(frozen=True)
 class Nullable(Check, Generic[_C]):
     """``inner``'s values, or null."""
 
-    inner: _C
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: _C) -> None:
+        self.inner = inner
 
     def __call__(self, value: object) -> Any:
         return None if value is None else self.inner(value)
@@ -403,11 +431,11 @@ def quantity_unit(resource: str) -> str:
     return "memory" if resource == GPU_MEMORY_RESOURCE else resource
 
 
-@dataclass(frozen=True)
 class Quantities(Check):
     """Resource name -> Kubernetes quantity, kept in the resource's integer units (thousandths: cpu, GPU
     fractions); empty limits nothing."""
 
+    __slots__ = ()
     null_is_default: ClassVar[bool] = True
 
     def __call__(self, value: object) -> Mapping[str, int]:
@@ -442,10 +470,10 @@ class Quantities(Check):
         return "resource name -> quantity"
 
 
-@dataclass(frozen=True)
 class ResourceWeights(Check):
     """Resource name -> integer weight 1..100; at least one resource."""
 
+    __slots__ = ()
     null_is_default: ClassVar[bool] = True
 
     def __call__(self, value: object) -> Mapping[str, int]:
@@ -458,7 +486,7 @@ class ResourceWeights(Check):
         for name, weight in data.items():
             resource = _resource_name(name)
             try:
-                result[resource] = Integer(1, 100)(weight)
+                result[resource] = _WEIGHT(weight)
             except Invalid as exc:
                 raise Invalid(exc.reason, (resource,)) from None
         return FrozenMap(result)
@@ -467,11 +495,13 @@ class ResourceWeights(Check):
         return "resource name -> integer 1..100"
 
 
-@dataclass(frozen=True)
 class Factors(Check):
     """Factor name (of ``known``) -> weight, any finite number; at least one factor."""
 
-    known: tuple[str, ...]
+    __slots__ = ("known",)
+
+    def __init__(self, known: tuple[str, ...]) -> None:
+        self.known = known
 
     def __call__(self, value: object) -> Mapping[str, float]:
         from ai_scheduler.config.schema import FrozenMap
@@ -482,7 +512,7 @@ class Factors(Check):
                 at: tuple[Step, ...] = (factor,) if isinstance(factor, str) else ()
                 raise Invalid(f"unknown factor {factor!r}; known: {', '.join(self.known)}", at)
             try:
-                weights[factor] = Real()(weight)
+                weights[factor] = _REAL(weight)
             except Invalid as exc:
                 raise Invalid(exc.reason, (factor,)) from None
         if not weights:
@@ -496,7 +526,6 @@ class Factors(Check):
 # --- the text of a setting ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Doc:
     """A setting's text and reload behaviour.
 
@@ -508,32 +537,45 @@ class Doc:
     written before the setting in default.yaml only (a heading for what follows).
     """
 
-    text: str
-    restart: str | None = None
-    default: str | None = None
-    required: str | None = None
-    example: Any = None
-    preface: str | None = None
+    __slots__ = ("default", "example", "preface", "required", "restart", "text")
+
+    def __init__(self, text: str, restart: str | None = None, default: str | None = None,
+                 required: str | None = None, example: Any = None, preface: str | None = None) -> None:
+        self.text = text
+        self.restart = restart
+        self.default = default
+        self.required = required
+        self.example = example
+        self.preface = preface
+
+    def __repr__(self) -> str:
+        return f"Doc({self.text!r})"
 
 
 # --- sections, lists of entries and named entries -------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class Field:
     """One field of a schema dataclass, as the file sees it."""
 
-    name: str  # the attribute
-    key: str  # the file's key
-    annotation: Any  # with its Annotated metadata
-    doc: Doc | None
-    check: Any  # a Check, Entries, Named, or None for a section
-    default: Any  # dataclasses.MISSING when required
-    null_is_default: bool
+    __slots__ = ("annotation", "check", "default", "doc", "key", "name", "null_is_default")
+
+    def __init__(self, name: str, key: str, annotation: Any, doc: Doc | None, check: Any, default: Any,
+                 null_is_default: bool) -> None:
+        self.name = name  # the attribute
+        self.key = key  # the file's key
+        self.annotation = annotation  # with its Annotated metadata
+        self.doc = doc
+        self.check = check  # a Check, Entries, Named, or None for a section
+        self.default = default  # dataclasses.MISSING when required
+        self.null_is_default = null_is_default
+
+    def __repr__(self) -> str:
+        return f"Field({self.name!r}, {self.key!r})"
 
 
 def schema_fields(cls: type[Any]) -> tuple[Field, ...]:
-    """The fields of a schema dataclass, in order."""
+    """The fields of a schema dataclass, in order (their annotations evaluated at the first call)."""
     found = _FIELDS.get(cls)
     if found is None:
         found = _FIELDS[cls] = _schema_fields(cls)
@@ -556,28 +598,33 @@ def _schema_fields(cls: type[Any]) -> tuple[Field, ...]:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
-        inner = get_args(annotation)[0] if extras else annotation
-        is_section = isinstance(inner, type) and issubclass(inner, Section)
+        is_section = section_type(annotation) is not None
         null_is_default = is_section or bool(getattr(check, "null_is_default", False))
         result.append(Field(f.name, yaml_key(f.name), annotation, doc, check, default, null_is_default))
     return tuple(result)
 
 
+def section_type(annotation: Any) -> type[Section] | None:
+    """The schema dataclass a field's type is (a section), if it is one; None for any other type."""
+    inner = get_args(annotation)[0] if getattr(annotation, "__metadata__", ()) else annotation
+    return inner if isinstance(inner, type) and issubclass(inner, Section) else None
+
+
 def file_keys(cls: type[Any]) -> tuple[str, ...]:
-    """The keys the file may use in an entry of this section (a named entry's name is its key, not one)."""
-    return tuple(f.key for f in schema_fields(cls) if not (cls.named and f.key == "name"))
+    """The keys the file may use in an entry of this section (a named entry's name is its key, not one).
+    Read from the dataclass's fields' names alone: no annotation is evaluated."""
+    return tuple(yaml_key(f.name) for f in dataclasses.fields(cls) if not (cls.named and f.name == "name"))
 
 
 class Section:
     """A schema dataclass: refuses a non-mapping and unknown keys, says which required key is missing,
-    lets null collections take their defaults, then hands the rest to the fields' checks.
+    lets null collections take their defaults, then hands the rest to the fields' checks (validation.py).
 
     A subclass may prepare the raw mapping (`prepare`: derived defaults) and check the built dataclass
     against its raw mapping (`verify`: rules between fields), raising `Invalid`.
     """
 
     __slots__ = ()
-    __pydantic_config__: ClassVar[dict[str, Any]] = {"alias_generator": yaml_key}
     named: ClassVar[bool] = False  # an entry of a Named mapping: its name comes from its key
 
     @classmethod
@@ -588,153 +635,34 @@ class Section:
     def verify(cls, built: Any, data: Mapping[Any, Any]) -> Any:
         return built
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        from pydantic_core import core_schema
 
-        fields = schema_fields(cls)
-        allowed = file_keys(cls)
-        accepted = {f.key for f in fields}  # a named entry's name, put in by Named
-        null_default = {f.key for f in fields if f.null_is_default}
-        # A required key with a reason of its own is missing when absent or null; another (one that
-        # `prepare` derives) only when absent: a null is then its check's to refuse.
-        required = [(f.key, f.doc.required if f.doc and f.doc.required else "is required",
-                     bool(f.doc and f.doc.required)) for f in fields if f.default is dataclasses.MISSING]
-
-        def validate(value: object, build: Callable[[Any], Any]) -> Any:
-            raw = mapping(value)
-            for key in raw:
-                if key not in allowed and not (key in accepted and cls.named):
-                    raise Invalid(unknown_key(key, allowed))
-            data = cls.prepare({k: v for k, v in raw.items() if not (v is None and k in null_default)})
-            for key, reason, null_missing in required:
-                if key not in data or (null_missing and data[key] is None):
-                    raise Invalid(reason, (key,))
-            return cls.verify(build(data), raw)
-
-        return core_schema.no_info_wrap_validator_function(validate, handler(source))
-
-
-@dataclass(frozen=True)
 class Entries:
     """A list of entries whose ``unique`` attribute (file key ``key``) differs from entry to entry;
     ``empty``: the reason an empty list is refused (None: allowed)."""
 
-    noun: str
-    unique: str = "name"
-    empty: str | None = None
+    __slots__ = ("empty", "noun", "unique")
     null_is_default: ClassVar[bool] = True
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        from pydantic_core import core_schema
+    def __init__(self, noun: str, unique: str = "name", empty: str | None = None) -> None:
+        self.noun = noun
+        self.unique = unique
+        self.empty = empty
 
-        key = yaml_key(self.unique)
-
-        def validate(value: object, build: Callable[[Any], Any]) -> Any:
-            items = listed(value)
-            if not items and self.empty:
-                raise Invalid(self.empty)
-            entries: tuple[Any, ...] = build(items)
-            seen: dict[Any, int] = {}
-            for i, entry in enumerate(entries):
-                name = getattr(entry, self.unique)
-                if name in seen:
-                    j = seen[name]
-                    raise Invalid(naming(f"duplicate {self.noun} {name!r} (also ", (j,), ")"), (i, key))
-                seen[name] = i
-            return entries
-
-        return core_schema.no_info_wrap_validator_function(validate, handler(source))
+    def __repr__(self) -> str:
+        return f"Entries({self.noun!r}, unique={self.unique!r}, empty={self.empty!r})"
 
 
-@dataclass(frozen=True)
 class Named:
     """A mapping of names the operator chooses to entries; a null entry is an empty one.
     ``name``: a check of the names beyond being non-empty strings (with its own reason)."""
 
-    noun: str
-    name: Callable[[str], bool] | None = None
-    name_reason: str = ""
+    __slots__ = ("name", "name_reason", "noun")
     null_is_default: ClassVar[bool] = True
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
-        from pydantic_core import core_schema
+    def __init__(self, noun: str, name: Callable[[str], bool] | None = None, name_reason: str = "") -> None:
+        self.noun = noun
+        self.name = name
+        self.name_reason = name_reason
 
-        from ai_scheduler.config.schema import FrozenMap
-
-        entry = get_args(source)[1]
-
-        def validate(value: object, build: Callable[[Any], Any]) -> Any:
-            bodies = {}
-            for name, body in mapping(value).items():
-                if not isinstance(name, str) or not name:
-                    raise Invalid(f"{self.noun} names must be non-empty strings, got {show(name)}")
-                if self.name is not None and not self.name(name):
-                    raise Invalid(f"{self.name_reason}, got {name!r}")
-                body = {} if body is None else body
-                if isinstance(body, Mapping):
-                    if "name" in body:
-                        raise Invalid(unknown_key("name", file_keys(entry)), (name,))
-                    body = {**body, "name": name}
-                bodies[name] = body
-            return FrozenMap(build(bodies))
-
-        return core_schema.no_info_wrap_validator_function(validate, handler(source))
-
-
-# --- validating a file -------------------------------------------------------------------------------
-
-_T = TypeVar("_T")
-
-
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
-
-
-def _adapter(cls: type[_T]) -> TypeAdapter[_T]:
-    """pydantic's validator of a schema dataclass, built at its first use (pydantic imported then)."""
-    adapter = _ADAPTERS.get(cls)
-    if adapter is None:
-        from pydantic import TypeAdapter
-
-        adapter = _ADAPTERS[cls] = TypeAdapter(cls)
-    return adapter
-
-
-def validate(cls: type[_T], data: object) -> _T:
-    """``data`` checked against the schema dataclass ``cls`` and built as one; raises `Refused` with the
-    path and reason of the first refusal."""
-    from pydantic import ValidationError
-
-    adapter = _adapter(cls)
-    try:
-        built: _T = adapter.validate_python(data)
-        return built
-    except ValidationError as exc:
-        raise _first(exc) from None
-
-
-class Refused(Exception):
-    """The first refusal of a file: the key's dotted path and the reason."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(key, reason)
-        self.key = key
-        self.reason = reason
-
-
-def _first(exc: Any) -> Refused:
-    for error in _errors(exc):
-        loc = tuple(error["loc"])
-        cause = (error.get("ctx") or {}).get("error")
-        if isinstance(cause, Invalid):
-
-            def where(*steps: Step, base: tuple[Step, ...] = loc) -> str:
-                return dotted(base + steps)
-
-            return Refused(dotted(loc + cause.at), cause.worded(where))
-        return Refused(dotted(loc), str(error["msg"]))  # not one of ours: pydantic's words, as a last resort
-    return Refused("", str(exc))
-
-
-def _errors(exc: Any) -> Iterator[dict[str, Any]]:
-    yield from exc.errors(include_url=False)
+    def __repr__(self) -> str:
+        return f"Named({self.noun!r})"

@@ -4,9 +4,11 @@ Each field carries the setting's type (what the components read), its check
 (which values the file may give it, and how a refusal is worded), its default,
 its text and whether a running daemon applies a change at once or only after a
 restart (`fields.Doc`); see ``fields.py`` for the vocabulary. Everything else is
-derived from these declarations: the keys a section accepts, the shipped
-``default.yaml`` and the docs' table of settings (``generate.py``, checked by a
-test), the keys a reload reports and those it cannot apply (``keys.py``).
+derived from these declarations: the keys a section accepts, the walk that
+validates a file (``validation.py``, loaded by the first `parse_config`), the
+shipped ``default.yaml`` and the docs' table of settings (``generate.py``,
+checked by a test), the keys a reload reports and those it cannot apply
+(``keys.py``).
 
 Validation is strict on purpose: an unknown key, a wrong type or an out-of-range
 value is refused with the key's full path (``profiles[0].scores[1].weight``), so
@@ -52,7 +54,6 @@ from ai_scheduler.config.fields import (
     Plugin,
     Plugins,
     Quantities,
-    Refused,
     ResourceWeights,
     Section,
     String,
@@ -61,7 +62,6 @@ from ai_scheduler.config.fields import (
     naming,
     quantity_unit,
     show,
-    validate,
     whole,
 )
 from ai_scheduler.quantity import format_units
@@ -724,16 +724,20 @@ def _check_references(config: Config) -> None:
         if user.group not in groups:
             raise Invalid(_unknown("group", user.group, groups), ("users", user.name, "group"))
     queue_names = tuple(q.name for q in config.queues)
+    queues = frozenset(queue_names)
     for namespace in config.namespaces.values():
         if namespace.user not in users:
             raise Invalid(_unknown("user", namespace.user, users), ("namespaces", namespace.name, "user"))
-        if namespace.default_queue is not None and namespace.default_queue not in queue_names:
+        if namespace.default_queue is not None and namespace.default_queue not in queues:
             raise Invalid(_unknown("queue", namespace.default_queue, queue_names),
                           ("namespaces", namespace.name, "defaultQueue"))
+    # Each group's users, in the file's order, in one pass (not one pass over the users per group).
+    members: dict[str, list[UserSpec]] = {name: [] for name in groups}
+    for user in users.values():
+        members[user.group].append(user)  # every user's group exists: checked above
     for group in groups.values():
-        members = [u for u in users.values() if u.group == group.name]
         for resource, limit in group.max.items():
-            limited = [u for u in members if resource in u.max]
+            limited = [u for u in members[group.name] if resource in u.max]
             total = sum(u.max[resource] for u in limited)
             if total > limit:
                 each = ", ".join(f"{u.name} {_amount(resource, u.max[resource])}" for u in limited)
@@ -760,8 +764,11 @@ _TOP_LEVEL_KEYS = file_keys(Config)
 def parse_config(data: object, source: str = "<config>") -> Config:
     """Validate the decoded YAML of a config file; None (an empty file) gives the defaults.
 
-    Raises ConfigError naming ``source``, the first offending key and the reason.
+    Raises ConfigError naming ``source``, the first offending key and the reason. The walk that checks it
+    (validation.py) is imported here, at the first file: importing the schema does not load it.
     """
+    from ai_scheduler.config.validation import Refused, validate
+
     try:
         return validate(Config, {} if data is None else data)
     except Refused as exc:
