@@ -7,10 +7,11 @@ Three figures, each the median of N runs:
   tree and, for comparison, with the hand-written parser of another revision (``--before``, read
   from git into a temporary module: ``main`` by default, ``none`` to skip);
 - *load*: `load_config` of the same two files, YAML decoding included (the same loader both ways);
-- *first use*, in a fresh interpreter each run: importing ``ai_scheduler.config`` and validating the
-  first file, which is when the validation module is imported, the schema's annotations evaluated and
-  its validators made (the daemon pays this once, at start). Without cached bytecode (PYTHONDONTWRITEBYTECODE
-  set, as in this repository's dev environment) both include compiling the package's sources.
+- *first use*, in a fresh interpreter each run, this tree's and ``--before``'s in turn: importing
+  ``ai_scheduler.config`` and validating the first file, which is when the validation module is
+  imported, the schema's annotations evaluated and its validators made (the daemon pays this once, at
+  start). Without cached bytecode (PYTHONDONTWRITEBYTECODE set, as in this repository's dev
+  environment) both include compiling the package's sources.
 
     python benchmarks/config_load.py [--runs 30] [--before main]
 """
@@ -103,18 +104,21 @@ assert ai_scheduler.config.__file__.startswith(sys.argv[1] if len(sys.argv) > 1 
 """
 
 
-def first_use(runs: int, tree: Path | None = None) -> tuple[float, float]:
+def first_use(runs: int, trees: dict[str, Path | None]) -> dict[str, tuple[float, float]]:
     """Medians (ms) of importing ai_scheduler.config, and of its first validation, in fresh interpreters;
-    of the package in ``tree`` (another revision's, put first on the path) or of this one."""
-    extra = [str(tree)] if tree is not None else []
-    imports, firsts = [], []
+    for each of ``trees``: the package of another revision's tree (put first on the path), or this one's
+    (None). The trees take turns, run after run, so that a shared machine's load falls on each alike."""
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in trees}
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", FIRST_USE, *extra], capture_output=True, text=True,
-                             check=True)
-        imported, first = (float(x) for x in out.stdout.split())
-        imports.append(imported)
-        firsts.append(first)
-    return statistics.median(imports) * 1000, statistics.median(firsts) * 1000
+        for name, tree in trees.items():
+            extra = [str(tree)] if tree is not None else []
+            out = subprocess.run([sys.executable, "-c", FIRST_USE, *extra], capture_output=True, text=True,
+                                 check=True)
+            imported, first = (float(x) for x in out.stdout.split())
+            times[name][0].append(imported)
+            times[name][1].append(first)
+    return {name: (statistics.median(imports) * 1000, statistics.median(firsts) * 1000)
+            for name, (imports, firsts) in times.items()}
 
 
 def main() -> None:
@@ -148,15 +152,15 @@ def main() -> None:
     runs = max(3, args.runs // 5)
     print(f"first use in a fresh interpreter (import ai_scheduler.config, then the first parse_config: "
           f"the validators made), median of {runs}:")
-    imported, first = first_use(runs)
-    print(f"  schema        import {imported:6.1f} ms   first parse {first:6.1f} ms")
-    if old is not None:
-        with tempfile.TemporaryDirectory() as tree:
+    with tempfile.TemporaryDirectory() as tree:
+        trees: dict[str, Path | None] = {"schema": None}
+        if old is not None:
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before, "ai_scheduler"],
                                      capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
-            imported, first = first_use(runs, Path(tree))
-        print(f"  {args.before:13} import {imported:6.1f} ms   first parse {first:6.1f} ms")
+            trees[args.before] = Path(tree)
+        for name, (imported, first) in first_use(runs, trees).items():
+            print(f"  {name:13} import {imported:6.1f} ms   first parse {first:6.1f} ms")
 
 
 if __name__ == "__main__":
