@@ -10,7 +10,10 @@ resources), and anything else is a leaf (a scalar, or a list of scalars such as
 so that field is no key of the file. A key added to the schema therefore shows
 up here with nothing else to edit, and whoever reloads the config (the daemon)
 must say whether it applies that key live: its reload test is generated from
-``leaf_keys()``.
+``leaf_keys()``. That answer is written with the setting, too: a field whose
+``Doc`` says ``restart=`` (or that lies in a section whose ``Doc`` does) waits for
+a restart, and ``restart_required()`` lists those keys; every other key applies
+at once.
 
 Two spellings are used:
 
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, get_args, get_origin, get_type_hints
 
+from ai_scheduler.config.fields import schema_fields, yaml_key
 from ai_scheduler.config.schema import Config, _child
 
 ANY_INDEX = "[*]"  # a list index, in a key
@@ -50,10 +54,8 @@ class Change:
     key: str
 
 
-def yaml_key(field_name: str) -> str:
-    """The file's spelling of a dataclass field: ``bind_concurrency`` -> ``bindConcurrency``."""
-    head, *rest = field_name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+__all__ = ["ANY_INDEX", "ANY_NAME", "Change", "changed_keys", "leaf_keys", "restart_required", "within",
+           "yaml_key"]
 
 
 def _join(key: str, child: str) -> str:
@@ -106,6 +108,32 @@ def leaf_keys() -> tuple[str, ...]:
 
     walk(Config, "", False)
     return tuple(keys)
+
+
+@cache
+def restart_required() -> frozenset[str]:
+    """The leaf keys whose change a running daemon cannot apply: their ``Doc`` (or a section's above
+    them) says ``restart=``. Every other key applies at once."""
+    keys: set[str] = set()
+
+    def walk(cls: type[Any], key: str, named: bool, restart: bool) -> None:
+        for f in schema_fields(cls):
+            if named and f.name == "name":
+                continue
+            child_key = _join(key, f.key)
+            waits = restart or bool(f.doc and f.doc.restart)
+            shape, inner = _shape(get_type_hints(cls)[f.name])
+            if shape == _SECTION:
+                walk(inner, child_key, False, waits)
+            elif shape == _ENTRIES:
+                walk(inner, child_key + ANY_INDEX, False, waits)
+            elif shape == _NAMES and isinstance(inner, type) and dataclasses.is_dataclass(inner):
+                walk(inner, _join(child_key, ANY_NAME), True, waits)
+            elif waits:
+                keys.update(leaf for leaf in leaf_keys() if within(leaf, child_key))
+
+    walk(Config, "", False, False)
+    return frozenset(keys)
 
 
 def within(leaf: str, key: str) -> bool:

@@ -1,26 +1,70 @@
-"""The config file's schema: immutable dataclasses and the one function that builds them.
+"""The config file's schema: every setting written once, as a field of an immutable dataclass.
+
+Each field carries the setting's type (what the components read), its check
+(which values the file may give it, and how a refusal is worded), its default,
+its text and whether a running daemon applies a change at once or only after a
+restart (`fields.Doc`); see ``fields.py`` for the vocabulary. Everything else is
+derived from these declarations: the keys a section accepts, the walk that
+validates a file (``validation.py``, loaded by the first `parse_config`), the
+shipped ``default.yaml`` and the docs' table of settings (``generate.py``,
+checked by a test), the keys a reload reports and those it cannot apply
+(``keys.py``).
 
 Validation is strict on purpose: an unknown key, a wrong type or an out-of-range
 value is refused with the key's full path (``profiles[0].scores[1].weight``), so
 that a typo in a ConfigMap never turns silently into a default. A running
 scheduler keeps its last good config when a reload fails, so refusing is cheap.
+Rules between settings (a backoff's maximum above its initial value, a user's
+group defined, ...) are each section's `verify`.
 
 The result is deeply immutable (tuples and read-only mappings all the way down)
-so that one Config object can be shared by every loop without copying.
+so that one Config object can be shared by every loop without copying. A Config
+built in code is taken as given: only the file is validated (`parse_config`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import ipaddress
-import math
-import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NoReturn, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from ai_scheduler.quantity import MILLI_RESOURCES, format_units, parse_quantity, to_units
+from ai_scheduler.config.fields import (
+    DNS1123_LABEL,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    GPU_MEMORY_RESOURCE,
+    LEVEL,
+    NOT_NEGATIVE,
+    POSITIVE,
+    BindAddress,
+    Boolean,
+    Choice,
+    Doc,
+    Entries,
+    Factors,
+    Integer,
+    Invalid,
+    LabelKeys,
+    Name,
+    Named,
+    Nullable,
+    Plugin,
+    Plugins,
+    Quantities,
+    ResourceWeights,
+    Section,
+    String,
+    child,
+    file_keys,
+    naming,
+    quantity_unit,
+    show,
+    whole,
+)
+from ai_scheduler.quantity import format_units
 
 DEFAULT_SCHEDULER_NAME = "ai-scheduler"
 
@@ -82,18 +126,10 @@ POLICY_FACTORS: tuple[str, ...] = (
     "queueLevel",
 )
 DEFAULT_POLICY_NAME = "default"
-# Managed GPU memory is counted in bytes, as memory is; quota maps name it with this resource.
-_GPU_MEMORY_RESOURCE = "ai-scheduler.io/gpu-memory"
-_MAX_QUANTITY = 2**63 - 1  # Kubernetes quantities are int64 underneath
+_GPU_MEMORY_RESOURCE = GPU_MEMORY_RESOURCE
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-# A Kubernetes resource name: an optional DNS subdomain prefix and a qualified name ("nvidia.com/gpu").
-_RESOURCE_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-_HOSTNAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Spellings the rest of the package (and its tests) have used since before fields.py.
+_child, _show, _whole = child, show, whole
 
 
 class ConfigError(ValueError):
@@ -143,14 +179,36 @@ DEFAULT_SCORE_RESOURCES = FrozenMap({"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}
 # NodeResourcesBalancedAllocationArgs' default in kube-scheduler: cpu and memory.
 DEFAULT_BALANCED_RESOURCES = FrozenMap({"cpu": 1, "memory": 1})
 
+_RESTART_SERVER = "the HTTP server stays where it was bound at start, where the probes look"
+_RESTART_VISIBILITY = "the visibility API's listener and certificate are made once, at start"
+
+
+# --- profiles ----------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
-class ScoreSpec:
+class ScoreSpec(Section):
     """One Score plugin of a profile; ``resources`` is empty for the non-resource scorers."""
 
-    name: str
-    weight: int = 1
-    resources: Mapping[str, int] = field(default_factory=FrozenMap)
+    name: Annotated[str, Plugin(SCORE_PLUGINS, "score plugin"), Doc(
+        "The plugin.", required=f"is required; one of {', '.join(SCORE_PLUGINS)}")]
+    weight: Annotated[int, Integer(0, 100), Doc("Its weight in the node's score; 0 disables the plugin.")] = 1
+    resources: Annotated[Mapping[str, int], ResourceWeights(), Doc(
+        "Only for the four resource scorers: resource name -> integer weight (BalancedAllocation only "
+        "reads which resources are named). Default: cpu, memory and nvidia.com/gpu 1 each; cpu and memory "
+        "for BalancedAllocation.", default="see meaning")] = field(default_factory=FrozenMap)
+
+    @classmethod
+    def verify(cls, built: Any, data: Mapping[Any, Any]) -> Any:
+        if built.name not in RESOURCE_SCORERS:
+            if "resources" in data:
+                raise Invalid(f"only {', '.join(sorted(RESOURCE_SCORERS))} take resources", ("resources",))
+            return built
+        if data.get("resources") is None:
+            balanced = built.name == "NodeResourcesBalancedAllocation"
+            resources = DEFAULT_BALANCED_RESOURCES if balanced else DEFAULT_SCORE_RESOURCES
+            return dataclasses.replace(built, resources=resources)
+        return built
 
 
 DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
@@ -166,54 +224,158 @@ DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class Profile:
+class Profile(Section):
     """The plugins that handle pods whose ``spec.schedulerName`` is ``scheduler_name``."""
 
-    scheduler_name: str
-    filters: tuple[str, ...] = FILTER_PLUGINS
-    scores: tuple[ScoreSpec, ...] = DEFAULT_SCORES
+    scheduler_name: Annotated[str, DNS_SUBDOMAIN, Doc(
+        "The spec.schedulerName of the pods this profile handles: the top-level schedulerName for the "
+        "first profile unless it names itself; required and unique for the others.",
+        default="the top-level schedulerName (first profile)",
+        required="is required for every profile but the first")]
+    filters: Annotated[tuple[str, ...], Plugins(FILTER_PLUGINS, "filter plugin"), Doc(
+        "Filter plugins, run in this order; a node must pass all of them. NodePorts: host ports (hostIP, "
+        "protocol, hostPort). GPU: managed GPUs (ai-scheduler.io/gpu-count, gpu-memory and gpu-fraction, "
+        "on nodes labelled ai-scheduler.io/gpu-managed=true). PodTopologySpread: DoNotSchedule "
+        "topologySpreadConstraints. InterPodAffinity: required pod affinity and anti-affinity, the pod's "
+        "and the existing pods'. VolumeRestrictions: a ReadWriteOncePod claim already in use keeps the pod "
+        "waiting; inline disks in use on a node keep it off that node. NodeVolumeLimits: CSI volumes per "
+        "node within the CSINode's count. VolumeBinding: PersistentVolumeClaims (bound volumes' node "
+        "affinity, WaitForFirstConsumer claims matched to a volume or provisioned on the chosen node). "
+        "VolumeZone: bound volumes' zone and region labels against the node's. While a profile uses any of "
+        "these four, the scheduler watches PersistentVolumes, claims, StorageClasses and CSINodes. "
+        "DynamicResources (DRA): spec.resourceClaims allocated from ResourceSlices and reserved before "
+        "binding, and extended resources a DeviceClass maps; while a profile uses it, the scheduler "
+        "watches ResourceClaims, ResourceClaimTemplates, ResourceSlices and DeviceClasses.",
+        default="all of them, in the order listed")] = FILTER_PLUGINS
+    scores: Annotated[tuple[ScoreSpec, ...], Entries("score plugin"), Doc(
+        "Score plugins; a node's score is the weighted sum of their normalised scores. "
+        "NodeResourcesLeastAllocated spreads, NodeResourcesMostAllocated bin-packs; NodeResourcesGPUAware "
+        "(the default) bin-packs on GPU nodes and spreads on the others, so that a GPU node's cpu and memory "
+        "stay next to its free GPUs (a pod of 8 GPUs and 64 cores still finds them); "
+        "NodeResourcesBalancedAllocation prefers nodes whose resources stay evenly used (in "
+        "kube-scheduler's default profile, not in ours: it costs about 0.08 ms per decision at 5,000 "
+        "nodes). GPUBinpack: GPU pods fill partly used GPUs and nodes first, keeping whole nodes free for "
+        "large jobs; GPUSpread the opposite; GPUAvoidance: pods without GPUs keep off GPU nodes when they "
+        "can. PodTopologySpread: ScheduleAnyway topologySpreadConstraints (a pod with none that a Service, "
+        "ReplicaSet, StatefulSet or ReplicationController selects is spread by kube-scheduler's system "
+        "defaults: hostname maxSkew 3, zone maxSkew 5). InterPodAffinity: preferred pod affinity and "
+        "anti-affinity, and the existing pods' terms that match the pod. DynamicResources: nodes that meet "
+        "a claim's firstAvailable request with an earlier alternative (kube-scheduler's weight 2).",
+        default="the list shown in default.yaml")] = DEFAULT_SCORES
+
+
+# --- process-level settings ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class SchedulingSettings:
+class SchedulingSettings(Section):
     """Process-level knobs of the scheduling loop and the binder."""
 
-    bind_concurrency: int = 64
-    assume_timeout_seconds: float = 30.0
-    initial_backoff_seconds: float = 1.0
-    max_backoff_seconds: float = 10.0
-    unschedulable_flush_seconds: float = 300.0
-    event_repeat_seconds: float = 300.0
-    percentage_of_nodes_to_score: int = 0  # 0: adaptive, as kube-scheduler's default
-    tie_break: str = "random"  # among nodes of the best score: "random" or "nodeOrder"
-    gang_schedule_timeout_seconds: float = 60.0
-    gang_topology_labels: tuple[str, ...] = ("topology.kubernetes.io/zone",)
-    backfill: bool = True
-    priority_refresh_seconds: float = 5.0
-    reservation: bool = True
-    # A reservation whose due time is unknown (it waits for pods with no known run time) is made only for
-    # a unit that has waited this long.
-    reservation_min_wait_seconds: float = 300.0
-    # Queueing hints and the equivalence of identical pods (scheduler/core.py): a pod that did not fit is
-    # retried when room is freed only if it may fit where it was freed, and a pod alike to one that just
-    # failed, with nothing freed since, repeats its failure without the filters. The same decisions as
-    # retrying every pod; no pod gets a hint while reservations are on.
-    queueing_hints: bool = False
-    api_request_timeout_seconds: float = 10.0
-    watch_idle_seconds: float = 90.0
-    api_unreachable_restart_seconds: float = 120.0
+    bind_concurrency: Annotated[int, Integer(1, 1024), Doc(
+        "Bindings in flight at once.",
+        restart="it also sizes the API client's connection pool, made once, when the daemon connects")] = 64
+    assume_timeout_seconds: Annotated[float, POSITIVE, Doc(
+        "An assumed pod that the watch has not shown bound this long after its binding finished is "
+        "forgotten, and its resources freed.")] = 30.0
+    initial_backoff_seconds: Annotated[float, POSITIVE, Doc(
+        "Retry backoff of a pod whose attempt failed: it doubles from this value up to "
+        "maxBackoffSeconds.")] = 1.0
+    max_backoff_seconds: Annotated[float, POSITIVE, Doc(
+        "The most a failed pod's backoff grows to (>= initialBackoffSeconds).")] = 10.0
+    unschedulable_flush_seconds: Annotated[float, POSITIVE, Doc(
+        "Unschedulable pods are retried at least this often, even when no cluster event suggests they "
+        "might fit now.")] = 300.0
+    event_repeat_seconds: Annotated[float, NOT_NEGATIVE, Doc(
+        "The same event for the same pod is not sent again within this window; it is aggregated instead "
+        "(0 sends every one).")] = 300.0
+    percentage_of_nodes_to_score: Annotated[int, Integer(0, 100), Doc(
+        "How much of a large cluster each pod's search looks at, as in kube-scheduler: the search for "
+        "feasible nodes stops once it has found this percentage of all nodes (at least 100), and only those "
+        "are scored; the next pod's search starts where this one stopped, so every node gets its turn. 0 "
+        "is adaptive, kube-scheduler's default: 50% minus 1 point per 125 nodes, at least 5% (500 of 5,000 "
+        "nodes). 100 scores every feasible node. Clusters under 100 nodes are always searched whole. A pod "
+        "nominated by preemption tries its nominated node first.", default="0 (adaptive)")] = 0
+    tie_break: Annotated[str, Choice(TIE_BREAKS), Doc(
+        "Among the nodes of the best score: random picks one at random (kube-scheduler's way, spreading "
+        "the load of equal nodes); nodeOrder the first in the scheduler's node table, so that pods that tie "
+        "keep landing on the same nodes.")] = "random"
+    gang_schedule_timeout_seconds: Annotated[float, POSITIVE, Doc(
+        "A gang (pod group) that has not been placed whole within this many seconds of its first attempt "
+        "times out: its reservations are released, an event says so, and it backs off for longer after "
+        "each timeout. A PodGroup's spec.scheduleTimeoutSeconds overrides it.")] = 60.0
+    gang_topology_labels: Annotated[tuple[str, ...], LabelKeys(), Doc(
+        "Node labels that define placement domains, narrowest first (e.g. a rack label, then "
+        "topology.kubernetes.io/zone). A gang is placed inside one domain when one can hold it, and spread "
+        "over several only when none can; a PodGroup annotated ai-scheduler.io/same-domain: \"required\" "
+        "never is.")] = ("topology.kubernetes.io/zone",)
+    backfill: Annotated[bool, Boolean(), Doc(
+        "Backfill: lower-priority pods may still use the room a reservation needs when their own "
+        "estimated run time ends before the reservation is due (never before an unknown due time).")] = True
+    priority_refresh_seconds: Annotated[float, POSITIVE, Doc(
+        "Pending pods' priorities (see policies) are computed again this often.")] = 5.0
+    reservation: Annotated[bool, Boolean(), Doc(
+        "Reservation against starvation: when the highest-priority waiting pod or gang does not fit, room "
+        "is held for it where it will fit soonest (judged from the running pods' "
+        "ai-scheduler.io/estimated-runtime): only the nodes it needs, and on them only the room it needs; "
+        "pods fitting in the rest are never refused for it.")] = True
+    reservation_min_wait_seconds: Annotated[float, NOT_NEGATIVE, Doc(
+        "A running pod without an estimate is not assumed to end at any time: a reservation that waits for "
+        "one is due at an unknown time and would keep room idle as long, so it is made only for a pod or "
+        "gang that has waited this many seconds since its creation (0: at once).")] = 300.0
+    queueing_hints: Annotated[bool, Boolean(), Doc(
+        "Queueing hints: a pod that did not fit is retried when room is freed only if it may fit where the "
+        "room was freed, and a pod alike to one that just failed, with nothing freed since, repeats that "
+        "failure without running the filters (equivalentTo in its decision line). The same decisions as "
+        "retrying every pod, far fewer filter runs under a standing queue; no pod gets a hint while "
+        "reservation is on.")] = False
+    api_request_timeout_seconds: Annotated[float, POSITIVE, Doc(
+        "Every request to the API server (a binding, a patch, an event, a page of a list, the opening of a "
+        "watch) that is not answered within this many seconds is abandoned and retried: a dead peer (a "
+        "half-open connection) never hangs the scheduler. A binding left without an answer is retried on "
+        "the same node until one comes.")] = 10.0
+    watch_idle_seconds: Annotated[float, POSITIVE, Doc(
+        "A watch that brings neither an event nor a bookmark for this many seconds is taken for dead, and "
+        "the informer lists again. Keep it above the API server's bookmark period (kube-apiserver: one a "
+        "minute).")] = 90.0
+    api_unreachable_restart_seconds: Annotated[float, POSITIVE, Doc(
+        "/healthz fails (so that the liveness probe restarts the scheduler) once the API server has been "
+        "unreachable, or an informer's list has failed, for this many seconds; /readyz fails from the "
+        "start of an outage.")] = 120.0
+
+    @classmethod
+    def verify(cls, built: Any, data: Mapping[Any, Any]) -> Any:
+        if built.max_backoff_seconds < built.initial_backoff_seconds:
+            # Blame the key the operator wrote; when both are written, the maximum is the one to raise.
+            d = SchedulingSettings()
+            initial = show(data.get("initialBackoffSeconds", whole(d.initial_backoff_seconds)))
+            maximum = show(data.get("maxBackoffSeconds", whole(d.max_backoff_seconds)))
+            if "maxBackoffSeconds" in data:
+                raise Invalid(lambda where: f"must be >= {where('initialBackoffSeconds')} ({initial}), "
+                                            f"got {maximum}", ("maxBackoffSeconds",))
+            raise Invalid(lambda where: f"must be <= {where('maxBackoffSeconds')} ({maximum}, the default), "
+                                        f"got {initial}", ("initialBackoffSeconds",))
+        return built
 
 
 @dataclass(frozen=True, slots=True)
-class PredictionSettings:
+class PredictionSettings(Section):
     """Run-time prediction (ai_scheduler/prediction): ``model`` is a file `ai-scheduler learn` wrote
     (None: no model); with ``learn_online`` (on by default when there is a model) completions update
     per-user corrections, and without a model the users' own past run times predict their next ones.
     A pod's own ``ai-scheduler.io/estimated-runtime`` always comes first."""
 
-    model: str | None = None
-    learn_online: bool | None = None  # None: on with a model, off without
-    forecast_seconds: float = 60.0  # how often the daemon forecasts the waiting pods' starts; 0: never
+    model: Annotated[str | None, Nullable(String()), Doc(
+        "Run-time prediction for pods without ai-scheduler.io/estimated-runtime: a model file written by "
+        "`ai-scheduler learn` (null: none). Its median feeds the estimatedRuntime factor, its upper "
+        "quantile reservations and backfill. Loaded again on reload; a file that does not load is logged "
+        "(prediction.model_invalid) and left out.", default="null (none)")] = None
+    learn_online: Annotated[bool | None, Nullable(Boolean()), Doc(
+        "Completions correct the predictions per user between refits; without a model, the user's own "
+        "past run times predict the next (null: on with a model, off without).",
+        default="null (on with a model, off without)")] = None
+    forecast_seconds: Annotated[float, NOT_NEGATIVE, Doc(
+        "How often (seconds) the daemon forecasts when each waiting pod will start, by simulating its own "
+        "state forward (median run times; 0: never), for the visibility API (expectedStart).")] = 60.0
 
     @property
     def enabled(self) -> bool:
@@ -221,44 +383,90 @@ class PredictionSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuSettings:
+class GpuSettings(Section):
     """How old a node agent's GPU report may be before its managed GPUs stop taking new pods."""
 
-    staleness_seconds: float = 120.0
+    staleness_seconds: Annotated[float, POSITIVE, Doc(
+        "A node agent's GPU report older than this makes the node's managed GPUs unavailable for new "
+        "placements.")] = 120.0
 
 
 @dataclass(frozen=True, slots=True)
-class ServerSettings:
+class ServerSettings(Section):
     """Where /healthz, /readyz and /metrics listen, and the visibility API (visibility/server.py):
     HTTPS on ``visibility_port`` when ``visibility_enabled``, behind the API server's aggregation layer,
     with the serving certificate from ``visibility_cert_file``/``visibility_key_file`` ("": self-signed,
     made at start)."""
 
-    port: int = 10251
-    bind_address: str = "0.0.0.0"
-    visibility_enabled: bool = False
-    visibility_port: int = 8443
-    visibility_cert_file: str = ""
-    visibility_key_file: str = ""
+    port: Annotated[int, Integer(0, 65535), Doc(
+        "The HTTP port of /healthz, /readyz and /metrics (0 picks any free port).",
+        restart=_RESTART_SERVER)] = 10251
+    bind_address: Annotated[str, BindAddress(), Doc(
+        "The address that HTTP server listens on.", restart=_RESTART_SERVER)] = "0.0.0.0"
+    visibility_enabled: Annotated[bool, Boolean(), Doc(
+        "The visibility API (visibility.ai-scheduler.io/v1alpha1): the queue, quotas and GPUs, read-only, "
+        "served over HTTPS to the API server's aggregation layer, which passes each user's identity on; "
+        "the daemon asks the API server (SubjectAccessReview) what that user may see. Register it with "
+        "deploy/visibility/ (see docs/users/where-my-job-stands.md). Off unless true.",
+        restart=_RESTART_VISIBILITY)] = False
+    visibility_port: Annotated[int, Integer(0, 65535), Doc(
+        "The visibility API's HTTPS port (0 picks any free port).", restart=_RESTART_VISIBILITY)] = 8443
+    visibility_cert_file: Annotated[str, String(), Doc(
+        "The visibility API's serving certificate (a PEM file); empty: a self-signed one is made at start "
+        "(the APIService then says insecureSkipTLSVerify).", restart=_RESTART_VISIBILITY)] = ""
+    visibility_key_file: Annotated[str, String(), Doc(
+        "The key of that certificate (a PEM file); empty with the certificate.",
+        restart=_RESTART_VISIBILITY)] = ""
+
+
+_LEASE_NAMESPACE = Name(DNS1123_LABEL, 63, "empty (the daemon's own namespace) or a DNS-1123 label",
+                        "empty or a DNS-1123 label", empty=True)
 
 
 @dataclass(frozen=True, slots=True)
-class LeaderElectionSettings:
+class LeaderElectionSettings(Section):
     """Leader election between replicas on a coordination.k8s.io Lease (daemon/leader.py), with
     kube-scheduler's timings. ``lease_namespace`` "" is the namespace the daemon runs in (POD_NAMESPACE,
     from the downward API), else kube-system. Only `ai-scheduler run` elects; a Scheduler built without
     these settings (tests, the demo) leads at once."""
 
-    enabled: bool = True
-    lease_name: str = "ai-scheduler"
-    lease_namespace: str = ""
-    lease_duration_seconds: float = 12.0
-    renew_deadline_seconds: float = 8.0
-    retry_period_seconds: float = 2.0
+    enabled: Annotated[bool, Boolean(), Doc(
+        "false: this process schedules at once, whoever else runs (one replica).")] = True
+    lease_name: Annotated[str, DNS_SUBDOMAIN, Doc("The coordination.k8s.io Lease.")] = "ai-scheduler"
+    lease_namespace: Annotated[str, _LEASE_NAMESPACE, Doc(
+        "The Lease's namespace; \"\" is the namespace the scheduler runs in (POD_NAMESPACE, else "
+        "kube-system).")] = ""
+    lease_duration_seconds: Annotated[float, POSITIVE, Doc(
+        "A standby takes the Lease once its holder has not renewed it for this long (> "
+        "renewDeadlineSeconds). Shorter than kube-scheduler's 15, so that a crashed leader is replaced "
+        "within 15 s.")] = 12.0
+    renew_deadline_seconds: Annotated[float, POSITIVE, Doc(
+        "The leader gives up leading, and exits, when it could not renew for this long (> "
+        "retryPeriodSeconds x 1.2).")] = 8.0
+    retry_period_seconds: Annotated[float, POSITIVE, Doc(
+        "How often the leader renews and a standby tries to acquire.")] = 2.0
+
+    @classmethod
+    def verify(cls, built: Any, data: Mapping[Any, Any]) -> Any:
+        # client-go's checks: a leader gives up (renew deadline) before its lease runs out for the others,
+        # and tries to renew more than once within the deadline.
+        lease, deadline = whole(built.lease_duration_seconds), whole(built.renew_deadline_seconds)
+        retry = whole(built.retry_period_seconds)
+        if built.renew_deadline_seconds >= built.lease_duration_seconds:
+            raise Invalid(lambda where: f"must be < {where('leaseDurationSeconds')} ({show(lease)}), "
+                                        f"got {show(deadline)}", ("renewDeadlineSeconds",))
+        if built.retry_period_seconds * 1.2 >= built.renew_deadline_seconds:
+            raise Invalid(lambda where: f"must be < {where('renewDeadlineSeconds')} / 1.2 "
+                                        f"({show(deadline)} / 1.2), got {show(retry)}",
+                          ("retryPeriodSeconds",))
+        return built
+
+
+# --- tenancy and policy ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class QueueSpec:
+class QueueSpec(Section):
     """A queue pods join with the label ``ai-scheduler.io/queue``.
 
     A lower ``level`` is always served first; queues of one level share by ``weight``.
@@ -271,72 +479,124 @@ class QueueSpec:
     while one ahead of it in the queue's order waits (the papers' FIFO, no overtaking).
     """
 
-    name: str
-    level: int = 0
-    weight: float = 1.0
-    quota: Mapping[str, int] = field(default_factory=FrozenMap)
-    promote_after_seconds: float | None = None
-    queueing_strategy: str = "BestEffortFIFO"
+    name: Annotated[str, DNS_LABEL, Doc(
+        "The queue's name, unique.", required="is required: the queue's name, a DNS-1123 label")]
+    level: Annotated[int, LEVEL, Doc("A lower level is always served first.")] = 0
+    weight: Annotated[float, POSITIVE, Doc("Fair share between the queues of one level.")] = 1.0
+    quota: Annotated[Mapping[str, int], Quantities(), Doc(
+        "The most all placed pods of the queue request together (none: no limit).")] = field(
+        default_factory=FrozenMap)
+    promote_after_seconds: Annotated[float | None, POSITIVE, Doc(
+        "A pod waiting this long is served as if its queue had the top level (no starvation); absent: "
+        "never.", default="absent (never)")] = None
+    queueing_strategy: Annotated[str, Choice(QUEUEING_STRATEGIES), Doc(
+        "BestEffortFIFO lets a pod behind one that does not fit start if it fits; with StrictFIFO no pod "
+        "of the queue starts while one ahead of it waits (Kueue's).")] = "BestEffortFIFO"
 
 
 @dataclass(frozen=True, slots=True)
-class GroupSpec:
+class GroupSpec(Section):
     """A group of users: a higher ``level`` is more important; ``share`` is its fair-share weight.
 
     ``min`` is what the group is guaranteed, ``max`` what it may use at most (resource -> units).
     """
 
+    named: ClassVar[bool] = True
+
     name: str
-    level: int = 0
-    share: float = 1.0
-    min: Mapping[str, int] = field(default_factory=FrozenMap)
-    max: Mapping[str, int] = field(default_factory=FrozenMap)
+    level: Annotated[int, LEVEL, Doc("Higher is more important.")] = 0
+    share: Annotated[float, POSITIVE, Doc("Fair-share weight.")] = 1.0
+    min: Annotated[Mapping[str, int], Quantities(), Doc("Guaranteed to the group.")] = field(
+        default_factory=FrozenMap)
+    max: Annotated[Mapping[str, int], Quantities(), Doc(
+        "The most the group's pods request together: >= min, and >= the sum of its users' max.")] = field(
+        default_factory=FrozenMap)
+
+    @classmethod
+    def verify(cls, built: Any, data: Mapping[Any, Any]) -> Any:
+        for resource, guaranteed in built.min.items():
+            limit = built.max.get(resource)
+            if limit is not None and guaranteed > limit:
+                above, most = _amount(resource, guaranteed), _amount(resource, limit)
+                raise Invalid(naming(f"{above} is above ", ("max",), f" ({most})"), ("min", resource))
+        return built
 
 
 @dataclass(frozen=True, slots=True)
-class UserSpec:
+class UserSpec(Section):
     """A user, member of exactly one group; ``max`` caps what the user's placed pods request."""
 
+    named: ClassVar[bool] = True
+
     name: str
-    group: str
-    level: int = 0
-    max: Mapping[str, int] = field(default_factory=FrozenMap)
+    group: Annotated[str, String(), Doc(
+        "The user's group, one of groups.", required="is required: the name of the user's group")]
+    level: Annotated[int, LEVEL, Doc("Higher is more important.")] = 0
+    max: Annotated[Mapping[str, int], Quantities(), Doc(
+        "The most the user's pods request together.")] = field(default_factory=FrozenMap)
 
 
 @dataclass(frozen=True, slots=True)
-class NamespaceSpec:
+class NamespaceSpec(Section):
     """Who owns the pods of a namespace, and the queue of those without a queue label.
 
     With ``trust_user_label`` the pod label ``ai-scheduler.io/user`` names the user instead.
     """
 
+    named: ClassVar[bool] = True
+
     name: str
-    user: str
-    default_queue: str | None = None
-    trust_user_label: bool = False
+    user: Annotated[str, String(), Doc(
+        "The user who owns the namespace's pods, one of users.",
+        required="is required: the user who owns the namespace's pods")]
+    default_queue: Annotated[str | None, Nullable(String()), Doc(
+        "The queue (one of queues) of the namespace's pods without a queue label; null: the queue "
+        "\"default\".", default="null")] = None
+    trust_user_label: Annotated[bool, Boolean(), Doc(
+        "true: a pod label ai-scheduler.io/user naming a user overrides user.")] = False
 
 
 @dataclass(frozen=True, slots=True)
-class PolicySpec:
+class PolicySpec(Section):
     """A priority formula: the weighted sum of named factors (``POLICY_FACTORS``).
 
     A negative weight prefers the smaller value. Waiting time counts up to
     ``max_wait_seconds``; past usage decays with ``fair_share_half_life_seconds``.
     """
 
+    named: ClassVar[bool] = True
+
     name: str
-    weights: Mapping[str, float]
-    max_wait_seconds: float = 3600.0
-    fair_share_half_life_seconds: float = 3600.0
+    weights: Annotated[Mapping[str, float], Factors(POLICY_FACTORS), Doc(
+        "Factor -> weight; a negative weight prefers the smaller value. taskPriority is spec.priority, "
+        "estimatedRuntime the annotation ai-scheduler.io/estimated-runtime.",
+        required=f"must name at least one factor; known: {', '.join(POLICY_FACTORS)}")]
+    max_wait_seconds: Annotated[float, POSITIVE, Doc("Waiting time counts up to this many seconds.")] = 3600.0
+    fair_share_half_life_seconds: Annotated[float, POSITIVE, Doc(
+        "Half-life of past usage in the fairShare factor, in seconds.")] = 3600.0
 
 
 # spec.priority alone: with ties broken by priority and then arrival, this is kube-scheduler's order.
 DEFAULT_POLICY = PolicySpec(DEFAULT_POLICY_NAME, FrozenMap({"taskPriority": 1.0}))
 DEFAULT_POLICIES: Mapping[str, PolicySpec] = FrozenMap({DEFAULT_POLICY_NAME: DEFAULT_POLICY})
 
+_TENANCY = """--- Tenancy, queues and policy -------------------------------------------
+Who a pod belongs to comes from its namespace (see namespaces), so that RBAC decides it. All of these \
+sections are empty unless you fill them in.
+
+Resource maps (a queue's quota, a group's min and max, a user's max) map resource names to Kubernetes \
+quantities: cpu ("64", "500m"), memory ("512Gi"), nvidia.com/gpu, any extended resource, and \
+ai-scheduler's own ai-scheduler.io/gpu-count (managed whole GPUs), ai-scheduler.io/gpu-memory (managed \
+GPU memory, e.g. "40Gi") and ai-scheduler.io/gpu-fraction (managed GPU fractions, in GPUs: "1.5" allows \
+fractions that add up to 1.5). A resource a map does not name is not limited by it."""
+
+
+def _is_namespace(name: str) -> bool:
+    return len(name) <= 63 and DNS1123_LABEL.match(name) is not None
+
 
 @dataclass(frozen=True)
-class Config:
+class Config(Section):
     """The whole config file, validated; build it with ``parse_config``.
 
     ``parse_config`` checks that the tenancy sections refer to each other
@@ -344,19 +604,53 @@ class Config:
     taken as given.
     """
 
-    scheduler_name: str
-    profiles: tuple[Profile, ...]
-    scheduling: SchedulingSettings = SchedulingSettings()
-    gpu: GpuSettings = GpuSettings()
-    prediction: PredictionSettings = PredictionSettings()
-    server: ServerSettings = ServerSettings()
-    leader_election: LeaderElectionSettings = LeaderElectionSettings()
-    queues: tuple[QueueSpec, ...] = ()
-    groups: Mapping[str, GroupSpec] = field(default_factory=FrozenMap)
-    users: Mapping[str, UserSpec] = field(default_factory=FrozenMap)
-    namespaces: Mapping[str, NamespaceSpec] = field(default_factory=FrozenMap)
-    policies: Mapping[str, PolicySpec] = DEFAULT_POLICIES
-    active_policy: str = DEFAULT_POLICY_NAME
+    scheduler_name: Annotated[str, DNS_SUBDOMAIN, Doc(
+        "Pods whose spec.schedulerName equals this name are scheduled by us (the first profile's name, "
+        "unless that profile names itself).", default=f"`{DEFAULT_SCHEDULER_NAME}`")]
+    profiles: Annotated[tuple[Profile, ...], Entries("scheduler name", unique="scheduler_name",
+                                                     empty="must list at least one profile"), Doc(
+        "One profile per scheduler name. A pod is handled by the profile whose schedulerName equals its "
+        "spec.schedulerName; other pods are never bound, but what they use on nodes is counted.",
+        default="one profile, as shown in default.yaml")]
+    scheduling: Annotated[SchedulingSettings, Doc(
+        "Process-level knobs of the scheduling loop and the binder.")] = SchedulingSettings()
+    gpu: Annotated[GpuSettings, Doc("Managed GPUs, as the node agents report them.")] = GpuSettings()
+    prediction: Annotated[PredictionSettings, Doc("Run-time prediction.")] = PredictionSettings()
+    server: Annotated[ServerSettings, Doc(
+        "The daemon's HTTP endpoints: health, metrics and the visibility API.")] = ServerSettings()
+    leader_election: Annotated[LeaderElectionSettings, Doc(
+        "Leader election between the Deployment's replicas (`ai-scheduler run` only): one leads and "
+        "schedules; the others keep their caches warm and take over when its Lease runs out. "
+        "kube-scheduler's timings.",
+        restart="the elector is made once, at start, with its identity, Lease and timings: replicas that "
+                "changed them one by one would disagree on the Lease they contend for")] = (
+        LeaderElectionSettings())
+    queues: Annotated[tuple[QueueSpec, ...], Entries("queue"), Doc(
+        "Queues; a pod joins one with the label ai-scheduler.io/queue: <name>, else its namespace's "
+        "defaultQueue, else the queue \"default\".", preface=_TENANCY, example=[
+            {"name": "prod", "level": 0, "weight": 1, "promoteAfterSeconds": 3600,
+             "queueingStrategy": "BestEffortFIFO", "quota": {"nvidia.com/gpu": 16, "cpu": "64"}}])] = ()
+    groups: Annotated[Mapping[str, GroupSpec], Named("group"), Doc(
+        "Groups of users, by name.", example={
+            "vision": {"level": 2, "share": 1, "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}}},
+    )] = field(default_factory=FrozenMap)
+    users: Annotated[Mapping[str, UserSpec], Named("user"), Doc(
+        "Users, by name.", example={"alice": {"group": "vision", "level": 3, "max": {"nvidia.com/gpu": 8}}},
+    )] = field(default_factory=FrozenMap)
+    namespaces: Annotated[Mapping[str, NamespaceSpec], Named(
+        "namespace", _is_namespace, "namespace names must be DNS-1123 labels"), Doc(
+        "Namespaces, by name: who owns their pods. Pods of a namespace not listed here belong to no user "
+        "and no group.", example={
+            "team-vision": {"user": "alice", "defaultQueue": "prod", "trustUserLabel": False}},
+    )] = field(default_factory=FrozenMap)
+    policies: Annotated[Mapping[str, PolicySpec], Named("policy"), Doc(
+        "Priority policies, by name. A pending pod's priority is the weighted sum of factors. Each policy "
+        "must weigh at least one factor. When no policy is given, the one shown here is built in: "
+        "spec.priority, ties broken by priority and then arrival, which is kube-scheduler's order.",
+        default="default: {weights: {taskPriority: 1}}")] = DEFAULT_POLICIES
+    active_policy: Annotated[str, Nullable(String()), Doc(
+        "The policy in force: a name under policies (absent or null: the first one).",
+        default="the first policy")] = DEFAULT_POLICY_NAME
 
     @property
     def policy(self) -> PolicySpec:
@@ -384,496 +678,33 @@ class Config:
     def _profiles_by_name(self) -> Mapping[str, Profile]:
         return FrozenMap({p.scheduler_name: p for p in self.profiles})
 
-
-# --- parsing ---------------------------------------------------------------------------------------
-
-
-class _Invalid(Exception):
-    """Raised inside the parser; parse_config adds the source and turns it into a ConfigError."""
-
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(key, reason)
-        self.key = key
-        self.reason = reason
-
-
-def _fail(key: str, reason: str) -> NoReturn:
-    raise _Invalid(key, reason)
-
-
-def _child(path: str, key: str) -> str:
-    if not _IDENTIFIER.match(key):
-        return f"{path}[{key!r}]"
-    return f"{path}.{key}" if path else key
-
-
-def _show(value: object) -> str:
-    """A value as the operator wrote it in YAML, for 'got ...' in messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return repr(value)
-
-
-def _whole(value: float) -> float | int:
-    """A default as default.yaml spells it: 10, not 10.0."""
-    return int(value) if value.is_integer() else value
-
-
-def _mapping(value: object, path: str) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
-        _fail(path, f"must be a mapping, got {_show(value)}")
-    return value
-
-
-def _list(value: object, path: str) -> list[Any]:
-    if not isinstance(value, list):
-        _fail(path, f"must be a list, got {_show(value)}")
-    return value
-
-
-def _check_keys(data: Mapping[Any, Any], allowed: tuple[str, ...], path: str) -> None:
-    for key in data:
-        if key not in allowed:
-            hint = difflib.get_close_matches(str(key), allowed, n=1)
-            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-            _fail(path, f"unknown key {key!r}{suggestion}; expected one of {', '.join(allowed)}")
-
-
-def _string(value: object, path: str) -> str:
-    if not isinstance(value, str):
-        _fail(path, f"must be a string, got {_show(value)}")
-    return value
-
-
-def _dns_subdomain(value: object, path: str) -> str:
-    text = _string(value, path)
-    if len(text) > 253 or not _DNS1123_SUBDOMAIN.match(text):
-        _fail(path, "must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and "
-                    f"ending with a letter or digit, at most 253 characters), got {text!r}")
-    return text
-
-
-def _integer(value: object, path: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        _fail(path, f"must be an integer between {low} and {high}, got {_show(value)}")
-    return value
-
-
-def _real(value: object, path: str) -> float:
-    """A finite int or float, of any sign; booleans are not numbers."""
-    if not isinstance(value, bool) and isinstance(value, int | float):
-        try:
-            number = float(value)
-        except OverflowError:  # an int beyond any float
-            number = math.inf
-        if math.isfinite(number):
-            return number
-    _fail(path, f"must be a number, got {_show(value)}")
-
-
-def _number(value: object, path: str, *, minimum: float, inclusive: bool) -> float:
-    """A finite int or float above ``minimum`` (or equal to it when ``inclusive``)."""
-    number = _real(value, path)
-    if number < minimum or (number == minimum and not inclusive):
-        _fail(path, f"must be {'>=' if inclusive else '>'} {_show(minimum)}, got {_show(value)}")
-    return number
-
-
-def _positive(value: object, path: str) -> float:
-    return _number(value, path, minimum=0, inclusive=False)
-
-
-def _level(value: object, path: str) -> int:
-    return _integer(value, path, 0, 100)
-
-
-def _boolean(value: object, path: str) -> bool:
-    if not isinstance(value, bool):
-        _fail(path, f"must be true or false, got {_show(value)}")
-    return value
-
-
-_Parse = Callable[[Any, str], Any]
-
-
-def _section(data: Mapping[Any, Any], key: str, parse: _Parse, default: Any, path: str = "") -> Any:
-    """Sections absent or null take their default: a section whose children are all commented out is null."""
-    value = data.get(key)
-    return default if value is None else parse(value, _child(path, key))
-
-
-def _scalar(data: Mapping[Any, Any], key: str, default: Any, parse: _Parse, path: str) -> Any:
-    """Scalars may be absent, but not null: ``port:`` with no value is an unfinished edit, not a default."""
-    return parse(data[key], _child(path, key)) if key in data else default
-
-
-_SCORE_KEYS = ("name", "weight", "resources")
-_PROFILE_KEYS = ("schedulerName", "filters", "scores")
-_SCHEDULING_KEYS = (
-    "bindConcurrency",
-    "assumeTimeoutSeconds",
-    "initialBackoffSeconds",
-    "maxBackoffSeconds",
-    "unschedulableFlushSeconds",
-    "eventRepeatSeconds",
-    "percentageOfNodesToScore",
-    "tieBreak",
-    "gangScheduleTimeoutSeconds",
-    "gangTopologyLabels",
-    "backfill",
-    "priorityRefreshSeconds",
-    "reservation",
-    "reservationMinWaitSeconds",
-    "queueingHints",
-    "apiRequestTimeoutSeconds",
-    "watchIdleSeconds",
-    "apiUnreachableRestartSeconds",
-)
-_PREDICTION_KEYS = ("model", "learnOnline", "forecastSeconds")
-_LEADER_ELECTION_KEYS = (
-    "enabled",
-    "leaseName",
-    "leaseNamespace",
-    "leaseDurationSeconds",
-    "renewDeadlineSeconds",
-    "retryPeriodSeconds",
-)
-_QUEUE_KEYS = ("name", "level", "weight", "quota", "promoteAfterSeconds", "queueingStrategy")
-_GROUP_KEYS = ("level", "share", "min", "max")
-_USER_KEYS = ("group", "level", "max")
-_NAMESPACE_KEYS = ("user", "defaultQueue", "trustUserLabel")
-_POLICY_KEYS = ("weights", "maxWaitSeconds", "fairShareHalfLifeSeconds")
-_TOP_LEVEL_KEYS = (
-    "schedulerName",
-    "profiles",
-    "scheduling",
-    "gpu",
-    "prediction",
-    "server",
-    "leaderElection",
-    "queues",
-    "groups",
-    "users",
-    "namespaces",
-    "policies",
-    "activePolicy",
-)
-
-
-def _parse_resources(value: object, path: str) -> FrozenMap[int]:
-    data = _mapping(value, path)
-    if not data:
-        _fail(path, "must name at least one resource")
-    result = {}
-    for name, weight in data.items():
-        if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
-            _fail(path, "resource names must be Kubernetes resource names such as 'cpu' or "
-                        f"'nvidia.com/gpu', got {_show(name)}")
-        result[name] = _integer(weight, _child(path, name), 1, 100)
-    return FrozenMap(result)
-
-
-def _parse_score(value: object, path: str) -> ScoreSpec:
-    data = _mapping(value, path)
-    _check_keys(data, _SCORE_KEYS, path)
-    if data.get("name") is None:
-        _fail(_child(path, "name"), f"is required; one of {', '.join(SCORE_PLUGINS)}")
-    name = _string(data["name"], _child(path, "name"))
-    if name not in SCORE_PLUGINS:
-        _fail(_child(path, "name"), f"unknown score plugin {name!r}; known: {', '.join(SCORE_PLUGINS)}")
-    weight = _scalar(data, "weight", 1, lambda v, p: _integer(v, p, 0, 100), path)
-    if name in RESOURCE_SCORERS:
-        balanced = name == "NodeResourcesBalancedAllocation"
-        default = DEFAULT_BALANCED_RESOURCES if balanced else DEFAULT_SCORE_RESOURCES
-        resources = _section(data, "resources", _parse_resources, default, path)
-    elif "resources" in data:
-        _fail(_child(path, "resources"), f"only {', '.join(sorted(RESOURCE_SCORERS))} take resources")
-    else:
-        resources = FrozenMap()
-    return ScoreSpec(name, weight, resources)
-
-
-def _parse_filters(value: object, path: str) -> tuple[str, ...]:
-    filters: list[str] = []
-    for i, item in enumerate(_list(value, path)):
-        item_path = f"{path}[{i}]"
-        name = _string(item, item_path)
-        if name not in FILTER_PLUGINS:
-            _fail(item_path, f"unknown filter plugin {name!r}; known: {', '.join(FILTER_PLUGINS)}")
-        if name in filters:
-            _fail(item_path, f"duplicate filter plugin {name!r} (also {path}[{filters.index(name)}])")
-        filters.append(name)
-    return tuple(filters)
-
-
-def _named_list(value: object, path: str, parse: _Parse, noun: str) -> tuple[Any, ...]:
-    """A list of items parsed by `parse`, whose `name`s must be unique."""
-    items: list[Any] = []
-    for i, raw in enumerate(_list(value, path)):
-        item = parse(raw, f"{path}[{i}]")
-        earlier = [j for j, other in enumerate(items) if other.name == item.name]
-        if earlier:
-            _fail(f"{path}[{i}].name", f"duplicate {noun} {item.name!r} (also {path}[{earlier[0]}])")
-        items.append(item)
-    return tuple(items)
-
-
-def _parse_scores(value: object, path: str) -> tuple[ScoreSpec, ...]:
-    return _named_list(value, path, _parse_score, "score plugin")
-
-
-def _parse_profile(value: object, path: str, default_name: str | None) -> Profile:
-    data = _mapping(value, path)
-    _check_keys(data, _PROFILE_KEYS, path)
-    if "schedulerName" in data:
-        name = _dns_subdomain(data["schedulerName"], _child(path, "schedulerName"))
-    elif default_name is not None:
-        name = default_name
-    else:
-        _fail(_child(path, "schedulerName"), "is required for every profile but the first")
-    filters = _section(data, "filters", _parse_filters, FILTER_PLUGINS, path)
-    scores = _section(data, "scores", _parse_scores, DEFAULT_SCORES, path)
-    return Profile(name, filters, scores)
-
-
-def _parse_profiles(value: object, path: str, scheduler_name: str) -> tuple[Profile, ...]:
-    items = _list(value, path)
-    if not items:
-        _fail(path, "must list at least one profile")
-    profiles: list[Profile] = []
-    for i, item in enumerate(items):
-        profile = _parse_profile(item, f"{path}[{i}]", scheduler_name if i == 0 else None)
-        earlier = [j for j, p in enumerate(profiles) if p.scheduler_name == profile.scheduler_name]
-        if earlier:
-            _fail(f"{path}[{i}].schedulerName",
-                  f"duplicate scheduler name {profile.scheduler_name!r} (also {path}[{earlier[0]}])")
-        profiles.append(profile)
-    return tuple(profiles)
-
-
-def _parse_scheduling(value: object, path: str) -> SchedulingSettings:
-    data = _mapping(value, path)
-    _check_keys(data, _SCHEDULING_KEYS, path)
-    d = SchedulingSettings()
-
-    def get(key: str, default: Any, parse: _Parse) -> Any:
-        return _scalar(data, key, default, parse, path)
-
-    settings = SchedulingSettings(
-        bind_concurrency=get("bindConcurrency", d.bind_concurrency, lambda v, p: _integer(v, p, 1, 1024)),
-        assume_timeout_seconds=get("assumeTimeoutSeconds", d.assume_timeout_seconds, _positive),
-        initial_backoff_seconds=get("initialBackoffSeconds", d.initial_backoff_seconds, _positive),
-        max_backoff_seconds=get("maxBackoffSeconds", d.max_backoff_seconds, _positive),
-        unschedulable_flush_seconds=get("unschedulableFlushSeconds", d.unschedulable_flush_seconds,
-                                        _positive),
-        event_repeat_seconds=get("eventRepeatSeconds", d.event_repeat_seconds,
-                                 lambda v, p: _number(v, p, minimum=0, inclusive=True)),
-        percentage_of_nodes_to_score=get("percentageOfNodesToScore", d.percentage_of_nodes_to_score,
-                                         lambda v, p: _integer(v, p, 0, 100)),
-        tie_break=get("tieBreak", d.tie_break, _tie_break),
-        gang_schedule_timeout_seconds=get("gangScheduleTimeoutSeconds", d.gang_schedule_timeout_seconds,
-                                          _positive),
-        gang_topology_labels=get("gangTopologyLabels", d.gang_topology_labels, _label_keys),
-        backfill=get("backfill", d.backfill, _boolean),
-        priority_refresh_seconds=get("priorityRefreshSeconds", d.priority_refresh_seconds, _positive),
-        reservation=get("reservation", d.reservation, _boolean),
-        reservation_min_wait_seconds=get("reservationMinWaitSeconds", d.reservation_min_wait_seconds,
-                                         lambda v, p: _number(v, p, minimum=0, inclusive=True)),
-        queueing_hints=get("queueingHints", d.queueing_hints, _boolean),
-        api_request_timeout_seconds=get("apiRequestTimeoutSeconds", d.api_request_timeout_seconds, _positive),
-        watch_idle_seconds=get("watchIdleSeconds", d.watch_idle_seconds, _positive),
-        api_unreachable_restart_seconds=get("apiUnreachableRestartSeconds", d.api_unreachable_restart_seconds,
-                                            _positive),
-    )
-    if settings.max_backoff_seconds < settings.initial_backoff_seconds:
-        # Blame the key the operator wrote; when both are written, the maximum is the one to raise.
-        initial = _show(data.get("initialBackoffSeconds", _whole(d.initial_backoff_seconds)))
-        maximum = _show(data.get("maxBackoffSeconds", _whole(d.max_backoff_seconds)))
-        initial_key, maximum_key = _child(path, "initialBackoffSeconds"), _child(path, "maxBackoffSeconds")
-        if "maxBackoffSeconds" in data:
-            _fail(maximum_key, f"must be >= {initial_key} ({initial}), got {maximum}")
-        _fail(initial_key, f"must be <= {maximum_key} ({maximum}, the default), got {initial}")
-    return settings
-
-
-def _tie_break(value: object, path: str) -> str:
-    return _choice(value, path, TIE_BREAKS)
-
-
-def _queueing_strategy(value: object, path: str) -> str:
-    return _choice(value, path, QUEUEING_STRATEGIES)
-
-
-def _choice(value: object, path: str, choices: tuple[str, ...]) -> str:
-    text = _string(value, path)
-    if text not in choices:
-        _fail(path, f"must be one of {', '.join(choices)}, got {text!r}")
-    return text
-
-
-def _label_keys(value: object, path: str) -> tuple[str, ...]:
-    """A list of node label keys, narrowest placement domain first (e.g. rack, then zone)."""
-    keys = []
-    for i, item in enumerate(_list(value, path)):
-        key = _string(item, f"{path}[{i}]")
-        if not _LABEL_KEY.match(key):
-            _fail(f"{path}[{i}]", f"must be a label key like topology.kubernetes.io/zone, got {_show(item)}")
-        if key in keys:
-            _fail(f"{path}[{i}]", f"duplicate label key {key!r}")
-        keys.append(key)
-    return tuple(keys)
-
-
-_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-
-
-def _parse_gpu(value: object, path: str) -> GpuSettings:
-    data = _mapping(value, path)
-    _check_keys(data, ("stalenessSeconds",), path)
-    return GpuSettings(_scalar(data, "stalenessSeconds", GpuSettings().staleness_seconds,
-                               lambda v, p: _number(v, p, minimum=0, inclusive=False), path))
-
-
-def _parse_prediction(value: object, path: str) -> PredictionSettings:
-    data = _mapping(value, path)
-    _check_keys(data, _PREDICTION_KEYS, path)
-    # Both may be null: no model; online learning as the model's presence says.
-    return PredictionSettings(
-        model=_scalar(data, "model", None, _nullable(_string), path),
-        learn_online=_scalar(data, "learnOnline", None, _nullable(_boolean), path),
-        forecast_seconds=_scalar(data, "forecastSeconds", PredictionSettings().forecast_seconds,
-                                 lambda v, p: _number(v, p, minimum=0, inclusive=True), path),
-    )
-
-
-def _nullable(parse: _Parse) -> _Parse:
-    return lambda value, path: None if value is None else parse(value, path)
-
-
-def _bind_address(value: object, path: str) -> str:
-    text = _string(value, path)
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        if len(text) > 253 or not _HOSTNAME.match(text):
-            _fail(path, f"must be an IP address or a host name, got {text!r}")
-    return text
-
-
-_SERVER_KEYS = ("port", "bindAddress", "visibilityEnabled", "visibilityPort", "visibilityCertFile",
-                "visibilityKeyFile")
-
-
-def _parse_server(value: object, path: str) -> ServerSettings:
-    data = _mapping(value, path)
-    _check_keys(data, _SERVER_KEYS, path)
-    d = ServerSettings()
-    return ServerSettings(
-        port=_scalar(data, "port", d.port, lambda v, p: _integer(v, p, 0, 65535), path),
-        bind_address=_scalar(data, "bindAddress", d.bind_address, _bind_address, path),
-        visibility_enabled=_scalar(data, "visibilityEnabled", d.visibility_enabled, _boolean, path),
-        visibility_port=_scalar(data, "visibilityPort", d.visibility_port,
-                                lambda v, p: _integer(v, p, 0, 65535), path),
-        visibility_cert_file=_scalar(data, "visibilityCertFile", d.visibility_cert_file, _string, path),
-        visibility_key_file=_scalar(data, "visibilityKeyFile", d.visibility_key_file, _string, path),
-    )
-
-
-def _lease_namespace(value: object, path: str) -> str:
-    text = _string(value, path)
-    if text and (len(text) > 63 or not _DNS1123_LABEL.match(text)):
-        _fail(path, f"must be empty (the daemon's own namespace) or a DNS-1123 label, got {text!r}")
-    return text
-
-
-def _parse_leader_election(value: object, path: str) -> LeaderElectionSettings:
-    data = _mapping(value, path)
-    _check_keys(data, _LEADER_ELECTION_KEYS, path)
-    d = LeaderElectionSettings()
-
-    def get(key: str, default: Any, parse: _Parse) -> Any:
-        return _scalar(data, key, default, parse, path)
-
-    settings = LeaderElectionSettings(
-        enabled=get("enabled", d.enabled, _boolean),
-        lease_name=get("leaseName", d.lease_name, _dns_subdomain),
-        lease_namespace=get("leaseNamespace", d.lease_namespace, _lease_namespace),
-        lease_duration_seconds=get("leaseDurationSeconds", d.lease_duration_seconds, _positive),
-        renew_deadline_seconds=get("renewDeadlineSeconds", d.renew_deadline_seconds, _positive),
-        retry_period_seconds=get("retryPeriodSeconds", d.retry_period_seconds, _positive),
-    )
-    # client-go's checks: a leader gives up (renew deadline) before its lease runs out for the others,
-    # and tries to renew more than once within the deadline.
-    if settings.renew_deadline_seconds >= settings.lease_duration_seconds:
-        _fail(_child(path, "renewDeadlineSeconds"),
-              f"must be < {_child(path, 'leaseDurationSeconds')} "
-              f"({_show(_whole(settings.lease_duration_seconds))}), "
-              f"got {_show(_whole(settings.renew_deadline_seconds))}")
-    if settings.retry_period_seconds * 1.2 >= settings.renew_deadline_seconds:
-        _fail(_child(path, "retryPeriodSeconds"),
-              f"must be < {_child(path, 'renewDeadlineSeconds')} / 1.2 "
-              f"({_show(_whole(settings.renew_deadline_seconds))} / 1.2), "
-              f"got {_show(_whole(settings.retry_period_seconds))}")
-    return settings
-
-
-# --- tenancy and policy ----------------------------------------------------------------------------
-
-
-def _quantity(resource: str, value: object, path: str) -> int:
-    """A Kubernetes quantity in the integer units quotas are kept in (thousandths: cpu, GPU fractions)."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        _fail(path, f"must be a Kubernetes quantity such as 8, '500m' or '80Gi', got {_show(value)}")
-    try:
-        amount = parse_quantity(value)
-        finite = amount.is_finite()
-    except (ValueError, ArithmeticError):  # QuantityError, a runaway exponent
-        finite = False
-    if not finite:
-        _fail(path, f"invalid quantity {_show(value)}")
-    if amount < 0:
-        _fail(path, f"must not be negative, got {_show(value)}")
-    unit = _unit(resource)
-    if amount * (1000 if unit in MILLI_RESOURCES else 1) > _MAX_QUANTITY:
-        _fail(path, f"is too large, got {_show(value)}")
-    return to_units(unit, value)
-
-
-def _unit(resource: str) -> str:
-    """The resource whose units an amount is counted in: managed GPU memory in bytes, as memory."""
-    return "memory" if resource == _GPU_MEMORY_RESOURCE else resource
+    @classmethod
+    def prepare(cls, data: dict[Any, Any]) -> dict[Any, Any]:
+        """What the file leaves to be derived: the scheduler's name, and the first profile named after it;
+        the active policy decided once the policies are known."""
+        data = {"schedulerName": DEFAULT_SCHEDULER_NAME, "activePolicy": None, **data}
+        profiles = data.get("profiles", [{}])
+        first = profiles[0] if isinstance(profiles, list) and profiles else None
+        if isinstance(first, Mapping) and first.get("schedulerName") is None:
+            profiles = [{**first, "schedulerName": data["schedulerName"]}, *profiles[1:]]
+        data["profiles"] = profiles
+        return data
+
+    @classmethod
+    def verify(cls, built: Any, data: Mapping[Any, Any]) -> Any:
+        _check_references(built)
+        policies = built.policies or DEFAULT_POLICIES
+        active = built.active_policy
+        if active is None:  # absent or null: the first policy, the built-in "default" without any
+            active = next(iter(policies))
+        elif active not in policies:
+            raise Invalid(_unknown("policy", active, policies), ("activePolicy",))
+        return dataclasses.replace(built, policies=policies, active_policy=active)
 
 
 def _amount(resource: str, units: int) -> str:
     """An amount of a resource as an operator writes it: 64, 500m, 80Gi."""
-    return format_units(_unit(resource), units)
-
-
-def _parse_quantities(value: object, path: str) -> FrozenMap[int]:
-    """Resource name -> quantity (a quota, a guarantee or a limit); empty means no resource is named."""
-    data = _mapping(value, path)
-    result = {}
-    for name, quantity in data.items():
-        if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
-            _fail(path, "resource names must be Kubernetes resource names such as 'cpu' or "
-                        f"'nvidia.com/gpu', got {_show(name)}")
-        result[name] = _quantity(name, quantity, _child(path, name))
-    return FrozenMap(result)
-
-
-def _named_entries(value: object, path: str, kind: str) -> Iterator[tuple[str, Mapping[Any, Any], str]]:
-    """(name, body, body's path) of a mapping of named entries; a null body is an empty one."""
-    for name, body in _mapping(value, path).items():
-        if not isinstance(name, str) or not name:
-            _fail(path, f"{kind} names must be non-empty strings, got {_show(name)}")
-        entry_path = _child(path, name)
-        yield name, ({} if body is None else _mapping(body, entry_path)), entry_path
+    return format_units(quantity_unit(resource), units)
 
 
 def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
@@ -886,190 +717,60 @@ def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
     return f"unknown {kind} {name!r}{suggestion}; known: {', '.join(names)}"
 
 
-def _required(data: Mapping[Any, Any], key: str, path: str, what: str) -> Any:
-    if data.get(key) is None:
-        _fail(_child(path, key), f"is required: {what}")
-    return data[key]
-
-
-def _parse_queue(value: object, path: str) -> QueueSpec:
-    data = _mapping(value, path)
-    _check_keys(data, _QUEUE_KEYS, path)
-    name_path = _child(path, "name")
-    name = _string(_required(data, "name", path, "the queue's name, a DNS-1123 label"), name_path)
-    if len(name) > 63 or not _DNS1123_LABEL.match(name):
-        _fail(name_path, "must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
-                         f"with a letter or digit, at most 63 characters), got {name!r}")
-    return QueueSpec(
-        name=name,
-        level=_scalar(data, "level", 0, _level, path),
-        weight=_scalar(data, "weight", 1.0, _positive, path),
-        quota=_section(data, "quota", _parse_quantities, FrozenMap(), path),
-        promote_after_seconds=_scalar(data, "promoteAfterSeconds", None, _positive, path),
-        queueing_strategy=_scalar(data, "queueingStrategy", "BestEffortFIFO", _queueing_strategy, path),
-    )
-
-
-def _parse_queues(value: object, path: str) -> tuple[QueueSpec, ...]:
-    return _named_list(value, path, _parse_queue, "queue")
-
-
-def _parse_groups(value: object, path: str) -> FrozenMap[GroupSpec]:
-    groups = {}
-    for name, data, entry in _named_entries(value, path, "group"):
-        _check_keys(data, _GROUP_KEYS, entry)
-        group = GroupSpec(
-            name=name,
-            level=_scalar(data, "level", 0, _level, entry),
-            share=_scalar(data, "share", 1.0, _positive, entry),
-            min=_section(data, "min", _parse_quantities, FrozenMap(), entry),
-            max=_section(data, "max", _parse_quantities, FrozenMap(), entry),
-        )
-        for resource, guaranteed in group.min.items():
-            limit = group.max.get(resource)
-            if limit is not None and guaranteed > limit:
-                _fail(_child(_child(entry, "min"), resource),
-                      f"{_amount(resource, guaranteed)} is above {_child(entry, 'max')} "
-                      f"({_amount(resource, limit)})")
-        groups[name] = group
-    return FrozenMap(groups)
-
-
-def _parse_users(value: object, path: str) -> FrozenMap[UserSpec]:
-    users = {}
-    for name, data, entry in _named_entries(value, path, "user"):
-        _check_keys(data, _USER_KEYS, entry)
-        group = _string(_required(data, "group", entry, "the name of the user's group"),
-                        _child(entry, "group"))
-        users[name] = UserSpec(
-            name=name,
-            group=group,
-            level=_scalar(data, "level", 0, _level, entry),
-            max=_section(data, "max", _parse_quantities, FrozenMap(), entry),
-        )
-    return FrozenMap(users)
-
-
-def _parse_namespaces(value: object, path: str) -> FrozenMap[NamespaceSpec]:
-    namespaces = {}
-    for name, data, entry in _named_entries(value, path, "namespace"):
-        if len(name) > 63 or not _DNS1123_LABEL.match(name):
-            _fail(path, f"namespace names must be DNS-1123 labels, got {name!r}")
-        _check_keys(data, _NAMESPACE_KEYS, entry)
-        namespaces[name] = NamespaceSpec(
-            name=name,
-            user=_string(_required(data, "user", entry, "the user who owns the namespace's pods"),
-                         _child(entry, "user")),
-            default_queue=_section(data, "defaultQueue", _string, None, entry),
-            trust_user_label=_scalar(data, "trustUserLabel", False, _boolean, entry),
-        )
-    return FrozenMap(namespaces)
-
-
-def _parse_weights(value: object, path: str) -> FrozenMap[float]:
-    weights = {}
-    for factor, weight in _mapping(value, path).items():
-        if factor not in POLICY_FACTORS:
-            where = _child(path, factor) if isinstance(factor, str) else path
-            _fail(where, f"unknown factor {factor!r}; known: {', '.join(POLICY_FACTORS)}")
-        weights[factor] = _real(weight, _child(path, factor))
-    if not weights:
-        _fail(path, "must name at least one factor")
-    return FrozenMap(weights)
-
-
-def _parse_policies(value: object, path: str) -> Mapping[str, PolicySpec]:
-    policies = {}
-    for name, data, entry in _named_entries(value, path, "policy"):
-        _check_keys(data, _POLICY_KEYS, entry)
-        weights_path = _child(entry, "weights")
-        if data.get("weights") is None:
-            _fail(weights_path, f"must name at least one factor; known: {', '.join(POLICY_FACTORS)}")
-        policies[name] = PolicySpec(
-            name=name,
-            weights=_parse_weights(data["weights"], weights_path),
-            max_wait_seconds=_scalar(data, "maxWaitSeconds", 3600.0, _positive, entry),
-            fair_share_half_life_seconds=_scalar(data, "fairShareHalfLifeSeconds", 3600.0, _positive, entry),
-        )
-    return FrozenMap(policies) if policies else DEFAULT_POLICIES
-
-
-def _active_policy(value: object, path: str) -> str | None:
-    return None if value is None else _string(value, path)
-
-
-def _check_references(queues: tuple[QueueSpec, ...], groups: Mapping[str, GroupSpec],
-                      users: Mapping[str, UserSpec], namespaces: Mapping[str, NamespaceSpec]) -> None:
+def _check_references(config: Config) -> None:
     """What the tenancy sections say about each other: every name they use is defined, and fits."""
+    groups, users = config.groups, config.users
     for user in users.values():
         if user.group not in groups:
-            _fail(_child(_child("users", user.name), "group"), _unknown("group", user.group, groups))
-    queue_names = tuple(q.name for q in queues)
-    for namespace in namespaces.values():
-        entry = _child("namespaces", namespace.name)
+            raise Invalid(_unknown("group", user.group, groups), ("users", user.name, "group"))
+    queue_names = tuple(q.name for q in config.queues)
+    queues = frozenset(queue_names)
+    for namespace in config.namespaces.values():
         if namespace.user not in users:
-            _fail(_child(entry, "user"), _unknown("user", namespace.user, users))
-        if namespace.default_queue is not None and namespace.default_queue not in queue_names:
-            _fail(_child(entry, "defaultQueue"), _unknown("queue", namespace.default_queue, queue_names))
+            raise Invalid(_unknown("user", namespace.user, users), ("namespaces", namespace.name, "user"))
+        if namespace.default_queue is not None and namespace.default_queue not in queues:
+            raise Invalid(_unknown("queue", namespace.default_queue, queue_names),
+                          ("namespaces", namespace.name, "defaultQueue"))
+    # Each group's users, in the file's order, in one pass (not one pass over the users per group).
+    members: dict[str, list[UserSpec]] = {name: [] for name in groups}
+    for user in users.values():
+        members[user.group].append(user)  # every user's group exists: checked above
     for group in groups.values():
-        members = [u for u in users.values() if u.group == group.name]
         for resource, limit in group.max.items():
-            limited = [u for u in members if resource in u.max]
+            limited = [u for u in members[group.name] if resource in u.max]
             total = sum(u.max[resource] for u in limited)
             if total > limit:
                 each = ", ".join(f"{u.name} {_amount(resource, u.max[resource])}" for u in limited)
-                _fail("users", f"the users of group {group.name} may use up to {resource} "
-                               f"{_amount(resource, total)}, above the group's max "
-                               f"{_amount(resource, limit)} ({each})")
+                raise Invalid(f"the users of group {group.name} may use up to {resource} "
+                              f"{_amount(resource, total)}, above the group's max "
+                              f"{_amount(resource, limit)} ({each})", ("users",))
 
 
-def _parse(data: object) -> Config:
-    if data is None:
-        data = {}
-    top = _mapping(data, "")
-    _check_keys(top, _TOP_LEVEL_KEYS, "")
-    scheduler_name = _scalar(top, "schedulerName", DEFAULT_SCHEDULER_NAME, _dns_subdomain, "")
-    profiles = _section(top, "profiles", lambda v, p: _parse_profiles(v, p, scheduler_name),
-                        (Profile(scheduler_name),))
-    scheduling = _section(top, "scheduling", _parse_scheduling, SchedulingSettings())
-    gpu = _section(top, "gpu", _parse_gpu, GpuSettings())
-    prediction = _section(top, "prediction", _parse_prediction, PredictionSettings())
-    server = _section(top, "server", _parse_server, ServerSettings())
-    leader_election = _section(top, "leaderElection", _parse_leader_election, LeaderElectionSettings())
-    queues = _section(top, "queues", _parse_queues, ())
-    groups = _section(top, "groups", _parse_groups, FrozenMap())
-    users = _section(top, "users", _parse_users, FrozenMap())
-    namespaces = _section(top, "namespaces", _parse_namespaces, FrozenMap())
-    policies = _section(top, "policies", _parse_policies, DEFAULT_POLICIES)
-    active_policy = _scalar(top, "activePolicy", None, _active_policy, "")
-    _check_references(queues, groups, users, namespaces)
-    if active_policy is None:  # absent or null: the first policy, the built-in "default" without any
-        active_policy = next(iter(policies))
-    elif active_policy not in policies:
-        _fail("activePolicy", _unknown("policy", active_policy, policies))
-    return Config(
-        scheduler_name=scheduler_name,
-        profiles=profiles,
-        scheduling=scheduling,
-        gpu=gpu,
-        prediction=prediction,
-        server=server,
-        leader_election=leader_election,
-        queues=queues,
-        groups=groups,
-        users=users,
-        namespaces=namespaces,
-        policies=policies,
-        active_policy=active_policy,
-    )
+# The keys each section accepts, derived from the fields (tests compare them with config.keys').
+_SCORE_KEYS = file_keys(ScoreSpec)
+_PROFILE_KEYS = file_keys(Profile)
+_SCHEDULING_KEYS = file_keys(SchedulingSettings)
+_PREDICTION_KEYS = file_keys(PredictionSettings)
+_SERVER_KEYS = file_keys(ServerSettings)
+_LEADER_ELECTION_KEYS = file_keys(LeaderElectionSettings)
+_QUEUE_KEYS = file_keys(QueueSpec)
+_GROUP_KEYS = file_keys(GroupSpec)
+_USER_KEYS = file_keys(UserSpec)
+_NAMESPACE_KEYS = file_keys(NamespaceSpec)
+_POLICY_KEYS = file_keys(PolicySpec)
+_TOP_LEVEL_KEYS = file_keys(Config)
 
 
 def parse_config(data: object, source: str = "<config>") -> Config:
     """Validate the decoded YAML of a config file; None (an empty file) gives the defaults.
 
-    Raises ConfigError naming ``source``, the first offending key and the reason.
+    Raises ConfigError naming ``source``, the first offending key and the reason. The walk that checks it
+    (validation.py) is imported here, at the first file: importing the schema does not load it.
     """
+    from ai_scheduler.config.validation import Refused, validate
+
     try:
-        return _parse(data)
-    except _Invalid as exc:
+        return validate(Config, {} if data is None else data)
+    except Refused as exc:
         raise ConfigError(exc.key, exc.reason, source) from None
+

@@ -4,7 +4,8 @@ A reload (the file changed, or SIGHUP) is applied between two cycles, whole:
 the daemon's `apply` hands every component the new values, and components that
 read settings at use read them from the config in force (`ConfigReload.current`),
 so none keeps what it was given at start. The few keys that cannot change in a
-running process are declared in `RESTART_REQUIRED`; the reload's log line
+running process are declared with their settings in the schema (`RESTART_REQUIRED`
+is read from it); the reload's log line
 (`config.reloaded`) names every changed key, as `applied` or under
 `restart_required_for` (config.keys derives the keys from the schema, so a new
 key falls on one side or the other, never in between). A file that does not
@@ -21,35 +22,16 @@ from typing import Any
 import yaml
 
 from ai_scheduler.config import Config, ConfigError, ConfigWatcher
-from ai_scheduler.config.keys import changed_keys, within
+from ai_scheduler.config.keys import changed_keys, restart_required, within
 from ai_scheduler.daemon.history import History
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.metrics import Metrics
 
 # The config keys a reload cannot apply: they take effect at the next start, and a reload that finds them
-# different from what runs names them in `restart_required_for`. Every other key is applied at once.
-RESTART_REQUIRED: frozenset[str] = frozenset(
-    {
-        # /healthz, /readyz and /metrics stay where they were bound at start (where the probes look).
-        "server.port",
-        "server.bindAddress",
-        # The visibility API's listener and its certificate are made once, at start.
-        "server.visibilityEnabled",
-        "server.visibilityPort",
-        "server.visibilityCertFile",
-        "server.visibilityKeyFile",
-        # Also sizes the API client's connection pool, which is made once, when the daemon connects.
-        "scheduling.bindConcurrency",
-        # The elector (leader.py) is made once, at start, with its identity, Lease and timings: replicas
-        # that changed them one by one would disagree on the Lease they contend for.
-        "leaderElection.enabled",
-        "leaderElection.leaseName",
-        "leaderElection.leaseNamespace",
-        "leaderElection.leaseDurationSeconds",
-        "leaderElection.renewDeadlineSeconds",
-        "leaderElection.retryPeriodSeconds",
-    }
-)
+# different from what runs names them in `restart_required_for`. Every other key is applied at once. Each is
+# declared with its setting, and why (`restart=` in config/schema.py): server.port and bindAddress, the
+# visibility API's keys, scheduling.bindConcurrency and the leaderElection section.
+RESTART_REQUIRED: frozenset[str] = restart_required()
 
 
 def needs_restart(key: str) -> bool:
