@@ -352,8 +352,10 @@ class Framework:
         cache = self.cache
         if node_mask is None:
             total = cache.node_count
+        elif via is not None:
+            total = via.nodes(node_mask)
         else:
-            total = via.nodes(node_mask) if via is not None else int(np.count_nonzero(cache.valid & node_mask))
+            total = int(np.count_nonzero(cache.valid & node_mask))
         if pod.spec_error:
             return Decision(None, total, error=pod.spec_error)
         if pod.resource_claims and self.dra is None:  # never bound with claims nobody allocated

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
+from paths import ROOT
 
 from ai_scheduler.config import default_config, generate, parse_config, schema
 from ai_scheduler.config.fields import Section, schema_fields
 from ai_scheduler.config.keys import restart_required
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_generated_files_match_the_schema() -> None:
