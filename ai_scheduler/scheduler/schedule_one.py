@@ -69,7 +69,7 @@ class Attempt:
 
     pod: PodRecord
     tenant: Tenant
-    amounts: dict[str, int]  # what it charges against its group's and user's quota
+    amounts: Mapping[str, int]  # what it charges against its group's and user's quota (shared, read-only)
 
 
 class SchedulingCycle:
