@@ -125,15 +125,16 @@ NO_GPU_REQUEST: tuple[GpuRequest | None, str] = (None, "")
 
 def gpu_request(pod: PodRecord) -> tuple[GpuRequest | None, str]:
     """The pod's managed-GPU request (None if it has none) and an error for a malformed one: read from its
-    annotations once per record (a changed pod is a new record), however many plugins ask."""
+    annotations once per record (a changed pod is a new record), into its PodInfo, however many plugins
+    ask."""
     annotations = pod.annotations
     if (GPU_COUNT_ANNOTATION not in annotations and GPU_MEMORY_ANNOTATION not in annotations
             and GPU_FRACTION_ANNOTATION not in annotations):
-        return NO_GPU_REQUEST  # most pods: nothing to remember (no `derived` map made for them)
-    derived = pod.derived.get("gpu_request")
-    if derived is None:
-        derived = pod.derived["gpu_request"] = _read_gpu_request(pod)
-    request: tuple[GpuRequest | None, str] = derived
+        return NO_GPU_REQUEST  # most pods: nothing to remember
+    info = pod.info
+    request = info.gpu
+    if request is None:
+        request = info.gpu = _read_gpu_request(pod)
     return request
 
 

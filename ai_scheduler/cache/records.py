@@ -13,6 +13,10 @@ Pods of one template also share their requests: equal `requests` and
 empty label, annotation, node selector and affinity maps, and an amount parsed
 from a quantity string is one int object. tests/perf_budgets/test_memory_budgets.py holds the
 bytes per pod and per node to a budget.
+
+A record is the pod parsed once, when it enters the cache (kube-scheduler's PodInfo: requests, scoring
+requests, parsed affinity and spread); what the scheduler derives from it later (tenant, quota
+amounts, managed-GPU request) is its PodInfo (cache/pod_info.py), made on first use.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ai_scheduler.cache.pod_info import PodInfo
 from ai_scheduler.cache.selectors import NO_AFFINITY, PodAffinityTerms, SelectorError, pod_affinity_terms
 from ai_scheduler.cache.spread import NO_SPREAD, SpreadConstraints, spread_constraints
 from ai_scheduler.messages import echo
@@ -494,7 +499,7 @@ class PodRecord:
     """A pod as the scheduler sees it."""
 
     __slots__ = (
-        "_derived",
+        "_info",
         "affinity",
         "annotations",
         "claim_statuses",
@@ -571,21 +576,22 @@ class PodRecord:
         self.nonzero_requests: dict[str, int] | None = None  # None: derived from `requests`
         self.scheduled_condition: tuple[str, str, str] | None = None
         self.spec_error = ""
-        self._derived: dict[str, Any] | None = None  # `derived`, made on first use
+        self._info: PodInfo | None = None  # `info`, made on first use
 
     @property
-    def derived(self) -> dict[str, Any]:
-        """What the scheduler derives from the record once (e.g. its managed-GPU request, cache/gpus.py),
-        by name; a changed pod is a new record, so nothing here goes stale. Made on first use: most
-        pods of a large cluster (bound, placed by others) never need one."""
-        derived = self._derived
-        if derived is None:
-            derived = self._derived = {}
-        return derived
+    def info(self) -> PodInfo:
+        """What the scheduler derives from this version of the pod once (cache/pod_info.py: its tenant,
+        quota amounts, managed-GPU request); a changed pod is a new record, with a new one. Made on first
+        use: a record that never enters the scheduling (a command line's, a test's) never needs one."""
+        info = self._info
+        if info is None:
+            info = self._info = PodInfo()
+        return info
 
-    @derived.setter
-    def derived(self, value: dict[str, Any]) -> None:
-        self._derived = value
+    def forget_derived(self) -> None:
+        """Drop the PodInfo: for a copy of the record whose requests, annotations or identity change (a
+        what-if without requests, a simulation's copy under another uid), which derives its own."""
+        self._info = None
 
     @property
     def key(self) -> str:
@@ -675,7 +681,7 @@ class PodRecord:
             rec.claims = pod_claims(rec.name, spec["volumes"])
             rec.disks = inline_disks(spec["volumes"])
         if any("/" in name and not name.startswith("hugepages-") for name in rec.requests):
-            rec.derived["dra.containers"] = extended_containers(spec)
+            rec.info.containers = extended_containers(spec)
         if spec.get("resourceClaims") or status.get("extendedResourceClaimStatus"):
             rec.resource_claims, rec.claim_statuses, rec.extended_claim = pod_resource_claims(spec, status)
         if rec.affinity:
@@ -695,9 +701,10 @@ class PodRecord:
         return rec
 
     def score_requests(self) -> dict[str, int]:
-        """Requests as kube-scheduler's scoring sees them (see pod_score_requests)."""
+        """Requests as kube-scheduler's scoring sees them (see pod_score_requests): the record's shared,
+        read-only map, parsed once; derived from `requests` for a record built without one."""
         if self.nonzero_requests is not None:
-            return dict(self.nonzero_requests)
+            return self.nonzero_requests
         scored = dict(self.requests)
         scored.setdefault("cpu", DEFAULT_SCORE_CPU_MILLI)
         scored.setdefault("memory", DEFAULT_SCORE_MEMORY)

@@ -17,6 +17,12 @@ before placement), so `ai-scheduler.io/gpu-fraction: "2"` in a quota allows
 fractions adding up to two GPUs. GPUs a pod gets through DRA ResourceClaims count
 as `nvidia.com/gpu` (cache/dra_gpus.py: the claims' allocated GPU devices, or what
 they ask for before allocation).
+
+A pod's tenant and quota amounts are derived once per version of the pod and kept in its PodInfo
+(cache/pod_info.py): the tenant under the tenancy's `epoch` (a new one per config, so a reload
+resolves every tenant again), the amounts under the DRA state's version for a pod with ResourceClaims
+(their GPUs move with the claims) and for good otherwise. A placed pod's charge keeps the tenant and
+amounts it was charged with, which preemption reads for its victims (`charged_tenant`).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from ai_scheduler.cache.gpus import (
     GPU_MEMORY_ANNOTATION,
     gpu_request,
 )
+from ai_scheduler.cache.pod_info import PURE
 from ai_scheduler.cache.records import PodRecord, shared_map
 from ai_scheduler.config import Config
 from ai_scheduler.config.schema import GroupSpec, QueueSpec, UserSpec
@@ -47,6 +54,8 @@ DEFAULT_QUEUE = "default"
 GPU_COUNT = GPU_COUNT_ANNOTATION
 GPU_MEMORY = GPU_MEMORY_ANNOTATION
 GPU_FRACTION = GPU_FRACTION_ANNOTATION  # in thousandths (quantity.MILLI_RESOURCES)
+# Distinct tenants shared between pods (one object each); past this many, sharing starts again.
+MAX_SHARED_TENANTS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +112,9 @@ class Tenancy:
         self.usage: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)  # (kind, name) -> amounts
         # uid -> (tenant, amounts: shared and read-only, spec.priority) of each placed pod.
         self._charged: dict[str, tuple[Tenant, Mapping[str, int], int]] = {}
-        # tenant_of runs several times per pod per cycle (queue, priority, quota, log): remember it per
-        # resourceVersion, since only a change of the pod (its labels) or of the config can change it.
-        self._tenants: dict[str, tuple[str, Tenant]] = {}
+        # The tenants in the pods' PodInfo were resolved under this config if stamped with this epoch (a
+        # reload starts a new one): only a change of the pod (a new record) or of the config changes one.
+        self.epoch = object()
         self._shared_tenants: dict[Tenant, Tenant] = {}  # one object per distinct tenant
         # group -> spec.priority -> placed pods of the group with it (what preemption may take by priority).
         self._priorities: dict[str, dict[int, int]] = defaultdict(dict)
@@ -116,23 +125,30 @@ class Tenancy:
         self.usage.clear()
         self._charged.clear()
         self._priorities.clear()
-        self._tenants.clear()
+        self.epoch = object()
         self._shared_tenants.clear()
         for pod in placed:
             self.charge(pod)
 
     # ------------------------------------------------------------------ identity
     def tenant_of(self, pod: PodRecord) -> Tenant:
-        known = self._tenants.get(pod.uid)
-        if known is not None and known[0] == pod.resource_version and pod.resource_version:
-            return known[1]
+        """The pod's tenant: resolved once per version of the pod and config, kept in its PodInfo."""
+        info = pod.info
+        tenant = info.tenant
+        if tenant is not None and info.epoch is self.epoch:
+            return tenant
         tenant = self._resolve(pod)
-        tenant = self._shared_tenants.setdefault(tenant, tenant)  # the pods of one tenant share it
-        if len(self._tenants) > 200_000:  # pods come and go; do not let the memo grow without bound
-            self._tenants.clear()
+        if len(self._shared_tenants) > MAX_SHARED_TENANTS:  # queue labels are the users' to write
             self._shared_tenants.clear()
-        self._tenants[pod.uid] = (pod.resource_version, tenant)
+        tenant = self._shared_tenants.setdefault(tenant, tenant)  # the pods of one tenant share it
+        info.tenant, info.epoch = tenant, self.epoch
         return tenant
+
+    def charged_tenant(self, pod: PodRecord) -> Tenant:
+        """The tenant a placed pod is charged to, as its charge holds it (nothing to look up in the pod);
+        `tenant_of` for a pod not charged."""
+        charged = self._charged.get(pod.uid)
+        return charged[0] if charged is not None else self.tenant_of(pod)
 
     def _resolve(self, pod: PodRecord) -> Tenant:
         config = self.config
@@ -155,18 +171,26 @@ class Tenancy:
         if pod.uid in self._charged:
             return
         tenant = self.tenant_of(pod)
-        amounts = shared_map(self.amounts(pod))  # pods of one template charge one map
+        amounts = self.amounts(pod)  # shared: pods of one template charge one map
         self._charged[pod.uid] = (tenant, amounts, pod.priority)
         self._add(tenant, amounts, 1)
         counts = self._priorities[tenant.group]
         counts[pod.priority] = counts.get(pod.priority, 0) + 1
 
-    def amounts(self, pod: PodRecord) -> dict[str, int]:
-        """What the pod counts against quotas (`quota_amounts`, its DRA GPUs included)."""
-        return quota_amounts(pod, self.dra)
+    def amounts(self, pod: PodRecord) -> Mapping[str, int]:
+        """What the pod counts against quotas (`quota_amounts`, its DRA GPUs included): built once per
+        version of the pod and kept in its PodInfo, shared by the pods of one template (read-only); for
+        a pod with ResourceClaims, once per version of the DRA state as well."""
+        info = pod.info
+        amounts = info.amounts
+        at = PURE if not pod.resource_claims or self.dra is None else self.dra.version
+        if amounts is not None and info.amounts_at == at:
+            return amounts
+        amounts = info.amounts = shared_map(quota_amounts(pod, self.dra))
+        info.amounts_at = at
+        return amounts
 
     def release(self, uid: str) -> None:
-        self._tenants.pop(uid, None)
         charged = self._charged.pop(uid, None)
         if charged is not None:
             self._add(charged[0], charged[1], -1)

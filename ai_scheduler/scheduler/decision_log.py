@@ -4,7 +4,8 @@ Every attempt of a pod (a lone pod's cycle, each member of a gang's, a parked po
 a quota refusal, a repeated failure of an equivalent pod) ends here: the attempt's metrics, then the
 line (its pod, queue, priority and factors, the nodes evaluated and why they failed, the chosen node
 and devices, timings), built only when someone reads it (`JsonLogger.wants`: written at the log
-level, or kept for the visibility API). Its format is the log's (`log.SCHEMA_VERSION`).
+level, or kept for the visibility API). Its format is the log's (`log.SCHEMA_VERSION`). The line's
+tenant is the attempt's own (its CycleState's, when the attempt has one), looked up nowhere else.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ai_scheduler.cache.tenancy import Tenancy, Tenant
 from ai_scheduler.config import Config
 from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
 from ai_scheduler.queue import QueuedPod
+from ai_scheduler.scheduler.framework.cycle_state import CycleState
 from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.metrics import ERROR, UNSCHEDULABLE, Metrics
 from ai_scheduler.scheduler.priority import Priority, PriorityEngine
@@ -45,15 +47,22 @@ class DecisionLog:
         self.clock = clock
 
     def log(
-        self, qp: QueuedPod, pod: PodRecord, decision: Decision, result: str, extra: dict[str, Any]
+        self,
+        qp: QueuedPod,
+        pod: PodRecord,
+        decision: Decision,
+        result: str,
+        extra: dict[str, Any],
+        cycle: CycleState | None = None,
     ) -> None:
-        """Metrics and the decision log line: everything needed to understand and replay the attempt."""
+        """Metrics and the decision log line: everything needed to understand and replay the attempt
+        (`cycle`: the attempt's CycleState, whose tenant the line reads; a gang member's has none)."""
         if result not in ("scheduled", PARKED):  # a placement is counted once its binding succeeds (Binder)
             outcome = ERROR if result == "error" else UNSCHEDULABLE
             self.metrics.attempt(outcome, pod.scheduler_name, decision.duration)
         if not self.logger.wants("decision", "info"):  # nobody reads it: not worth building (the simulator's)
             return
-        tenant = self.tenancy.tenant_of(pod)
+        tenant = cycle.tenant if cycle is not None else self.tenancy.tenant_of(pod)
         explained = self.priorities.explain(pod.uid)  # read once: the factors and the run time share it
         fields: dict[str, Any] = {
             "v": SCHEMA_VERSION,  # the replayable log's format (log.py; history.py writes the rest)

@@ -39,7 +39,6 @@ import numpy as np
 
 from ai_scheduler.cache.gangs import NATIVE, Gang
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import quota_amounts
 from ai_scheduler.config import SchedulingSettings
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework, resourceless
@@ -161,7 +160,7 @@ class GangScheduler:
         members.sort(key=lambda m: (-m.pod.priority, m.pod.creation, m.pod.name))
         quorum: dict[str, int] = {}
         for member in members[:needed]:
-            for resource, amount in quota_amounts(member.pod, self.cache.dra).items():
+            for resource, amount in self.tenancy.amounts(member.pod).items():
                 quorum[resource] = quorum.get(resource, 0) + amount
         refusal = self.tenancy.admission_refusal(members[0].pod, quorum)
         if refusal:

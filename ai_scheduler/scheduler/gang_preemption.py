@@ -171,7 +171,7 @@ class GangPreemptor:
         # Without users in the config every pod is in no group: priority alone decides (_eligible).
         tenancy_matters = bool(preemptor.tenancy.config.users)
         eligible = preemptor._eligible
-        none: set[str] = set()
+        who = preemptor.eligibility(first, set())  # no resources reclaimed: by priority (and group)
         seen: set[str] = set(gang.members)  # its own placed members are never victims
         below = first.priority
         units: list[Unit] = []
@@ -182,7 +182,7 @@ class GangPreemptor:
             victim = state.record
             if victim.priority >= below or victim.deleting:
                 continue
-            if tenancy_matters and eligible(first, victim, none) is None:
+            if tenancy_matters and eligible(who, victim) is None:
                 continue
             key = gang_keys.get(uid)
             victim_gang = gangs.get(key) if key else None
@@ -205,7 +205,7 @@ class GangPreemptor:
                     member_state.assumed
                     or pod.priority >= below
                     or pod.deleting
-                    or (tenancy_matters and eligible(first, pod, none) is None)
+                    or (tenancy_matters and eligible(who, pod) is None)
                 ):
                     whole = False
                     break

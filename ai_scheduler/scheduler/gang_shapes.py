@@ -127,9 +127,10 @@ class MemberShape:
 
     @staticmethod
     def _pod_key(framework: Framework, pod: PodRecord) -> Hashable:
-        """The part of the key read from the pod alone, kept in its derived data for this framework (a
-        reload builds new frameworks, whose plugins may read other parts of the pod)."""
-        cached = pod.derived.get("gang_shape")
+        """The part of the key read from the pod alone, kept in its PodInfo for this framework (a reload
+        builds new frameworks, whose plugins may read other parts of the pod)."""
+        info = pod.info
+        cached = info.gang_shape
         if cached is not None and cached[0] is framework:
             key: Hashable = cached[1]
             return key
@@ -142,7 +143,7 @@ class MemberShape:
             pod.host_ports,
             pod.scheduler_name,
         )
-        pod.derived["gang_shape"] = (framework, key)
+        info.gang_shape = (framework, key)
         return key
 
     @classmethod

@@ -50,6 +50,11 @@ the node, whose freed room is held for it (other pods see it as taken) until it
 is placed. Both the condition's message and the event speak as the
 preemptor's profile (its schedulerName), as kube-scheduler's do.
 
+What the pass over the placed pods reads is derived once per run: the preemptor's tenant and quota
+amounts come from the attempt's CycleState (framework/cycle_state.py), each victim's tenant from its
+charge (Tenancy.charged_tenant) and its amounts from its PodInfo, and whether a group uses more than its
+min of what the preemptor reclaims is worked out once per group (`Eligibility`), not per victim.
+
 Every `post_filter()` is one PostFilter run, counted in
 `scheduler_preemption_attempts_total` whatever it finds; every preemption
 carried out observes its number of victims in `scheduler_preemption_victims`.
@@ -58,7 +63,7 @@ carried out observes its number of victims in `scheduler_preemption_victims`.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,6 +76,7 @@ from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PODS, PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.log import JsonLogger
+from ai_scheduler.scheduler.framework.cycle_state import CycleState
 from ai_scheduler.scheduler.framework.plugins.dynamic_resources import (
     CANNOT_SCHEDULE_EXTENDED,
     NOT_AVAILABLE,
@@ -87,7 +93,7 @@ from ai_scheduler.scheduler.framework.plugins.resource_fit import (
     NodeResourcesFit,
     insufficient,
 )
-from ai_scheduler.scheduler.framework.runtime import Decision, Framework, fit_error_message, resourceless
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework, fit_error_message
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Clock, Evictions
 from ai_scheduler.scheduler.victims import Plan, VictimKind, start_seconds
@@ -122,6 +128,18 @@ class VictimGroup:
     pods: list[PodRecord]  # pods[0] is the one on the node that made it a candidate
     kind: VictimKind
     frees: dict[str, int]  # what its pods on the node give back there
+
+
+@dataclass(slots=True)
+class Eligibility:
+    """Who may be a victim of one preemptor in one PostFilter run (`Preemptor._eligible`): the
+    preemptor's group and spec.priority, the resources it may reclaim, and, per group asked about, the
+    ones of those that the group uses above its min (worked out once per group)."""
+
+    group: str
+    priority: int
+    reclaiming: set[str]
+    above_min: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -281,9 +299,12 @@ class Preemptor:
         self._shadow: tuple[Framework, Framework, Framework] | None = None  # a profile, and its _shadows
 
     # ------------------------------------------------------------------ choosing
-    def post_filter(self, pod: PodRecord, framework: Framework, decision: Decision) -> Verdict:
+    def post_filter(
+        self, pod: PodRecord, framework: Framework, decision: Decision, cycle: CycleState | None = None
+    ) -> Verdict:
         """PostFilter after the cycle `decision` found no node: the best node and victims for `pod`, or
-        why preemption cannot help (kube-scheduler's DefaultPreemption message)."""
+        why preemption cannot help (kube-scheduler's DefaultPreemption message). `cycle`: the attempt's
+        CycleState (one is made when none is given)."""
         self.metrics.preemption_attempts.inc()
         if not pod.preempts:
             return Verdict(message=POST_FILTER_PREFIX + NOT_ELIGIBLE_NEVER)
@@ -292,23 +313,27 @@ class Preemptor:
         total = self.cache.node_count
         if decision.error:  # PreFilter refused the pod: no node can help
             return Verdict(message=POST_FILTER_PREFIX + fit_error_message(total, {NOT_HELPFUL: total}))
-        reclaiming = self._below_min(pod)
+        if cycle is None:
+            cycle = CycleState(pod, self.tenancy)
+        group = cycle.tenant.group
+        who = Eligibility(group, pod.priority, self._below_min(group, cycle.amounts))
         by_node: dict[str, list[tuple[PodRecord, VictimKind]]] = {}
-        if reclaiming or self._may_find_victims(pod):
+        if who.reclaiming or self._may_find_victims(group, pod.priority):
             for state in self.cache.pods.values():
                 if state.node and not state.assumed:
-                    kind = self._eligible(pod, state.record, reclaiming)
+                    kind = self._eligible(who, state.record)
                     if kind is not None:
                         by_node.setdefault(state.node, []).append((state.record, kind))
         unresolvable, removable = self._shadows(framework)
-        rows, _ = unresolvable.feasible_rows(resourceless(pod))
+        shadow = cycle.resourceless()
+        rows, _ = unresolvable.feasible_rows(shadow)
         reasons: dict[str, int] = {}
         if rows.shape[0] < total:
             reasons[NOT_HELPFUL] = total - int(rows.shape[0])
         # Of those, the nodes that only resources keep out, where the arithmetic of ResourceRoom will do.
         helpful = np.zeros(self.cache.rows, dtype=bool)
         helpful[rows] = True
-        passing, _ = removable.feasible_rows(resourceless(pod), helpful) if rows.shape[0] else (rows, {})
+        passing, _ = removable.feasible_rows(shadow, helpful) if rows.shape[0] else (rows, {})
         resource_only = np.zeros(self.cache.rows, dtype=bool)
         resource_only[passing] = True
         plans: list[Plan] = []
@@ -325,7 +350,7 @@ class Preemptor:
             # Managed GPUs are devices, not a column: room for them is checked by the filters themselves.
             arithmetic = resource_only[row] and not wants_gpus
             room = None if arithmetic else FilterRoom(self.cache, framework, pod, int(row))
-            plan, why = self._plan_on(pod, int(row), candidates, reclaiming, room)
+            plan, why = self._plan_on(pod, int(row), candidates, who, room)
             if plan is None:
                 for reason in why:
                     reasons[reason] = reasons.get(reason, 0) + 1
@@ -351,38 +376,46 @@ class Preemptor:
             held = self._shadow = (framework, made[0], made[1])
         return held[1], held[2]
 
-    def _may_find_victims(self, pod: PodRecord) -> bool:
-        """Whether some placed pod may be a victim of `pod` by priority (reclaim aside): one of its own
-        group (or, for a pod of no group, of no group) with a lower spec.priority. Read from the tenancy's
-        count per group and priority, so that a pod with no victims costs no pass over the pods."""
-        lowest = self.tenancy.lowest_priority(self.tenancy.tenant_of(pod).group)
-        return lowest is not None and lowest < pod.priority
+    def _may_find_victims(self, group: str, priority: int) -> bool:
+        """Whether some placed pod may be a victim by priority (reclaim aside) of a pod of `group` with
+        spec.priority `priority`: one of its own group (or, for a pod of no group, of no group) with a
+        lower one. Read from the tenancy's count per group and priority, so that a pod with no victims
+        costs no pass over the pods."""
+        lowest = self.tenancy.lowest_priority(group)
+        return lowest is not None and lowest < priority
 
-    def _below_min(self, pod: PodRecord) -> set[str]:
-        """Resources for which the pod's group is under its guaranteed min (it may reclaim them)."""
-        tenant = self.tenancy.tenant_of(pod)
-        group = self.tenancy.config.groups.get(tenant.group)
+    def _below_min(self, group_name: str, wanted: Mapping[str, int]) -> set[str]:
+        """Resources of `wanted` for which the group is under its guaranteed min (it may reclaim them)."""
+        group = self.tenancy.config.groups.get(group_name)
         if group is None:
             return set()
-        used = self.tenancy.used("group", tenant.group)
-        wanted = self.tenancy.amounts(pod)
+        used = self.tenancy.usage.get(("group", group_name), {})
         return {r for r, floor in group.min.items() if wanted.get(r) and used.get(r, 0) < floor}
 
-    def _eligible(self, preemptor: PodRecord, victim: PodRecord, reclaiming: set[str]) -> VictimKind | None:
-        """Why `victim` may be preempted by this pod; None if it may not."""
+    def eligibility(self, pod: PodRecord, reclaiming: set[str]) -> Eligibility:
+        """Who may be a victim of `pod` (reclaiming `reclaiming`), for one pass over the placed pods."""
+        return Eligibility(self.tenancy.tenant_of(pod).group, pod.priority, reclaiming)
+
+    def _eligible(self, who: Eligibility, victim: PodRecord) -> VictimKind | None:
+        """Why `victim`, a placed pod, may be preempted by the preemptor `who` describes; None if not."""
         if victim.deleting or victim.terminal:
             return None
-        mine = self.tenancy.tenant_of(preemptor).group
-        theirs = self.tenancy.tenant_of(victim).group
-        if theirs == mine and victim.priority < preemptor.priority:
+        mine = who.group
+        theirs = self.tenancy.charged_tenant(victim).group
+        if theirs == mine and victim.priority < who.priority:
             return VictimKind.PRIORITY
-        if reclaiming and theirs != mine and theirs in self.tenancy.config.groups:
-            floor = self.tenancy.config.groups[theirs].min
-            used = self.tenancy.used("group", theirs)
-            amounts = self.tenancy.amounts(victim)
-            if any(amounts.get(r) and used.get(r, 0) > floor.get(r, 0) for r in reclaiming):
-                return VictimKind.RECLAIM
-        if not theirs and not mine and victim.priority < preemptor.priority:
+        if who.reclaiming and theirs != mine and theirs in self.tenancy.config.groups:
+            above = who.above_min.get(theirs)
+            if above is None:
+                floor = self.tenancy.config.groups[theirs].min
+                used = self.tenancy.usage.get(("group", theirs), {})
+                above = {r for r in who.reclaiming if used.get(r, 0) > floor.get(r, 0)}
+                who.above_min[theirs] = above
+            if above:
+                amounts = self.tenancy.amounts(victim)
+                if any(amounts.get(r) for r in above):
+                    return VictimKind.RECLAIM
+        if not theirs and not mine and victim.priority < who.priority:
             return VictimKind.PRIORITY
         return None
 
@@ -391,7 +424,7 @@ class Preemptor:
         pod: PodRecord,
         row: int,
         candidates: list[tuple[PodRecord, VictimKind]],
-        reclaiming: set[str],
+        who: Eligibility,
         room: Room | None,
     ) -> tuple[Plan | None, tuple[str, ...]]:
         """The plan for one node, or None and why it cannot help; `room` None: only resources matter."""
@@ -408,7 +441,7 @@ class Preemptor:
         for victim, kind in candidates:
             if victim.uid in taken:
                 continue
-            members = self._whole_gang(victim, pod, reclaiming)
+            members = self._whole_gang(victim, who)
             if members is None:
                 continue
             frees = dict.fromkeys(need, 0)
@@ -430,9 +463,7 @@ class Preemptor:
         return plan, ()
 
 
-    def _whole_gang(
-        self, victim: PodRecord, preemptor: PodRecord, reclaiming: set[str]
-    ) -> list[PodRecord] | None:
+    def _whole_gang(self, victim: PodRecord, who: Eligibility) -> list[PodRecord] | None:
         """The victim with its whole gang, or None if some member may not be preempted."""
         gang = self.gangs.gang_of(victim)
         if gang is None:
@@ -442,7 +473,7 @@ class Preemptor:
             state = self.cache.pod_state(uid)
             if state is None or not state.node or state.assumed:
                 continue
-            if self._eligible(preemptor, state.record, reclaiming) is None:
+            if self._eligible(who, state.record) is None:
                 return None
             members.append(state.record)
         return members

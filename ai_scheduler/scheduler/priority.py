@@ -45,7 +45,7 @@ earlier whenever the queue computes its key again (a retry, a cluster event).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +60,7 @@ from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, RunTime, RunTimes
 
 
-def job_gpus(amounts: dict[str, int]) -> float:
+def job_gpus(amounts: Mapping[str, int]) -> float:
     """GPUs a pod asks for: device-plugin and managed whole GPUs, memory shares as fractions of 80 GiB,
     and fractions (in thousandths) as they are."""
     return (

@@ -10,8 +10,10 @@ stops scheduling nor leaves the pod without a reason. A cycle:
 2. parks a pod of a StrictFIFO queue behind the queue's head while the head waits
    (strict_fifo.py: not tried, the reason on it);
 3. hands a gang member to the GangScheduler (the whole gang is tried at once);
-4. computes the pod's derived data once (`Attempt`: its tenant, its quota
-   amounts) and checks quota admission; a refusal waits until usage drops;
+4. checks quota admission with the tenant and quota amounts of the attempt's
+   CycleState (framework/cycle_state.py: made when the pod is popped, read from
+   its PodInfo once; its priority is evaluated there at most once, when first
+   needed); a refusal waits until usage drops;
 5. runs the profile's Framework (filters and scores) with the nodes the pod
    must keep off: reserved for a pod or gang ahead of it, or the node its
    workload was just preempted from;
@@ -34,7 +36,9 @@ same hint, the same reason on the pod and the same decision line, which names th
 repeats (`equivalentTo`; its node counts are that attempt's). Under a standing queue of like pods most
 attempts are such repeats (benchmarks/standing_queue.py measures what that saves).
 
-Every attempt writes one `decision` log line with what a replay needs.
+Every attempt writes one `decision` log line with what a replay needs. The CycleState goes with the
+attempt to each of its parts that reads the pod's derived data (the StrictFIFO check, PostFilter, the
+decision log), so that none of them derives it again.
 """
 
 from __future__ import annotations
@@ -42,16 +46,15 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.cache.tenancy import Tenant
 from ai_scheduler.queue import QueueClosed, QueuedPod
 from ai_scheduler.scheduler.decision_log import PARKED
-from ai_scheduler.scheduler.framework.runtime import Decision, Framework, resourceless
+from ai_scheduler.scheduler.framework.cycle_state import CycleState
+from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.outbox import Bindings, Reports
 from ai_scheduler.scheduler.preemption import Preemptor
@@ -61,15 +64,6 @@ from ai_scheduler.scheduler.strict_fifo import StrictFifo
 
 # Hints whose last failure is held for equivalent pods; past this many (all unlike), it starts again.
 MAX_EQUIVALENCE_CLASSES = 4096
-
-
-@dataclass(slots=True)
-class Attempt:
-    """A pod's derived data, computed once per attempt."""
-
-    pod: PodRecord
-    tenant: Tenant
-    amounts: dict[str, int]  # what it charges against its group's and user's quota
 
 
 class SchedulingCycle:
@@ -147,32 +141,34 @@ class SchedulingCycle:
         ):
             self.queue.delete(pod.uid)
             return
-        strict = self.strict.queue_of(qp)
+        cycle = CycleState(pod, self.tenancy, qp, self.priorities.sort_key)
+        strict = self.strict.queue_of(cycle)
         if strict is None:
-            self._attempt(qp, pod, framework)
+            self._attempt(qp, cycle, framework)
             return
-        head = self.strict.head_before(qp, strict)
+        head = self.strict.head_before(cycle, strict)
         if head is not None:
-            self._park(qp, pod, head, strict)
+            self._park(qp, pod, head, strict, cycle)
             return
         self._own_error = False
-        self._attempt(qp, pod, framework)
+        self._attempt(qp, cycle, framework)
         self.strict.tried(qp, strict, blocks=not self._own_error)
 
-    def _attempt(self, qp: QueuedPod, pod: PodRecord, framework: Framework) -> None:
+    def _attempt(self, qp: QueuedPod, cycle: CycleState, framework: Framework) -> None:
+        pod = cycle.pod
         gang = self.gangs.gang_of(pod)
         if gang is not None:
             self._own_error = bool(gang.problem)
             self.gang_scheduler.schedule(qp, gang, framework)
             return
-        attempt = Attempt(pod, self.tenancy.tenant_of(pod), self.tenancy.amounts(pod))
-        refusal = attempt.tenant.error or self.tenancy.quota_refusal(attempt.tenant, attempt.amounts)
+        tenant = cycle.tenant
+        refusal = tenant.error or self.tenancy.quota_refusal(tenant, cycle.amounts)
         if refusal:
-            self._own_error = bool(attempt.tenant.error)
-            self._refuse(qp, attempt, refusal)
+            self._own_error = bool(tenant.error)
+            self._refuse(qp, cycle, refusal)
             return
         # The queue key only matters against a reservation: computing it costs a policy evaluation.
-        key = self.priorities.sort_key(qp) if self.reserver.current is not None else ()
+        key = cycle.key() if self.reserver.current is not None else ()
         kept = self.reserved_for_others(pod, key)
         hint = room = None
         if self.hint_of is not None and not kept and not self.config().scheduling.reservation:
@@ -181,25 +177,25 @@ class SchedulingCycle:
                 room = self.cache.room_version()
                 earlier = self._failures.get(hint)
                 if earlier is not None and earlier[0] == room:  # fails as that pod did (see the docstring)
-                    self._repeat_failure(qp, pod, earlier[1], earlier[2], hint)
+                    self._repeat_failure(qp, pod, earlier[1], earlier[2], hint, cycle)
                     return
         decision = framework.schedule(pod, blocked=kept)
         if decision.failure:  # the attempt failed (kube's SchedulerError): retried with backoff
             self.queue.requeue(qp, unschedulable=False, reason=decision.failure)
             self.feedback.error(pod, decision.failure)
-            self.log_decision(qp, pod, decision, "error", {})
+            self.log_decision(qp, pod, decision, "error", {}, cycle)
             return
         if decision.node is not None:
             self.reserver.placed(pod.uid)
             self.binder.reserve(pod, decision)
             self.binder.submit(qp, pod, decision)
-            self.log_decision(qp, pod, decision, "scheduled", {})
+            self.log_decision(qp, pod, decision, "scheduled", {}, cycle)
             return
         # PostFilter first, as kube-scheduler runs it: when preemption cannot help, its verdict ends the
         # Unschedulable message.
         plan = None
         if self.preemptor is not None:
-            verdict = self.preemptor.post_filter(pod, framework, decision)
+            verdict = self.preemptor.post_filter(pod, framework, decision, cycle)
             plan, decision.post_filter = verdict.plan, verdict.message
         if plan is not None or decision.error:
             hint = None
@@ -208,31 +204,37 @@ class SchedulingCycle:
                 self._failures.clear()
             self._failures[hint] = (room, decision, pod.uid)
         self._own_error = bool(decision.error)
-        self._unschedulable(qp, pod, decision, hint, {})
+        self._unschedulable(qp, pod, decision, hint, {}, cycle)
         if decision.error or self.preemptor is None:
             return
         if plan is not None:
             self.preemptor.execute(pod, plan)
         elif self.config().scheduling.reservation:
-            rows, _ = framework.feasible_rows(resourceless(pod))
-            key = key or self.priorities.sort_key(qp)
+            rows, _ = framework.feasible_rows(cycle.resourceless())
+            key = cycle.key()
             self.reserver.consider(pod.key, frozenset({pod.uid}), key, pod, pod.requests, 1, rows)
 
-    def _park(self, qp: QueuedPod, pod: PodRecord, head: QueuedPod, queue: str) -> None:
+    def _park(self, qp: QueuedPod, pod: PodRecord, head: QueuedPod, queue: str, cycle: CycleState) -> None:
         """Not tried: the pod waits behind its StrictFIFO queue's head (strict_fifo.py); the reason on it and
         its decision line (`parked`, not counted as an attempt)."""
         reason = f"waiting behind {head.pod.key} in StrictFIFO queue {queue}"
         self.queue.park(qp, head.pod.uid, reason)
         self.feedback.unschedulable(pod, reason)
         extra = {"message": reason, "strictFifo": {"queue": queue, "head": head.pod.key}}
-        self.log_decision(qp, pod, Decision(None, self.cache.node_count), PARKED, extra)
+        self.log_decision(qp, pod, Decision(None, self.cache.node_count), PARKED, extra, cycle)
 
     def forget_failures(self) -> None:
         """Hold no failure for equivalent pods any more (the profiles or their filters may have changed)."""
         self._failures.clear()
 
     def _unschedulable(
-        self, qp: QueuedPod, pod: PodRecord, decision: Decision, hint: Any, extra: dict[str, Any]
+        self,
+        qp: QueuedPod,
+        pod: PodRecord,
+        decision: Decision,
+        hint: Any,
+        extra: dict[str, Any],
+        cycle: CycleState,
     ) -> None:
         """The pod fits nowhere: requeued (with its hint), the reason on it and its basic PodGroup, logged."""
         message = decision.message
@@ -242,15 +244,17 @@ class SchedulingCycle:
         if group is not None and group.basic:  # its PodGroup's condition says why (gang_status.py)
             group.last_reason = message
             self.gangs.dirty.add(group.key)
-        self.log_decision(qp, pod, decision, "unschedulable", extra)
+        self.log_decision(qp, pod, decision, "unschedulable", extra, cycle)
 
-    def _repeat_failure(self, qp: QueuedPod, pod: PodRecord, earlier: Decision, uid: str, hint: Any) -> None:
+    def _repeat_failure(
+        self, qp: QueuedPod, pod: PodRecord, earlier: Decision, uid: str, hint: Any, cycle: CycleState
+    ) -> None:
         """The failure of an equivalent pod at the same room version, repeated for this one (no filters)."""
         if self.preemptor is not None:  # PostFilter ran for it and would run again, to the same verdict
             self.metrics.preemption_attempts.inc()
         decision = copy.copy(earlier)
         decision.duration = 0.0
-        self._unschedulable(qp, pod, decision, hint, {"equivalentTo": uid})
+        self._unschedulable(qp, pod, decision, hint, {"equivalentTo": uid}, cycle)
 
     def bound(self, pod: PodRecord, _node: str) -> None:
         """The binder's report of a binding that succeeded."""
@@ -273,9 +277,9 @@ class SchedulingCycle:
                 kept.append((blocked, f"node(s) reserved for {self.reserver.current.holder}"))
         return kept
 
-    def _refuse(self, qp: QueuedPod, attempt: Attempt, reason: str) -> None:
+    def _refuse(self, qp: QueuedPod, cycle: CycleState, reason: str) -> None:
         """Admission refused: nothing tried, the pod waits until usage drops (a pod leaving moves it)."""
-        pod, tenant = attempt.pod, attempt.tenant
+        pod, tenant = cycle.pod, cycle.tenant
         self.queue.requeue(qp, unschedulable=True, reason=reason)
         self.feedback.unschedulable(pod, reason)
         self.log.info(
@@ -286,5 +290,6 @@ class SchedulingCycle:
             queue=tenant.queue,
             reason=reason,
         )
-        self.log_decision(qp, pod, Decision(None, self.cache.node_count), "refused", {"message": reason})
+        refused = Decision(None, self.cache.node_count)
+        self.log_decision(qp, pod, refused, "refused", {"message": reason}, cycle)
 

@@ -18,6 +18,11 @@ A gang is one unit: a member is never parked behind a sibling (the head's gang a
 siblings along). Quota refusals block as well: in Kueue, StrictFIFO is about admission, and a pod
 refused by its quota waits like one that fits no node. Papers' FIFO baselines (Tiresias, Helios' QSSF)
 are strict FIFO; benchmarks/runtime_policies.py's arm fifo-strict is this strategy.
+
+The check before an attempt reads the attempt's CycleState (framework/cycle_state.py): the pod's queue
+from its tenant, its place from its key, evaluated once for the attempt. The check after it (`tried`)
+evaluates the pod's key again: the attempt's own effects (a gang's members, a preemption's victims
+back in the queue) may have moved what the key reads.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from ai_scheduler.queue import QueuedPod
+from ai_scheduler.scheduler.framework.cycle_state import CycleState
 from ai_scheduler.scheduler.session import Session
 
 STRICT_FIFO = "StrictFIFO"
@@ -42,18 +48,19 @@ class StrictFifo:
         self.sort_key = session.priorities.sort_key
         self.heads: dict[str, QueuedPod] = {}  # per StrictFIFO queue: its head, while it waits
 
-    def queue_of(self, qp: QueuedPod) -> str | None:
+    def queue_of(self, cycle: CycleState) -> str | None:
         """The pod's queue when that queue is StrictFIFO, else None (nothing to check)."""
         config = self.config()
         if not config.queues:
             return None
-        name = self.tenancy.tenant_of(qp.pod).queue
+        name = cycle.tenant.queue
         spec = config.queue(name)
         return name if spec is not None and spec.queueing_strategy == STRICT_FIFO else None
 
-    def head_before(self, qp: QueuedPod, queue: str) -> QueuedPod | None:
-        """The head `qp` must wait behind: its queue's head when it still waits, is not `qp` nor of its
-        gang, and comes before it; else None (the pod is tried)."""
+    def head_before(self, cycle: CycleState, queue: str) -> QueuedPod | None:
+        """The head the attempt's pod must wait behind: its queue's head when it still waits, is not the
+        pod nor of its gang, and comes before it; else None (the pod is tried)."""
+        qp = cycle.qp
         head = self.heads.get(queue)
         if head is None:
             return None
@@ -61,7 +68,7 @@ class StrictFifo:
         if not self._waiting(uid):
             del self.heads[queue]  # it left (its leaving released the pods parked behind it)
             return None
-        if head is qp or uid == qp.pod.uid:
+        if qp is None or head is qp or uid == qp.pod.uid:
             return None
         if self.tenancy.tenant_of(head.pod).queue != queue:  # it moved to another queue: it blocks no more
             del self.heads[queue]
@@ -70,7 +77,7 @@ class StrictFifo:
         gang = self.gangs.gang_of(qp.pod)
         if gang is not None and uid in gang.members:
             return None
-        return head if self._order(head) < self._order(qp) else None
+        return head if self._order(head) < self._order(qp, cycle.key()) else None
 
     def tried(self, qp: QueuedPod, queue: str, *, blocks: bool = True) -> None:
         """After an attempt: a pod that still waits becomes its queue's head if it comes first, unless it
@@ -98,6 +105,7 @@ class StrictFifo:
         """Whether the pod still waits: in the queue (waiting or being tried), not placed."""
         return uid in self.queue and not self.cache.is_assumed(uid)
 
-    def _order(self, qp: QueuedPod) -> tuple[Any, ...]:
-        """The queue's order: the policy's key, then arrival (as activeQ breaks ties)."""
-        return (*self.sort_key(qp), qp.initial_attempt, qp.seq, qp.pod.uid)
+    def _order(self, qp: QueuedPod, key: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+        """The queue's order: the policy's key (`key`, when the attempt's CycleState holds it), then
+        arrival (as activeQ breaks ties)."""
+        return (*(key if key is not None else self.sort_key(qp)), qp.initial_attempt, qp.seq, qp.pod.uid)

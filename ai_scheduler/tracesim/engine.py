@@ -382,7 +382,8 @@ class Simulation:
         given = self.state.pods.get(index) if self.state is not None else None
         if given is not None:  # a forecast's pod, as the daemon's cache holds it
             pod = copy.copy(given)
-            pod.uid, pod.derived = uid, {}  # what a cycle derives is the simulation's own
+            pod.uid = uid
+            pod.forget_derived()  # what a cycle derives is the simulation's own
         else:
             obj = pod_of(job, scheduler_name=self._scheduler_name, uid=uid, name=self._names[index])
             obj["metadata"]["creationTimestamp"] = rfc3339(self.clock(), millis=False)

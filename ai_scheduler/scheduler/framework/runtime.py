@@ -461,7 +461,7 @@ def resourceless(pod: PodRecord) -> PodRecord:
     for slot in PodRecord.__slots__:
         setattr(shadow, slot, getattr(pod, slot))
     shadow.requests = {}
-    shadow.derived = {}  # derived from the annotations below, not the pod's
+    shadow.forget_derived()  # derived from the requests and annotations below, not the pod's
     shadow.annotations = {
         k: v for k, v in pod.annotations.items() if not k.startswith("ai-scheduler.io/gpu-")
     }

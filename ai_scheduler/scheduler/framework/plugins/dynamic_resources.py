@@ -172,7 +172,7 @@ def extended_spec(pod: PodRecord, dra: DraState, missing: set[str]) -> tuple[Cla
     (init containers run one at a time), which the other init containers' mappings then name."""
     groups: list[RequestGroup] = []
     mappings: list[dict[str, str]] = []
-    containers = pod.derived.get("dra.containers") or ()
+    containers = pod.info.containers
     for resource in sorted(missing):
         cls = dra.extended[resource]
 
