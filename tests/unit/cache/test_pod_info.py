@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from builders import Node, Pod
 
 from ai_scheduler.cache import tenancy as tenancy_module
 from ai_scheduler.cache.dra import DEVICE_CLASS, RESOURCE_CLAIM, DraState
@@ -36,8 +37,6 @@ from ai_scheduler.scheduler.priority import PriorityEngine
 from ai_scheduler.sim.objects import (
     NVIDIA_DRIVER,
     make_device_class,
-    make_node,
-    make_pod,
     make_resource_claim,
     pod_claim,
 )
@@ -55,11 +54,9 @@ CONFIG = {
 
 
 def _pod(name: str, namespace: str, cpu: str, priority: int, node: str | None = None) -> dict[str, Any]:
-    obj = make_pod(name, namespace=namespace, cpu=cpu, memory=None, priority=priority, node_name=node)
-    obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-    if node:
-        obj["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
-    return obj
+    pod = Pod(name, namespace=namespace, cpu=cpu, memory=None, priority=priority, node_name=node)
+    pod.uid().rv("1")
+    return (pod.status(phase="Running", startTime="2026-01-01T00:00:00Z") if node else pod).obj()
 
 
 def _cluster(placed: int) -> SchedulerCore:
@@ -68,7 +65,7 @@ def _cluster(placed: int) -> SchedulerCore:
     logger = JsonLogger(stream=NullStream(), level="info")  # decision lines are built, as a daemon's
     core = Simulation(parse_config(CONFIG), [], [], logger=logger).core
     for index in range(NODES):
-        core.handlers.on_node_event("ADDED", make_node(f"node-{index}", cpu=str(NODE_CPU), memory="512Gi"))
+        core.handlers.on_node_event("ADDED", Node(f"node-{index}", cpu=str(NODE_CPU), memory="512Gi").obj())
     for index in range(placed):
         namespace = "team-owed" if index % 2 else "team-lender"
         node = f"node-{index % NODES}"
@@ -160,9 +157,7 @@ def test_the_victims_tenants_are_their_charges_and_their_amounts_their_podinfos(
 
 
 def _record(name: str, namespace: str = "team-owed", **extra: Any) -> PodRecord:
-    obj = make_pod(name, namespace=namespace, cpu="1", memory=None, **extra)
-    obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-    return PodRecord.from_api(obj)
+    return Pod(name, namespace=namespace, cpu="1", memory=None, **extra).uid().rv("1").record()
 
 
 def test_a_pods_tenant_is_resolved_once_per_version_and_again_after_a_reload() -> None:
