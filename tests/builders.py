@@ -6,6 +6,15 @@ changed by chained calls, each of which returns the wrapper; `.obj()` is the API
     Pod("p", gpus=1).uid().rv("1").on("n1").phase("Running").record()
     Node("n1", gpus=8).labels({"zone": "a"}).record()
 
+Gangs: `PodGroup(name, min_member)` is scheduler-plugins' PodGroup (`scheduling.x-k8s.io/v1alpha1`), whose
+members carry its label (`Pod(...).pod_group(name)`); `NativePodGroup(name, min_count)` is Kubernetes'
+own (`scheduling.k8s.io/v1beta1`, a `gang` or `basic` schedulingPolicy), whose members name it in
+`spec.schedulingGroup` (`Pod(...).scheduling_group(name)`). GPUs: `gpu_nodes(count)` are device-plugin
+nodes (`nvidia.com/gpu` in allocatable); `Node(...).managed_gpus(report)` a node whose devices
+ai-scheduler assigns itself, from the node agent's report (`gpu_report(...)`, annotations of
+`ai_scheduler.cache.gpus`). Owners: `owner_ref(...)`, and `Pod(...).controlled_by(...)` for the
+controller reference a controller puts on the pods it makes.
+
 The objects of the other kinds (PodDisruptionBudgets, volumes, DRA's DeviceClasses, ResourceSlices and
 ResourceClaims) come from `ai_scheduler.sim.objects` as they are, re-exported here, so that a test may
 import every builder from this module.
@@ -13,9 +22,15 @@ import every builder from this module.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Self
 
+import orjson
+
+from ai_scheduler.cache.gangs import POD_GROUP_LABEL
+from ai_scheduler.cache.gpus import GPUS_ANNOTATION, MANAGED_LABEL, UPDATED_ANNOTATION
 from ai_scheduler.cache.records import NodeRecord, PodRecord
+from ai_scheduler.log import rfc3339
 from ai_scheduler.sim.objects import (
     GPU_RESOURCE,
     claim_spec,
@@ -36,10 +51,15 @@ from ai_scheduler.sim.objects import (
 
 __all__ = [
     "GPU_RESOURCE",
+    "NativePodGroup",
     "Node",
     "Pod",
+    "PodGroup",
     "claim_spec",
     "device_request",
+    "gpu_nodes",
+    "gpu_report",
+    "gpu_report_text",
     "make_claim_template",
     "make_device_class",
     "make_gpu_slice",
@@ -155,6 +175,20 @@ class Pod(_Wrapper):
         """`metadata.ownerReferences` (see `owner_ref`)."""
         return self.meta(ownerReferences=list(refs))
 
+    def controlled_by(self, api_version: str, kind: str, name: str, uid: str | None = None) -> Self:
+        """Made by this controller: its one ownerReference, `controller` and `blockOwnerDeletion` true (as
+        metav1.NewControllerRef), the owner's uid by default `uid-<name>`."""
+        return self.owners(owner_ref(api_version, kind, name, f"uid-{name}" if uid is None else uid,
+                                     controller=True, block_owner_deletion=True))
+
+    def pod_group(self, group: str) -> Self:
+        """A member of scheduler-plugins' PodGroup `group` (see `PodGroup`): its label, added to the pod's."""
+        return self.meta(labels={**(self._obj["metadata"].get("labels") or {}), POD_GROUP_LABEL: group})
+
+    def scheduling_group(self, group: str) -> Self:
+        """A member of Kubernetes' PodGroup `group` (see `NativePodGroup`): `spec.schedulingGroup`."""
+        return self.spec(schedulingGroup={"podGroupName": group})
+
     def record(self) -> PodRecord:
         return PodRecord.from_api(self._obj)
 
@@ -180,5 +214,121 @@ class Node(_Wrapper):
             self.status(conditions=[{"type": "Ready", "status": "True" if ready else "False"}])
         return self
 
+    def managed_gpus(self, report: str | None, *, updated: float | None = None) -> Self:
+        """GPUs that ai-scheduler assigns itself: the managed label, added to the node's; `report` (the node
+        agent's JSON, see `gpu_report`) and its date (`updated`, epoch seconds, by default now), added to
+        its annotations. None: the label alone (an annotations map made where there was none)."""
+        meta = self._obj["metadata"]
+        meta["labels"] = {**(meta.get("labels") or {}), MANAGED_LABEL: "true"}
+        annotations = meta.setdefault("annotations", {})
+        if report is not None:
+            annotations[GPUS_ANNOTATION] = report
+            when = time.time() if updated is None else updated
+            annotations[UPDATED_ANNOTATION] = rfc3339(when, millis=False)
+        return self
+
     def record(self) -> NodeRecord:
         return NodeRecord.from_api(self._obj)
+
+
+def gpu_nodes(count: int, prefix: str = "gpu-", *, gpus: int = 8, **fields: Any) -> list[dict[str, Any]]:
+    """`count` Nodes `<prefix>0`, `<prefix>1`, ... of `gpus` device-plugin GPUs each (`make_node`'s other
+    arguments as `fields`: 32 cpu and 128Gi by default)."""
+    return [Node(f"{prefix}{i}", gpus=gpus, **fields).obj() for i in range(count)]
+
+
+def gpu_report(count: int = 8, *, memory_gib: int = 80, islands: list[list[int]] | None = None,
+               used_gib: dict[int, int] | None = None,
+               errors: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """The node agent's report of `count` H100s (`orjson.dumps(...)` it for `Node.managed_gpus`): NVLink
+    and PXB inside each island (one of all the devices by default), SYS across islands; `used_gib`
+    per device; `errors`: those devices reported as an error alone."""
+    islands = islands or [list(range(count))]
+    island_of = {i: n for n, island in enumerate(islands) for i in island}
+    devices: list[dict[str, Any]] = []
+    for i in range(count):
+        if errors and i in errors:
+            devices.append({"index": i, "error": errors[i]})
+            continue
+        devices.append({
+            "index": i,
+            "uuid": f"GPU-{i:04d}",
+            "model": "NVIDIA H100 80GB HBM3",
+            "memoryTotalMiB": memory_gib * 1024,
+            "memoryUsedMiB": (used_gib or {}).get(i, 0) * 1024,
+            "utilizationPct": 0,
+            "nvlinkPeers": [j for j in islands[island_of[i]] if j != i],
+            "pcie": {str(j): ("PXB" if island_of[j] == island_of[i] else "SYS")
+                     for j in range(count) if j != i},
+        })
+    return devices
+
+
+def gpu_report_text(count: int = 8, **fields: Any) -> str:
+    """`gpu_report(count, **fields)` as the node agent writes it (compact JSON)."""
+    return orjson.dumps(gpu_report(count, **fields)).decode()
+
+
+class PodGroup(_Wrapper):
+    """scheduler-plugins' PodGroup (`scheduling.x-k8s.io/v1alpha1`): `spec.minMember` (None: no spec field),
+    then `.timeout()`, `.min_resources()`, `.spec()`, `.annotations()`, ...; `.member(i)` a member pod."""
+
+    def __init__(self, name: str, min_member: int | None = 1, *, namespace: str = "default") -> None:
+        super().__init__({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {} if min_member is None else {"minMember": min_member},
+        })
+
+    @classmethod
+    def bare(cls, name: str, namespace: str = "default") -> PodGroup:
+        """Only a name and a namespace, and an empty spec (no apiVersion, kind or minMember), as a unit test
+        hands one to the registry: for `.spec()` and `.meta()` to fill."""
+        group = cls.__new__(cls)
+        _Wrapper.__init__(group, {"metadata": {"name": name, "namespace": namespace}, "spec": {}})
+        return group
+
+    def timeout(self, seconds: int | None) -> Self:
+        """`spec.scheduleTimeoutSeconds`; None: left as it is."""
+        return self if seconds is None else self.spec(scheduleTimeoutSeconds=seconds)
+
+    def min_resources(self, resources: dict[str, Any] | None) -> Self:
+        """`spec.minResources`; None or {}: left as it is."""
+        return self.spec(minResources=dict(resources)) if resources else self
+
+    def member(self, i: int, **fields: Any) -> Pod:
+        """Member `<name>-<i>` (in the group's namespace): `Pod(..., **fields).pod_group(name)`."""
+        namespace = self._obj["metadata"]["namespace"]
+        return Pod(f"{self.name}-{i}", namespace=namespace, **fields).pod_group(self.name)
+
+
+class NativePodGroup(_Wrapper):
+    """Kubernetes' PodGroup (`scheduling.k8s.io/v1beta1`, GenericWorkload): `spec.schedulingPolicy` the
+    `gang` policy of `min_count`, or the `basic` one (None); `.policy()` any other; `.member(i)` a member."""
+
+    def __init__(self, name: str, min_count: int | None, *, namespace: str = "default") -> None:
+        super().__init__({
+            "apiVersion": "scheduling.k8s.io/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {},
+        })
+        self.policy({"basic": {}} if min_count is None else {"gang": {"minCount": min_count}})
+
+    @classmethod
+    def bare(cls, name: str, namespace: str = "default") -> NativePodGroup:
+        """Only a name and a namespace, and an empty spec (no apiVersion, kind or policy), as a unit test
+        hands one to the registry: for `.policy()` and `.meta()` to fill."""
+        group = cls.__new__(cls)
+        _Wrapper.__init__(group, {"metadata": {"name": name, "namespace": namespace}, "spec": {}})
+        return group
+
+    def policy(self, policy: dict[str, Any]) -> Self:
+        """`spec.schedulingPolicy`, exactly this (e.g. `{"gang": {"minCount": 0}}`)."""
+        return self.spec(schedulingPolicy=policy)
+
+    def member(self, i: int, **fields: Any) -> Pod:
+        """Member `<name>-<i>` (in the group's namespace): `Pod(..., **fields).scheduling_group(name)`."""
+        namespace = self._obj["metadata"]["namespace"]
+        return Pod(f"{self.name}-{i}", namespace=namespace, **fields).scheduling_group(self.name)

@@ -19,20 +19,22 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
+from builders import (
+    Pod,
+    make_claim_template,
+    make_device_class,
+    make_gpu_slice,
+    make_node,
+    make_pod,
+    make_resource_claim,
+    pod_claim,
+)
 from conftest import StartScheduler, create_all, create_dra, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.config.schema import FILTER_PLUGINS
-from ai_scheduler.sim import make_node, make_pod
-from ai_scheduler.sim.objects import (
-    NVIDIA_DRIVER,
-    make_claim_template,
-    make_device_class,
-    make_gpu_slice,
-    make_resource_claim,
-    pod_claim,
-)
+from ai_scheduler.sim.objects import NVIDIA_DRIVER
 from ai_scheduler.status.tables import gpus_table
 from ai_scheduler.visibility.resources import gpu_node_items
 from e2e.test_e2e_scheduling import pod_condition
@@ -42,7 +44,8 @@ FINALIZER = "resource.kubernetes.io/delete-protection"
 
 
 def gpu_pod(name: str, *claims: dict[str, str], **kwargs: Any) -> dict[str, Any]:
-    return make_pod(name, resource_claims=list(claims), **kwargs)
+    """A pod whose GPUs are DRA claims (`pod_claim`)."""
+    return Pod(name, resource_claims=list(claims), **kwargs).obj()
 
 
 async def dra_nodes(api: KubeClient, *, dra: int = 2, plain: int = 1, gpus: int = 2,

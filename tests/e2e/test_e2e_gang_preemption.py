@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from backends import Cluster
+from builders import Pod, gpu_nodes, make_pdb, make_pod
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
@@ -23,7 +24,6 @@ from ai_scheduler.cache.gangs import (
 )
 from ai_scheduler.scheduler.gang_preemption import NO_GROUP_VICTIMS
 from ai_scheduler.scheduler.preemption import NOT_ELIGIBLE_NEVER
-from ai_scheduler.sim import make_node, make_pdb, make_pod
 from e2e.test_e2e_gangs import podgroup
 from e2e.test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
@@ -31,19 +31,17 @@ HOSTNAME = "kubernetes.io/hostname"
 INSUFFICIENT = "Insufficient nvidia.com/gpu"
 
 
-def gpu_nodes(count: int) -> list[dict[str, Any]]:
-    return [make_node(f"g{i}", cpu="16", memory="64Gi", gpus=4) for i in range(count)]
+def four_gpu_nodes(count: int) -> list[dict[str, Any]]:
+    return gpu_nodes(count, "g", cpu="16", memory="64Gi", gpus=4)
 
 
-def gang(name: str, size: int, priority: int, *, crd: bool = True, **kwargs: Any) -> list[dict[str, Any]]:
+def gang(name: str, size: int, priority: int, *, crd: bool = True, labels: dict[str, str] | None = None,
+         **kwargs: Any) -> list[dict[str, Any]]:
     """`size` pods of one GPU each: a PodGroup's members (`crd`), or a gang declared by labels alone."""
-    labels = {POD_GROUP_LABEL: name} if crd else {GROUP_NAME_LABEL: name, GROUP_MIN_LABEL: str(size)}
-    extra = kwargs.pop("labels", {})
-    return [
-        make_pod(f"{name}-{i}", cpu="1", memory="1Gi", gpus=1, priority=priority,
-                 labels={**labels, **extra}, **kwargs)
-        for i in range(size)
-    ]
+    declared = {} if crd else {GROUP_NAME_LABEL: name, GROUP_MIN_LABEL: str(size)}
+    pods = [Pod(f"{name}-{i}", cpu="1", memory="1Gi", gpus=1, priority=priority,
+                labels={**declared, **(labels or {})}, **kwargs) for i in range(size)]
+    return [(pod.pod_group(name) if crd else pod).obj() for pod in pods]
 
 
 def bound(cluster: Cluster, name: str) -> int:
@@ -89,7 +87,7 @@ async def test_a_gang_of_8_preempts_two_smaller_lower_priority_gangs_whole_and_l
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
-    await create_all(api, gpu_nodes(3), [])
+    await create_all(api, four_gpu_nodes(3), [])
     await fill(
         api,
         cluster,
@@ -138,7 +136,7 @@ async def test_a_gang_that_could_only_fit_by_evicting_its_equals_or_betters_wait
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
-    await create_all(api, gpu_nodes(2), [])
+    await create_all(api, four_gpu_nodes(2), [])
     await fill(api, cluster, {"peer": gang("peer", 4, 1000), "low": gang("low", 4, 10)})
     # Evicting `low` alone leaves room for 4 of 8: the peer's equal priority protects it.
     assert (await api.create_podgroup(podgroup("big", 8))).ok
@@ -166,7 +164,7 @@ async def test_a_disruption_budget_is_respected_and_a_never_gang_does_not_preemp
     # controller, where one runs, says the same for maxUnavailable 0).
     assert (await api.create_pod_disruption_budget(make_pdb("a", {"app": "a"}, max_unavailable=0))).ok
     running = await start_scheduler()
-    await create_all(api, gpu_nodes(3), [])
+    await create_all(api, four_gpu_nodes(3), [])
     await fill(api, cluster, {name: gang(name, 4, 10, labels={"app": name}) for name in ("a", "b", "c")})
 
     never = podgroup("polite", 4, annotations={PREEMPTION_POLICY_ANNOTATION: "Never"})
@@ -197,7 +195,7 @@ async def test_a_victim_gang_is_evicted_whole_even_from_nodes_the_preemptor_does
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     running = await start_scheduler()
-    await create_all(api, gpu_nodes(2), [])
+    await create_all(api, four_gpu_nodes(2), [])
     # `spread` has two members on each node; lone pods of a higher priority fill the rest.
     spread = gang("spread", 4, 5)
     for i, pod in enumerate(spread):

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
+from builders import Pod, PodGroup, gpu_nodes, make_node, make_pod
 from conftest import StartScheduler, create_all, fast_config, owner_job, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL, POD_GROUP_LABEL
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
 GPU = "nvidia.com/gpu"
@@ -27,34 +27,12 @@ def podgroup(
     annotations: dict[str, str] | None = None,
     min_resources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"minMember": min_member}
-    if timeout is not None:
-        spec["scheduleTimeoutSeconds"] = timeout
-    if min_resources:
-        spec["minResources"] = min_resources
-    return {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
-        "spec": spec,
-    }
+    group = PodGroup(name, min_member).timeout(timeout).min_resources(min_resources)
+    return group.annotations(annotations or {}).obj()
 
 
-def member(
-    group: str, i: int, *, gpus: int = 8, cpu: str = "1", labels: dict[str, str] | None = None, **kwargs: Any
-) -> dict[str, Any]:
-    return make_pod(
-        f"{group}-{i}",
-        gpus=gpus,
-        cpu=cpu,
-        memory="1Gi",
-        labels={POD_GROUP_LABEL: group, **(labels or {})},
-        **kwargs,
-    )
-
-
-def gpu_nodes(count: int, prefix: str = "gpu", **kwargs: Any) -> list[dict[str, Any]]:
-    return [make_node(f"{prefix}-{i}", cpu="32", memory="128Gi", gpus=8, **kwargs) for i in range(count)]
+def member(group: str, i: int, *, gpus: int = 8, cpu: str = "1", **kwargs: Any) -> dict[str, Any]:
+    return Pod(f"{group}-{i}", gpus=gpus, cpu=cpu, memory="1Gi", **kwargs).pod_group(group).obj()
 
 
 def bound_count(cluster: Cluster, prefix: str) -> int:
@@ -104,7 +82,7 @@ async def test_a_gang_binds_nothing_until_it_fits_whole_then_all_at_once(
         lambda: events(cluster, "train", "Unschedulable"), what="the PodGroup's event says why it waits"
     )
 
-    assert (await api.create_node(gpu_nodes(1, prefix="late")[0])).ok
+    assert (await api.create_node(gpu_nodes(1, "late-")[0])).ok
     await wait_for(
         lambda: bound_count(cluster, "train") == 4, what="all four bound once a fourth node appears"
     )
@@ -147,7 +125,7 @@ async def test_c_many_gangs_and_singles_complete_gangs_only_singles_flow(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     rng = random.Random(3)
-    nodes = [make_node(f"n{i}", cpu="32", memory="128Gi", gpus=4, pods=110) for i in range(100)]
+    nodes = gpu_nodes(100, "n", gpus=4)
     sizes = {f"g{i}": rng.randint(2, 16) for i in range(50)}
     await create_all(api, nodes, [])
     for name, size in sizes.items():
@@ -221,7 +199,7 @@ async def test_e_restart_mid_gang_completes_or_explains_the_partial_gang(
     assert "2 of 4 placed" in timeouts[0]["message"]
     assert podgroup_status(cluster, "resumed")["running"] == 2
     # Room appears: the restarted scheduler completes the gang and the failure becomes history.
-    assert (await api.create_node(gpu_nodes(1, prefix="late")[0])).ok
+    assert (await api.create_node(gpu_nodes(1, "late-")[0])).ok
     await wait_for(lambda: bound_count(cluster, "resumed") == 4, what="gang completed")
     await wait_for(
         lambda: podgroup_status(cluster, "resumed").get("phase") == "Running", what="PodGroup Running"

@@ -13,6 +13,7 @@ from collections import Counter
 from typing import Any
 
 from backends import Cluster
+from builders import Node, Pod, make_node, make_pod, make_pv, make_pvc, make_storage_class
 from conftest import StartScheduler, create_all, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
@@ -26,7 +27,6 @@ from ai_scheduler.scheduler.framework.plugins.volume_binding import (
     claim_not_found,
 )
 from ai_scheduler.scheduler.framework.plugins.volume_restrictions import READ_WRITE_ONCE_POD_CONFLICT
-from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
 from e2e.test_e2e_scheduling import events_for, pod_condition
 
 PREEMPTION_PART = " preemption: "
@@ -34,7 +34,7 @@ PREEMPTION_PART = " preemption: "
 
 def web_pod(name: str) -> dict[str, Any]:
     """A pod that serves on port 8080 of its node (a launcher, an exporter): `hostPort: 8080`."""
-    return make_pod(name, cpu="500m", memory="512Mi", ports=[{"containerPort": 8080, "hostPort": 8080}])
+    return Pod(name, cpu="500m", memory="512Mi", ports=[{"containerPort": 8080, "hostPort": 8080}]).obj()
 
 
 def nodes_of(cluster: Cluster, names: list[str]) -> list[str]:
@@ -174,11 +174,11 @@ def zoned_pod(name: str, min_domains: int | None = None) -> dict[str, Any]:
     }
     if min_domains is not None:
         constraint["minDomains"] = min_domains
-    return make_pod(name, cpu="500m", memory="512Mi", labels={"app": "spread"}, topology_spread=[constraint])
+    return Pod(name, cpu="500m", memory="512Mi", labels={"app": "spread"}, topology_spread=[constraint]).obj()
 
 
 def zoned_node(name: str, zone: str, cpu: str) -> dict[str, Any]:
-    return make_node(name, cpu=cpu, memory="256Gi", labels={ZONE: zone})
+    return Node(name, cpu=cpu, memory="256Gi", labels={ZONE: zone}).obj()
 
 
 async def test_pods_spread_over_zones_and_one_that_cannot_keep_the_skew_waits_for_a_new_zone(
@@ -222,7 +222,7 @@ HOSTNAME = "kubernetes.io/hostname"
 def claimant(name: str, claim: str) -> dict[str, Any]:
     """A pod that mounts the claim `claim` (a dataset, a checkpoint directory)."""
     volume = {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
-    return make_pod(name, cpu="500m", memory="512Mi", volumes=[volume])
+    return Pod(name, cpu="500m", memory="512Mi", volumes=[volume]).obj()
 
 
 def stored_claim(cluster: Cluster, name: str) -> dict[str, Any]:

@@ -9,27 +9,16 @@ from typing import Any
 
 import pytest
 from backends import Cluster
+from builders import NativePodGroup, Pod, gpu_nodes, make_node, make_pod
 from conftest import StartScheduler, create_all, wait_for
 from kubernetes_asyncio import client
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.sim import make_node, make_pod
-from e2e.test_e2e_gangs import bound_count, gpu_nodes
+from e2e.test_e2e_gangs import bound_count
 from e2e.test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
 REFUSED = "Unschedulable"
 NATIVE = "podgroups.scheduling.k8s.io"  # the store's name for Kubernetes PodGroups (tests/backends.py)
-
-
-def native_podgroup(name: str, min_count: int | None, namespace: str = "default") -> dict[str, Any]:
-    """A PodGroup with the gang policy (`min_count`) or the basic one (None)."""
-    policy = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
-    return {
-        "apiVersion": "scheduling.k8s.io/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"schedulingPolicy": policy},
-    }
 
 
 async def create_podgroup(api: KubeClient, podgroup: dict[str, Any]) -> None:
@@ -41,9 +30,7 @@ async def create_podgroup(api: KubeClient, podgroup: dict[str, Any]) -> None:
 
 
 def native_member(group: str, i: int, *, gpus: int = 8) -> dict[str, Any]:
-    pod = make_pod(f"{group}-{i}", gpus=gpus, cpu="1", memory="1Gi")
-    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
-    return pod
+    return Pod(f"{group}-{i}", gpus=gpus, cpu="1", memory="1Gi").scheduling_group(group).obj()
 
 
 def told(cluster: Cluster, group: str, count: int, prefix: str) -> bool:
@@ -62,7 +49,7 @@ async def test_a_native_gang_of_four_on_three_free_slots_binds_nothing_then_all_
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler()
-    await create_podgroup(api, native_podgroup("ranks", 4))
+    await create_podgroup(api, NativePodGroup("ranks", 4).obj())
     await create_all(api, gpu_nodes(3), [native_member("ranks", i) for i in range(4)])
     # kube-scheduler's words (measured on v1.37.2: "pod group is unschedulable, minCount (4) cannot be
     # satisfied: 3 scheduled, 0 remaining"), then why, in ours.
@@ -102,7 +89,7 @@ async def test_b_basic_policy_pods_are_placed_one_by_one(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler()
-    await create_podgroup(api, native_podgroup("serving", None))
+    await create_podgroup(api, NativePodGroup("serving", None).obj())
     await create_all(api, gpu_nodes(3), [native_member("serving", i) for i in range(4)])
     await wait_for(lambda: bound_count(cluster, "serving") == 3, what="three of four bound, one by one")
     unplaced = await wait_for(
@@ -122,7 +109,7 @@ async def test_b2_a_basic_group_none_of_whose_pods_fits_says_why_on_its_podgroup
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler()
-    await create_podgroup(api, native_podgroup("huge", None))
+    await create_podgroup(api, NativePodGroup("huge", None).obj())
     await create_all(api, gpu_nodes(1), [native_member("huge", i, gpus=16) for i in range(2)])
     condition = await wait_for(
         lambda: (condition := initially_scheduled(cluster, "huge")).get("reason") == REFUSED and condition,
@@ -143,7 +130,7 @@ async def test_c_a_pod_naming_a_missing_podgroup_waits_with_kubes_reason_until_i
     )
     assert all(pod_condition(cluster, f"later-{i}")["reason"] == "Unschedulable" for i in range(2))
     assert bound_count(cluster, "later") == 0
-    await create_podgroup(api, native_podgroup("later", 2))
+    await create_podgroup(api, NativePodGroup("later", 2).obj())
     await wait_for(lambda: bound_count(cluster, "later") == 2, what="both bound once the PodGroup exists")
 
 
@@ -151,7 +138,7 @@ async def test_d_a_gang_pod_short_of_its_quorum_waits_with_kubes_words(
     cluster: Cluster, api: KubeClient, start_scheduler: StartScheduler
 ) -> None:
     await start_scheduler()
-    await create_podgroup(api, native_podgroup("trio", 3))
+    await create_podgroup(api, NativePodGroup("trio", 3).obj())
     await create_all(api, gpu_nodes(3), [native_member("trio", i) for i in range(2)])
     words = "waiting for minCount pods from a gang to appear in scheduling queue"
     await wait_for(

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 from backends import Cluster
+from builders import Pod
 from conftest import StartScheduler, create_all, replace_atomically, wait_for
 
 from ai_scheduler.api.kube import KubeClient
@@ -33,7 +34,7 @@ def write_config(path: Path, active: str) -> None:
 
 
 def job(name: str, cpu: int, priority: int, duration: float = 0.15) -> dict[str, Any]:
-    return make_pod(name, cpu=str(cpu), memory="1Gi", priority=priority, duration=duration)
+    return Pod(name, cpu=str(cpu), memory="1Gi", priority=priority, duration=duration).obj()
 
 
 def bind_order(running: Any, names: set[str]) -> list[str]:

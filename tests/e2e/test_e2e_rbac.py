@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from backends import Cluster, KubeCluster
+from builders import NativePodGroup
 from conftest import StartScheduler, create_all, create_dra, wait_for
 from paths import ROOT
 
@@ -39,7 +40,7 @@ from ai_scheduler.sim.objects import (
 from e2e.test_e2e_gangs import bound_count, member, podgroup, podgroup_status
 from e2e.test_e2e_gpus import Agents, gpu_cluster, share
 from e2e.test_e2e_kube_parity import claimant, on_node, play_provisioner
-from e2e.test_e2e_native_gangs import create_podgroup, initially_scheduled, native_member, native_podgroup
+from e2e.test_e2e_native_gangs import create_podgroup, initially_scheduled, native_member
 from e2e.test_e2e_preemption import node_of
 from e2e.test_e2e_scheduling import events_for
 
@@ -131,7 +132,7 @@ async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
     await wait_for(lambda: bound_count(cluster, "pair") == 2, what="the gang bound")
     await wait_for(lambda: podgroup_status(cluster, "pair").get("phase"), what="the PodGroup's status")
     # A native gang: a Kubernetes PodGroup's condition.
-    await create_podgroup(api, native_podgroup("duo", 2))
+    await create_podgroup(api, NativePodGroup("duo", 2).obj())
     native = [native_member("duo", i, gpus=0) for i in range(2)]
     for pod in native:
         pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "100m"

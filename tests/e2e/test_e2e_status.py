@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster, KubeCluster, SimCluster
+from builders import PodGroup
 from conftest import StartScheduler, create_all, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
@@ -173,9 +174,7 @@ async def test_cancel_deletes_a_pod_and_whole_gangs_as_a_user(
         *(make_pod(f"trio-{i}", namespace="team-a", labels={POD_GROUP_LABEL: "trio"}) for i in range(3)),
         make_pod("bystander", namespace="team-a"),
     ]
-    trio = {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-            "metadata": {"name": "trio", "namespace": "team-a"}, "spec": {"minMember": 3}}
-    assert (await api.create_podgroup(trio)).ok
+    assert (await api.create_podgroup(PodGroup("trio", 3, namespace="team-a").obj())).ok
     await create_all(api, [], pods)
 
     # The other write commands take a gang too: every member at once.

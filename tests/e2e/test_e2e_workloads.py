@@ -38,12 +38,12 @@ from typing import Any
 
 import yaml
 from backends import Cluster, KubeCluster
+from builders import Node, owner_ref
 from conftest import StartScheduler, create_all, wait_for
 from kubernetes_asyncio import client
 from paths import DATA
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.sim import make_node
 from ai_scheduler.sim.controlplane import KUBERAY_NAMESPACE
 from e2e.test_e2e_scheduling import assert_not_overcommitted, pod_condition
 
@@ -59,7 +59,7 @@ CONTROLLER_DEADLINE = 90.0
 
 # --------------------------------------------------------------------------- cluster and objects
 def gpu_node(name: str, gpus: int) -> dict[str, Any]:
-    return make_node(name, cpu="32", memory="128Gi", gpus=gpus)
+    return Node(name, cpu="32", memory="128Gi", gpus=gpus).obj()
 
 
 def container(name: str, gpus: int) -> dict[str, Any]:
@@ -81,8 +81,8 @@ def pod_template(gpus: int, *, labels: dict[str, str] | None = None,
 def controller_ref(owner: dict[str, Any]) -> dict[str, Any]:
     """The controller ownerReference a controller puts on what it makes (metav1.NewControllerRef)."""
     meta = owner["metadata"]
-    return {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
-            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+    return owner_ref(owner["apiVersion"], owner["kind"], meta["name"], meta["uid"], controller=True,
+                     block_owner_deletion=True)
 
 
 async def body(response: Any) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from typing import Any
 import orjson
 import pytest
 import yaml
+from builders import Node, Pod, PodGroup, gpu_report, make_node, make_pod
 from hypothesis import HealthCheck, Phase, example, given, note, seed, settings
 from hypothesis import strategies as st
 from paths import ROOT
@@ -106,7 +107,7 @@ from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import build_frameworks
 from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION, PriorityEngine
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import SimApiServer
 from ai_scheduler.visibility.resources import API_VERSION
 from ai_scheduler.visibility.server import GROUP as API_GROUP
 
@@ -497,50 +498,21 @@ CONFIG = parse_config(fuzz_config_data())
 ZONE = CONFIG.scheduling.gang_topology_labels[0]
 
 
-def gpu_report(count: int = DEVICES) -> list[dict[str, Any]]:
-    """The agent's report: `count` NVLinked devices of 80 GiB."""
-    return [
-        {
-            "index": i,
-            "uuid": f"GPU-{i:04d}",
-            "model": "NVIDIA H100 80GB HBM3",
-            "memoryTotalMiB": DEVICE_MIB,
-            "memoryUsedMiB": 0,
-            "utilizationPct": 0,
-            "nvlinkPeers": [j for j in range(count) if j != i],
-            "pcie": {str(j): "PXB" for j in range(count) if j != i},
-        }
-        for i in range(count)
-    ]
-
-
 def base_nodes() -> list[dict[str, Any]]:
-    """A CPU node, a managed GPU node (2 devices) and a device-plugin GPU node, in two zones."""
+    """A CPU node, a managed GPU node (DEVICES NVLinked devices of 80 GiB) and a device-plugin GPU node,
+    in two zones."""
     return [
-        make_node("cpu-0", labels={ZONE: "a"}),
-        make_node(
-            "gpu-0",
-            labels={ZONE: "b", MANAGED_LABEL: "true"},
-            annotations={
-                GPUS_ANNOTATION: json.dumps(gpu_report()),
-                UPDATED_ANNOTATION: rfc3339(time.time(), millis=False),
-            },
-        ),
-        make_node("dp-0", gpus=4, labels={ZONE: "b"}),
+        Node("cpu-0", labels={ZONE: "a"}).obj(),
+        Node("gpu-0", labels={ZONE: "b"}).managed_gpus(json.dumps(gpu_report(DEVICES))).obj(),
+        Node("dp-0", gpus=4, labels={ZONE: "b"}).obj(),
     ]
 
 
 def podgroup(name: str, spec: dict[str, Any] | None = None, annotations: dict[str, Any] | None = None,
              ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "uid": f"pg-{name}"}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
-        "kind": "PodGroup",
-        "metadata": meta,
-        "spec": {"minMember": 1} if spec is None else spec,
-    }
+    fields = {"minMember": 1} if spec is None else spec
+    group = PodGroup(name, None, namespace=NAMESPACE).uid(f"pg-{name}").spec(**fields)
+    return (group if annotations is None else group.annotations(annotations)).obj()
 
 
 _names = iter(range(10**9))
@@ -548,10 +520,8 @@ _names = iter(range(10**9))
 
 def fuzz_pod(labels: dict[str, str], annotations: dict[str, str], node: str = "") -> dict[str, Any]:
     name = f"fuzz-{next(_names)}"
-    obj = make_pod(name, namespace=NAMESPACE, labels=labels, annotations=annotations, node_name=node or None)
-    obj["metadata"]["uid"] = f"uid-{name}"
-    obj["status"] = {"phase": "Running" if node else "Pending"}
-    return obj
+    pod = Pod(name, namespace=NAMESPACE, labels=labels, annotations=annotations, node_name=node or None)
+    return pod.uid().phase("Running" if node else "Pending").obj()
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The expected fragments are worked out by hand from the paper's definition: F_n(m) is all of n's free
 GPU capacity when m does not fit n (or asks no GPU), otherwise the free capacity of the devices m
 cannot use (below its share, or partly used for whole GPUs). The plugin tests build a small cache from
-the simulated cluster's builders (`make_pod`, and `NodeSpec.to_node`, which makes managed GPU nodes
+the tests' builder (`Pod`, tests/builders.py) and `NodeSpec.to_node` (which makes managed GPU nodes
 with the agent's report) and check that the node where the fragment grows least wins.
 """
 
@@ -13,6 +13,7 @@ import random
 
 import numpy as np
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.fragmentation import (
@@ -46,7 +47,6 @@ from ai_scheduler.scheduler.framework.plugins.gpu_fragmentation import (
     row_state,
 )
 from ai_scheduler.scheduler.framework.runtime import Framework
-from ai_scheduler.sim import make_pod
 from ai_scheduler.trace import NodeSpec
 
 GIB = 2**30
@@ -185,26 +185,17 @@ def cpu_node(name: str) -> NodeRecord:
 
 
 def share_pod(name: str, fraction: str, *, node: str | None = None, device: int = 0) -> PodRecord:
-    annotations = {GPU_FRACTION_ANNOTATION: fraction}
-    if node:
-        annotations[GPU_IDS_ANNOTATION] = str(device)
-    record = make_pod(name, cpu="1", memory="1Gi", annotations=annotations, node_name=node)
-    record["metadata"]["uid"] = f"uid-{name}"
-    if node:
-        record["status"] = {"phase": "Running"}
-    return PodRecord.from_api(record)
+    annotations = {GPU_FRACTION_ANNOTATION: fraction, **({GPU_IDS_ANNOTATION: str(device)} if node else {})}
+    pod = Pod(name, cpu="1", memory="1Gi", annotations=annotations, node_name=node).uid()
+    return (pod.phase("Running") if node else pod).record()
 
 
 def whole_pod(name: str, count: int, cpu: str = "1") -> PodRecord:
-    record = make_pod(name, cpu=cpu, memory="1Gi", annotations={GPU_COUNT_ANNOTATION: str(count)})
-    record["metadata"]["uid"] = f"uid-{name}"
-    return PodRecord.from_api(record)
+    return Pod(name, cpu=cpu, memory="1Gi", annotations={GPU_COUNT_ANNOTATION: str(count)}).uid().record()
 
 
 def cpu_pod(name: str, cpu: str) -> PodRecord:
-    record = make_pod(name, cpu=cpu, memory="1Gi")
-    record["metadata"]["uid"] = f"uid-{name}"
-    return PodRecord.from_api(record)
+    return Pod(name, cpu=cpu, memory="1Gi").uid().record()
 
 
 def cluster(*nodes: NodeRecord) -> SchedulerCache:
@@ -359,11 +350,9 @@ def test_coupled_plugin_keeps_nvlink_islands_whole_for_four_gpu_pods() -> None:
 
     cache = cluster(a100_node("whole"), a100_node("half"))
     for i in range(2):
-        record = make_pod(f"old{i}", cpu="1", memory="1Gi", node_name="half",
-                          annotations={GPU_COUNT_ANNOTATION: "1", GPU_IDS_ANNOTATION: str(i)})
-        record["metadata"]["uid"] = f"uid-old{i}"
-        record["status"] = {"phase": "Running"}
-        cache.set_pod(PodRecord.from_api(record))
+        annotations = {GPU_COUNT_ANNOTATION: "1", GPU_IDS_ANNOTATION: str(i)}
+        cache.set_pod(Pod(f"old{i}", cpu="1", memory="1Gi", node_name="half", annotations=annotations)
+                      .uid().phase("Running").record())
     assert cache.gpus.island[cache.row_of("half")].tolist() == [0, 0, 0, 0, 4, 4, 4, 4]
     config = default_config()
     chosen = {}

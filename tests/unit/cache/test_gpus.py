@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
 import pytest
+from builders import Node, Pod, gpu_report_text
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import (
@@ -15,9 +15,6 @@ from ai_scheduler.cache.gpus import (
     GPU_FRACTION_ANNOTATION,
     GPU_IDS_ANNOTATION,
     GPU_MEMORY_ANNOTATION,
-    GPUS_ANNOTATION,
-    MANAGED_LABEL,
-    UPDATED_ANNOTATION,
     GpuRequest,
     gpu_request,
     nvlink_islands,
@@ -26,7 +23,6 @@ from ai_scheduler.cache.gpus import (
 )
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.cache.tenancy import GPU_FRACTION, quota_amounts
-from ai_scheduler.log import rfc3339
 from ai_scheduler.scheduler.framework.plugins.gpu import (
     NOT_MANAGED,
     GpuAvoidance,
@@ -41,70 +37,22 @@ from ai_scheduler.scheduler.framework.runtime import Framework
 GI = 2**30
 
 
-def report(
-    count: int = 8,
-    memory_gib: int = 80,
-    islands: list[list[int]] | None = None,
-    used_gib: dict[int, int] | None = None,
-    errors: dict[int, str] | None = None,
-) -> str:
-    """An agent report: NVLink inside each island, PXB inside an island, SYS across islands."""
-    islands = islands or [list(range(count))]
-    island_of = {i: n for n, island in enumerate(islands) for i in island}
-    devices: list[dict[str, Any]] = []
-    for i in range(count):
-        if errors and i in errors:
-            devices.append({"index": i, "error": errors[i]})
-            continue
-        devices.append(
-            {
-                "index": i,
-                "uuid": f"GPU-{i:04d}",
-                "model": "NVIDIA H100 80GB HBM3",
-                "memoryTotalMiB": memory_gib * 1024,
-                "memoryUsedMiB": (used_gib or {}).get(i, 0) * 1024,
-                "utilizationPct": 0,
-                "nvlinkPeers": [j for j in islands[island_of[i]] if j != i],
-                "pcie": {
-                    str(j): ("PXB" if island_of[j] == island_of[i] else "SYS") for j in range(count) if j != i
-                },
-            }
-        )
-    return orjson.dumps(devices).decode()
+def report(count: int = 8, **fields: Any) -> str:
+    """An agent report (`gpu_report`): NVLink inside each island, PXB inside an island, SYS across islands."""
+    return gpu_report_text(count, **fields)
 
 
 def managed_node(
     name: str, text: str | None = None, *, updated: float | None = None, labels: dict[str, str] | None = None
 ) -> NodeRecord:
-    annotations = {}
-    if text is not None:
-        annotations[GPUS_ANNOTATION] = text
-        annotations[UPDATED_ANNOTATION] = rfc3339(time.time() if updated is None else updated, millis=False)
-    return NodeRecord.from_api(
-        {
-            "metadata": {
-                "name": name,
-                "labels": {MANAGED_LABEL: "true", **(labels or {})},
-                "annotations": annotations,
-            },
-            "status": {
-                "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-    )
+    node = Node.bare(name).labels(labels or {}).managed_gpus(text, updated=updated)
+    return node.allocatable({"cpu": "64", "memory": "512Gi", "pods": "110"}, ready=True).record()
 
 
 def plain_node(name: str, gpus: int = 0) -> NodeRecord:
-    allocatable = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    if gpus:
-        allocatable["nvidia.com/gpu"] = str(gpus)
-    return NodeRecord.from_api(
-        {
-            "metadata": {"name": name},
-            "status": {"allocatable": allocatable, "conditions": [{"type": "Ready", "status": "True"}]},
-        }
-    )
+    gpu = {"nvidia.com/gpu": str(gpus)} if gpus else {}
+    allocatable = {"cpu": "64", "memory": "512Gi", "pods": "110", **gpu}
+    return Node.bare(name).allocatable(allocatable, ready=True).record()
 
 
 def gpu_pod(
@@ -116,25 +64,11 @@ def gpu_pod(
     node: str = "",
     ids: str | None = None,
 ) -> PodRecord:
-    annotations = {}
-    if count is not None:
-        annotations[GPU_COUNT_ANNOTATION] = str(count)
-    if memory is not None:
-        annotations[GPU_MEMORY_ANNOTATION] = memory
-    if fraction is not None:
-        annotations[GPU_FRACTION_ANNOTATION] = fraction
-    if ids is not None:
-        annotations[GPU_IDS_ANNOTATION] = ids
-    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
-    if node:
-        spec["nodeName"] = node
-    return PodRecord.from_api(
-        {
-            "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", "annotations": annotations},
-            "spec": spec,
-            "status": {"phase": "Running" if node else "Pending"},
-        }
-    )
+    wanted = {GPU_COUNT_ANNOTATION: count, GPU_MEMORY_ANNOTATION: memory, GPU_FRACTION_ANNOTATION: fraction,
+              GPU_IDS_ANNOTATION: ids}
+    annotations = {key: str(value) for key, value in wanted.items() if value is not None}
+    pod = Pod.bare(name, "ml").uid().annotations(annotations).container("c", requests={"cpu": "1"}).on(node)
+    return pod.phase("Running" if node else "Pending").record()
 
 
 def framework(cache: SchedulerCache, staleness: float = 120.0) -> Framework:

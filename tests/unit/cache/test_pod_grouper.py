@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from builders import Pod, owner_ref
+from builders import NativePodGroup, Pod
 
 from ai_scheduler.cache.gangs import GangRegistry, gang_ref, owner_key
 from ai_scheduler.cache.pod_grouper import OwnerSpec, infer_gang, parse_owner
@@ -25,10 +25,8 @@ def grouped_pod(name: str, *, labels: dict[str, str] | None = None, annotations:
     pod = (Pod.bare(name, NS).uid(uid).labels(labels or {}).annotations(annotations or {})
            .spec(schedulerName="ai-scheduler").container("main", "x").phase("Pending"))
     if owner is not None:
-        api, kind, owner_name = owner
-        pod.owners(owner_ref(api, kind, owner_name, f"uid-{owner_name}", controller=True,
-                             block_owner_deletion=True))
-    return (pod.spec(schedulingGroup={"podGroupName": group}) if group is not None else pod).record()
+        pod.controlled_by(*owner)
+    return (pod.scheduling_group(group) if group is not None else pod).record()
 
 
 def obj(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -301,8 +299,7 @@ def test_an_owner_seen_after_its_pods_regroups_them() -> None:
 
 
 def native_podgroup(name: str, policy: dict[str, Any], generation: int = 1) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "generation": generation},
-            "spec": {"schedulingPolicy": policy}}
+    return NativePodGroup.bare(name, NS).uid().meta(generation=generation).policy(policy).obj()
 
 
 def test_native_gang_basic_and_missing_podgroups() -> None:

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from builders import Node, Pod
 
 from ai_scheduler.cache.records import (
     DEFAULT_SCORE_CPU_MILLI,
@@ -241,8 +242,7 @@ def test_zero_requests_are_dropped() -> None:
 
 # --------------------------------------------------------------------------- pod records
 def pod_json(spec: dict[str, Any], **meta: Any) -> dict[str, Any]:
-    metadata = {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7"} | meta
-    return {"metadata": metadata, "spec": spec, "status": {}}
+    return Pod.bare("p").uid("u1").rv("7").meta(**meta).spec(**spec).status().obj()
 
 
 def test_invalid_quantity_becomes_spec_error_not_an_exception() -> None:
@@ -411,11 +411,10 @@ def test_taint_description() -> None:
 
 # --------------------------------------------------------------------------- node records
 def node_json(**status: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "n1", "resourceVersion": "3", "labels": {"zone": "a"}},
-            "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
-                                {"key": "spot", "effect": "PreferNoSchedule"}],
-                     "unschedulable": True},
-            "status": status}
+    taints = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+              {"key": "spot", "effect": "PreferNoSchedule"}]
+    return (Node.bare("n1").rv("3").labels({"zone": "a"}).spec(taints=taints, unschedulable=True)
+            .status(**status).obj())
 
 
 def test_node_record_fields() -> None:

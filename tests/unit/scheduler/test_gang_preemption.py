@@ -7,13 +7,13 @@ import io
 from typing import Any
 
 import numpy as np
+from builders import NativePodGroup, Node, Pod, PodGroup, make_node, make_pdb, make_pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import (
     GROUP_MIN_LABEL,
     GROUP_NAME_LABEL,
-    POD_GROUP_LABEL,
     PREEMPTION_POLICY_ANNOTATION,
     Gang,
     GangRegistry,
@@ -34,7 +34,6 @@ from ai_scheduler.scheduler.preemption import (
     Preemptor,
 )
 from ai_scheduler.scheduler.victims import Plan
-from ai_scheduler.sim import make_node, make_pdb, make_pod
 from ai_scheduler.trace import NodeSpec
 
 LOW, MID, HIGH = 10, 50, 1000
@@ -54,18 +53,17 @@ class RecordedEvictions:
 
 
 def gpu_node(name: str, gpus: int = 4) -> dict[str, Any]:
-    return make_node(name, cpu="16", memory="64Gi", gpus=gpus)
+    return Node(name, cpu="16", memory="64Gi", gpus=gpus).obj()
 
 
 def member(
-    group: str, i: int, priority: int, node: str = "", *, size: int = 4, crd: bool = False, **kwargs: Any
+    group: str, i: int, priority: int, node: str = "", *, size: int = 4, crd: bool = False,
+    labels: dict[str, str] | None = None, gpus: int = 1, **kwargs: Any,
 ) -> dict[str, Any]:
-    labels = {POD_GROUP_LABEL: group} if crd else {GROUP_NAME_LABEL: group, GROUP_MIN_LABEL: str(size)}
-    labels.update(kwargs.pop("labels", {}))
-    return make_pod(
-        f"{group}-{i}", cpu="1", memory="1Gi", gpus=kwargs.pop("gpus", 1), priority=priority,
-        node_name=node or None, labels=labels, **kwargs,
-    )
+    declared = {} if crd else {GROUP_NAME_LABEL: group, GROUP_MIN_LABEL: str(size)}
+    pod = Pod(f"{group}-{i}", cpu="1", memory="1Gi", gpus=gpus, priority=priority, node_name=node or None,
+              labels={**declared, **(labels or {})}, **kwargs)
+    return (pod.pod_group(group) if crd else pod).obj()
 
 
 def placed_gang(group: str, priority: int, nodes: list[str], **kwargs: Any) -> list[dict[str, Any]]:
@@ -231,23 +229,15 @@ def test_the_gangs_preemption_policy() -> None:
     # A PodGroup that says Never, by the v1.37 field or by our annotation.
     never = {PREEMPTION_POLICY_ANNOTATION: "Never"}
     for field, said in (({"preemptionPolicy": "Never"}, {}), ({}, never)):
-        cluster.gangs.set_podgroup({
-            "metadata": {"namespace": "default", "name": "pg", "uid": "pg", "annotations": said},
-            "spec": {"minMember": 2, **field},
-        })
+        cluster.gangs.set_podgroup(PodGroup.bare("pg").uid("pg").annotations(said)
+                                   .spec(minMember=2, **field).obj())
         gang, records = cluster.incoming([member("pg", i, HIGH, crd=True) for i in range(2)])
         assert cluster.post_filter(gang, records).message == POST_FILTER_PREFIX + NOT_ELIGIBLE_NEVER
     # A Kubernetes PodGroup (scheduling.k8s.io/v1beta1) whose spec.preemptionPolicy says Never.
-    cluster.gangs.set_native_podgroup({
-        "metadata": {"namespace": "default", "name": "kpg", "uid": "kpg"},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "preemptionPolicy": "Never"},
-    })
-    native = []
-    for i in range(2):
-        pod = member("kpg", i, HIGH, labels={})
-        pod["metadata"]["labels"] = {}
-        pod["spec"]["schedulingGroup"] = {"podGroupName": "kpg"}
-        native.append(pod)
+    cluster.gangs.set_native_podgroup(NativePodGroup.bare("kpg").uid("kpg").policy({"gang": {"minCount": 2}})
+                                      .spec(preemptionPolicy="Never").obj())
+    native = [Pod(f"kpg-{i}", cpu="1", memory="1Gi", gpus=1, priority=HIGH).labels({})
+              .scheduling_group("kpg").obj() for i in range(2)]
     gang, records = cluster.incoming(native)
     assert gang.key == "default/PodGroup/kpg"
     assert cluster.post_filter(gang, records).message == POST_FILTER_PREFIX + NOT_ELIGIBLE_NEVER

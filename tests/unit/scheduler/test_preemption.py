@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+from builders import Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
@@ -308,7 +309,7 @@ class Cluster:
 def bound(
     name: str, node: str, cpu: str, priority: int, labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    return make_pod(name, cpu=cpu, memory=None, priority=priority, node_name=node, labels=labels)
+    return Pod(name, cpu=cpu, memory=None, priority=priority, node_name=node, labels=labels).obj()
 
 
 def test_the_node_whose_victims_no_budget_protects_is_chosen() -> None:
@@ -435,9 +436,8 @@ def test_a_reserved_node_is_charged_only_when_the_pod_could_otherwise_use_it() -
 
 
 def gpu_holder(name: str, node: str, priority: int, device: int) -> dict[str, Any]:
-    pod = bound(name, node, "1", priority)
-    pod["metadata"]["annotations"] = {GPU_COUNT_ANNOTATION: "1", GPU_IDS_ANNOTATION: str(device)}
-    return pod
+    return (Pod(name, cpu="1", memory=None, priority=priority, node_name=node)
+            .annotations({GPU_COUNT_ANNOTATION: "1", GPU_IDS_ANNOTATION: str(device)}).obj())
 
 
 def test_a_pod_asking_for_managed_gpus_evicts_the_lowest_pod_holding_one() -> None:

@@ -21,11 +21,9 @@ import numpy as np
 from builders import Node, Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.cache.gpus import GPUS_ANNOTATION, MANAGED_LABEL, UPDATED_ANNOTATION
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.config.schema import DEFAULT_SCORE_RESOURCES
-from ai_scheduler.log import rfc3339
 from ai_scheduler.scheduler.framework.interface import ScorePlugin, StaticResults
 from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.framework.plugins.gpu import gpu_nodes
@@ -49,19 +47,8 @@ def packed_node(name: str, *, cpu: str = "8", memory: str = "16Gi", gpus: int = 
 def managed_node(name: str) -> NodeRecord:
     """A node whose GPUs ai-scheduler assigns itself: no nvidia.com/gpu in allocatable, one device."""
     report = '[{"index": 0, "uuid": "GPU-0", "model": "H100", "memoryTotalMiB": 81920, "memoryUsedMiB": 0}]'
-    return NodeRecord.from_api(
-        {
-            "metadata": {
-                "name": name,
-                "labels": {MANAGED_LABEL: "true"},
-                "annotations": {GPUS_ANNOTATION: report, UPDATED_ANNOTATION: rfc3339(millis=False)},
-            },
-            "status": {
-                "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-            },
-        }
-    )
+    node = Node.bare(name).managed_gpus(report)
+    return node.allocatable({"cpu": "8", "memory": "16Gi", "pods": "110"}, ready=True).record()
 
 
 def packed_pod(name: str, *, cpu: str, memory: str = "1Gi", gpus: int = 0, node_name: str = "") -> PodRecord:

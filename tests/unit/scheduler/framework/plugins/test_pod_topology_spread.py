@@ -209,7 +209,7 @@ SINGLE_CONSTRAINT_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[PodRe
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, OK]),
     ("NodeAffinityPolicy ignored with labelSelectors",
      spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, affinity_policy="Ignore")],
-         node_selector={"foo": ""}),
+                node_selector={"foo": ""}),
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("NodeAffinityPolicy honored with nodeAffinity",
      spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO)], affinity={"nodeAffinity": {
@@ -218,8 +218,9 @@ SINGLE_CONSTRAINT_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[PodRe
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, OK]),
     ("NodeAffinityPolicy ignored with nodeAffinity",
      spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, affinity_policy="Ignore")],
-         affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-             {"matchExpressions": [{"key": "foo", "operator": "In", "values": [""]}]}]}}}),
+                affinity={"nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "foo", "operator": "In", "values": [""]}]}]}}}),
      NODE_AND_FOO, foo_pods("p-b1@node-a", "p-b2@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("NodeTaintsPolicy honored",
      spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", DNS, FOO, taints_policy="Honor")]),
@@ -281,12 +282,13 @@ MULTIPLE_CONSTRAINT_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[Pod
      foo_pods("p-a1@node-a", "p-y3@node-y"), [SKEW, OK, UNRESOLVABLE, SKEW]),
     ("two node inclusion Constraints, zone: honor/ignore, node: ignore/ignore",
      spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
-         constraints=[spread(1, "zone", DNS, FOO), spread(1, "node", DNS, FOO, affinity_policy="Ignore")]),
+                constraints=[spread(1, "zone", DNS, FOO),
+                             spread(1, "node", DNS, FOO, affinity_policy="Ignore")]),
      [*ZONES_WITH_FOO, spread_node("node-y", {"zone": "zone2", "node": "node-y"})],
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("two node inclusion Constraints, zone: honor/honor, node: honor/ignore",
      spread_pod("p", {"foo": ""}, constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor"),
-                                        spread(1, "node", DNS, FOO)]),
+                                               spread(1, "node", DNS, FOO)]),
      [*ZONES_WITH_FOO, spread_node("node-y", {"zone": "zone2", "node": "node-y"}, UNSCHEDULABLE_TAINT)],
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-y1@node-y"), [SKEW, SKEW, OK, SKEW]),
     ("two node inclusion Constraints, zone: honor/ignore, node: honor/ignore",
@@ -298,8 +300,8 @@ MULTIPLE_CONSTRAINT_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[Pod
      foo_pods("p-a1@node-a", "p-b1@node-b", "p-y1@node-y"), [SKEW, OK, OK, SKEW]),
     ("two node inclusion Constraints, zone: honor/honor, node: ignore/ignore",
      spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
-         constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor"),
-                      spread(1, "node", DNS, FOO, affinity_policy="Ignore")]),
+                constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor"),
+                             spread(1, "node", DNS, FOO, affinity_policy="Ignore")]),
      [spread_node("node-a", {"zone": "zone1", "node": "node-a", "foo": ""}),
       spread_node("node-b", {"zone": "zone1", "node": "node-b"}),
       spread_node("node-x", {"zone": "zone2", "node": "node-x", "foo": ""}),
@@ -429,14 +431,14 @@ SCORE_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[NodeRecord], list
      NODE_LABELLED, [], PODS_2_1_1, [0, 33, 100]),
     ("NodeAffinityPolicy ignored with labelSelectors",
      spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
-         constraints=[spread(1, "node", SA, FOO, affinity_policy="Ignore")]),
+                constraints=[spread(1, "node", SA, FOO, affinity_policy="Ignore")]),
      NODE_LABELLED, [], PODS_2_1_1, [66, 100, 100]),
     ("NodeAffinityPolicy honoed with nodeAffinity",
      spread_pod("p", {"foo": ""}, affinity=FOO_IN_EMPTY, constraints=[spread(1, "node", SA, FOO)]),
      NODE_LABELLED, [], PODS_2_1_1, [0, 33, 100]),
     ("NodeAffinityPolicy ignored with nodeAffinity",
      spread_pod("p", {"foo": ""}, affinity=FOO_IN_EMPTY,
-         constraints=[spread(1, "node", SA, FOO, affinity_policy="Ignore")]),
+                constraints=[spread(1, "node", SA, FOO, affinity_policy="Ignore")]),
      NODE_LABELLED, [], PODS_2_1_1, [66, 100, 100]),
     ("NodeTaintsPolicy honored",
      spread_pod("p", {"foo": ""}, constraints=[spread(1, "node", SA, FOO, taints_policy="Honor")]),
@@ -446,14 +448,16 @@ SCORE_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[NodeRecord], list
      [spread_node("node-a", {"node": "node-a"}), spread_node("node-b", {"node": "node-b"}),
       spread_node("node-c", {"node": "node-c"}, UNSCHEDULABLE_TAINT)], [], PODS_2_1_1, [66, 100, 100]),
     ("matchLabelKeys ANDed with LabelSelector when LabelSelector is empty",
-     spread_pod("p", {"foo": "", "bar": ""}, constraints=[spread(1, "zone", SA, {}, match_label_keys=["foo"]),
-                                                   spread(1, HOSTNAME, SA, {}, match_label_keys=["bar"])]),
+     spread_pod("p", {"foo": "", "bar": ""},
+                constraints=[spread(1, "zone", SA, {}, match_label_keys=["foo"]),
+                             spread(1, HOSTNAME, SA, {}, match_label_keys=["bar"])]),
      ZONED_ABCD, [], [existing("p-a1@node-a", {"foo": ""}), existing("p-b1@node-b", {"foo": "", "bar": ""}),
                       existing("p-y1@node-c", {"foo": ""}), existing("p-y2@node-c", {"bar": ""})],
      [60, 20, 60, 100]),
     ("matchLabelKeys ANDed with LabelSelector when LabelSelector isn't empty",
      spread_pod("p", {"foo": "", "bar": "", "baz": ""},
-         constraints=[spread(1, "zone", SA, FOO), spread(1, HOSTNAME, SA, BAR, match_label_keys=["baz"])]),
+                constraints=[spread(1, "zone", SA, FOO),
+                             spread(1, HOSTNAME, SA, BAR, match_label_keys=["baz"])]),
      ZONED_ABCD, [],
      [existing("p-a1@node-a", {"foo": ""}), existing("p-b1@node-b", {"foo": "", "bar": "", "baz": ""}),
       existing("p-c1@node-c", {"foo": ""}), existing("p-c2@node-c", {"bar": ""}),
@@ -549,7 +553,7 @@ def test_default_selector_merges_services_and_the_controllers_selector_as_kube_d
     workloads.apply(REPLICATION_CONTROLLERS, "ADDED", {"metadata": {"namespace": "elsewhere", "name": "rc"},
                                                        "spec": {"selector": {"rc": "yes"}}})
     lone = workloads.default_selector(spread_pod("q", {"rc": "yes"}, namespace="elsewhere",
-                                          owner=("v1", "ReplicationController", "rc")))
+                                                 owner=("v1", "ReplicationController", "rc")))
     assert lone is not None and [(r.key, tuple(r.values)) for r in lone.requirements] == [("rc", ("yes",))]
     workloads.apply(SERVICES, "DELETED", {"metadata": {"namespace": "default", "name": "a"}})
     workloads.apply(SERVICES, "DELETED", {"metadata": {"namespace": "default", "name": "b"}})
@@ -688,7 +692,7 @@ def test_the_default_profile_runs_the_plugin_with_kubes_weight_and_reads_the_sta
     filters = [NodeAffinityFilter(), TaintTolerationFilter(), PodTopologySpreadFilter()]
     framework = Framework("ai-scheduler", filters, [], cache)
     incoming = spread_pod("p", {"foo": ""}, node_selector={"foo": ""},
-                   constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor")])
+                          constraints=[spread(1, "zone", DNS, FOO, taints_policy="Honor")])
     framework.schedule(incoming)
     entries = len(framework.static._entries)
     framework.feasible_rows(incoming)
@@ -839,7 +843,7 @@ def random_case(rng: random.Random) -> tuple[list[NodeRecord], list[PodRecord], 
 
     pods = [
         spread_pod(f"e{i}", labels_of(), on=rng.choice(nodes).name,
-            namespace=rng.choice(["default", "default", "other"]), terminating=rng.random() < 0.1)
+                   namespace=rng.choice(["default", "default", "other"]), terminating=rng.random() < 0.1)
         for i in range(rng.randint(0, 40))
     ]
     constraints = []
@@ -851,8 +855,8 @@ def random_case(rng: random.Random) -> tuple[list[NodeRecord], list[PodRecord], 
             rng.choice([None, ["tier"]]),
         ))
     incoming = spread_pod("incoming", labels_of(), constraints=constraints,
-                   node_selector={"foo": ""} if rng.random() < 0.3 else None,
-                   tolerations=[{"key": "t", "operator": "Exists"}] if rng.random() < 0.3 else None)
+                          node_selector={"foo": ""} if rng.random() < 0.3 else None,
+                          tolerations=[{"key": "t", "operator": "Exists"}] if rng.random() < 0.3 else None)
     assert incoming.spec_error == ""
     return nodes, pods, incoming
 

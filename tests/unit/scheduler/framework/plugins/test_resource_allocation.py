@@ -128,7 +128,7 @@ KUBE_CASES: list[tuple[str, PodRecord, list[NodeRecord], list[PodRecord], Mappin
         table_pod("p", {"cpu": "0", "memory": "0", GPU: "1"}),
         [table_node("node1", 3500, 40000, gpus=8), table_node("node2", 3500, 40000, gpus=8)],
         [table_pod("e1", cpu_and_memory("1000m", "2000"), {"cpu": "2000m", "memory": "3000", GPU: "3"},
-             node_name="node1"),
+                   node_name="node1"),
          table_pod("e2", *ONE_TWO, node_name="node2")],
         CPU_MEMORY_GPU,
         [75, 76],

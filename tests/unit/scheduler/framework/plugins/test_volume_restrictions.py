@@ -100,9 +100,7 @@ def test_ephemeral_claims_are_not_counted() -> None:
 
 # ------------------------------------------------------------------ disk conflicts
 def disk_pod(name: str, kind: str, source: dict[str, Any], node: str | None = None) -> PodRecord:
-    obj = make_pod(name, node_name=node, volumes=[{"name": "disk", kind: source}])
-    obj["metadata"]["uid"] = f"uid-{name}"
-    return PodRecord.from_api(obj)
+    return Pod(name, node_name=node, volumes=[{"name": "disk", kind: source}]).uid().record()
 
 
 @pytest.mark.parametrize(
