@@ -33,6 +33,7 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.log import rfc3339
 from ai_scheduler.sim.objects import (
     GPU_RESOURCE,
+    NVIDIA_DRIVER,
     claim_spec,
     device_request,
     make_claim_template,
@@ -51,6 +52,7 @@ from ai_scheduler.sim.objects import (
 
 __all__ = [
     "GPU_RESOURCE",
+    "NVIDIA_DRIVER",
     "NativePodGroup",
     "Node",
     "Pod",

@@ -66,16 +66,19 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
-
-from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
-from ai_scheduler.sim.objects import (
+from builders import (
     NVIDIA_DRIVER,
     claim_spec,
     device_request,
     make_claim_template,
     make_device_class,
     make_gpu_slice,
+    make_node,
+    make_pod,
+    make_pv,
+    make_pvc,
     make_resource_claim,
+    make_storage_class,
     pod_claim,
 )
 

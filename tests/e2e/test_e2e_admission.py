@@ -23,13 +23,12 @@ from typing import Any
 
 import pytest
 from backends import Cluster, KubeCluster
-from builders import Pod
+from builders import Pod, make_node
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.admission_policy import POLICY_NAME, admission_policy, render
 from ai_scheduler.config import Config, parse_config
-from ai_scheduler.sim import make_node
 from ai_scheduler.sim.controlplane import ControlPlane
 
 pytestmark = pytest.mark.backend(

@@ -30,13 +30,13 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
+from builders import make_node, make_pod
 from conftest import RunningScheduler, StartScheduler, create_all, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.gangs import POD_GROUP_LABEL
 from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_MEMORY_ANNOTATION
 from ai_scheduler.quantity import to_units
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_gangs import podgroup
 from e2e.test_e2e_gpus import (  # noqa: F401  (gpu_cluster: a fixture, used by name)
     DEVICE,

@@ -6,11 +6,11 @@ from collections import Counter
 from pathlib import Path
 
 from backends import Cluster
+from builders import make_node, make_pod
 from conftest import StartScheduler, create_all, replace_atomically, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import load_config
-from ai_scheduler.sim import make_node, make_pod
 
 SPREAD = """
 server: {port: 0, bindAddress: 127.0.0.1}

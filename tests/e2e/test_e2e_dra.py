@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from backends import Cluster, SimCluster
 from builders import (
+    NVIDIA_DRIVER,
     Pod,
     make_claim_template,
     make_device_class,
@@ -34,7 +35,6 @@ from conftest import StartScheduler, create_all, create_dra, stored_pod, wait_fo
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.config.schema import FILTER_PLUGINS
-from ai_scheduler.sim.objects import NVIDIA_DRIVER
 from ai_scheduler.status.tables import gpus_table
 from ai_scheduler.visibility.resources import gpu_node_items
 from e2e.test_e2e_scheduling import pod_condition

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from backends import Cluster, KubeCluster
+from builders import make_node, make_pod
 from conftest import StartScheduler, create_all, fast_config, wait_for
 
 from ai_scheduler.api.kube import ELASTICQUOTAS, KubeClient
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_scheduling import pod_condition
 
 NAMESPACE = "eq-team"

@@ -29,12 +29,12 @@ from typing import Any
 import orjson
 import pytest
 from backends import Cluster, KubeCluster
+from builders import make_node, make_pod
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, parse_config
 from ai_scheduler.daemon.leader import ROLE_LABEL
-from ai_scheduler.sim import make_node, make_pod
 
 COMMAND = [sys.executable, "-m", "ai_scheduler"]
 NAMESPACE, LEASE = "kube-system", "ai-scheduler"

@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 from backends import Cluster
-from builders import Pod
+from builders import Pod, make_node
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.log import parse_time
-from ai_scheduler.sim import make_node
 from ai_scheduler.tracesim.forecast import forecaster
 from ai_scheduler.visibility.resources import queue_view
 

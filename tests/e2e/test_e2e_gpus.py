@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster, SimCluster
+from builders import make_node, make_pod
 from conftest import RunningScheduler, StartScheduler, create_all, wait_for
 
 from ai_scheduler.agent import FakeNvml, NodeAgent
@@ -28,7 +29,6 @@ from ai_scheduler.cache.gpus import (
 )
 from ai_scheduler.config import parse_config
 from ai_scheduler.quantity import to_units
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_scheduling import pod_condition
 
 GI = 2**30

@@ -8,12 +8,11 @@ from typing import Any
 
 import yaml
 from backends import Cluster
-from builders import Pod
+from builders import Pod, make_node, make_pod
 from conftest import StartScheduler, create_all, replace_atomically, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import load_config, parse_config
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_scheduling import pod_condition
 
 BASE: dict[str, Any] = {

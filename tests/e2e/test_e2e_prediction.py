@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 from backends import Cluster
+from builders import make_node
 from conftest import StartScheduler, create_all, wait_for
 from paths import DATA
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cli import main
 from ai_scheduler.config import load_config
-from ai_scheduler.sim import make_node
 from ai_scheduler.trace import TraceJob
 from ai_scheduler.trace.pods import pod_of
 

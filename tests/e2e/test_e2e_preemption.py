@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster
+from builders import make_node, make_pdb, make_pod
 from conftest import StartScheduler, create_all, fast_config, owner_job, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
@@ -16,7 +17,7 @@ from ai_scheduler.config import parse_config
 from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.scheduler.preemption import NO_VICTIMS, NOT_ELIGIBLE_NEVER
-from ai_scheduler.sim import SimApiServer, make_node, make_pdb, make_pod
+from ai_scheduler.sim import SimApiServer
 from e2e.test_e2e_gangs import member, podgroup
 from e2e.test_e2e_scheduling import assert_not_overcommitted, events_for, pod_condition
 

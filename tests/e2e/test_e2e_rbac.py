@@ -22,21 +22,25 @@ from typing import Any
 import pytest
 import yaml
 from backends import Cluster, KubeCluster
-from builders import NativePodGroup
+from builders import (
+    NVIDIA_DRIVER,
+    NativePodGroup,
+    make_claim_template,
+    make_device_class,
+    make_gpu_slice,
+    make_node,
+    make_pod,
+    make_pv,
+    make_pvc,
+    make_storage_class,
+    pod_claim,
+)
 from conftest import StartScheduler, create_all, create_dra, wait_for
 from paths import ROOT
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.pod_grouper import OWNER_RESOURCES
 from ai_scheduler.config import parse_config
-from ai_scheduler.sim import make_node, make_pod, make_pv, make_pvc, make_storage_class
-from ai_scheduler.sim.objects import (
-    NVIDIA_DRIVER,
-    make_claim_template,
-    make_device_class,
-    make_gpu_slice,
-    pod_claim,
-)
 from e2e.test_e2e_gangs import bound_count, member, podgroup, podgroup_status
 from e2e.test_e2e_gpus import Agents, gpu_cluster, share
 from e2e.test_e2e_kube_parity import claimant, on_node, play_provisioner

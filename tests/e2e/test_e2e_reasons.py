@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from backends import Cluster
+from builders import make_node, make_pod
 from conftest import RunningScheduler, StartScheduler, create_all, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
@@ -26,7 +27,6 @@ from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.decision_log import DecisionLog
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
 from ai_scheduler.scheduler.preemption import NO_VICTIMS
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_gangs import podgroup
 from e2e.test_e2e_scheduling import assert_not_overcommitted, events_for, pod_condition
 

@@ -20,11 +20,11 @@ from collections.abc import Callable
 
 import aiohttp
 from backends import Cluster, SimCluster
+from builders import make_node, make_pod
 from conftest import RunningScheduler, StartScheduler, create_all, fast_config, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_scheduling import assert_not_overcommitted, bound_pods
 
 NODES = 4

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from backends import Cluster
+from builders import make_node, make_pod
 from conftest import RunningScheduler, StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
 from ai_scheduler.scheduler.gang_preemption import NO_GROUP_VICTIMS
 from ai_scheduler.scheduler.priority import ESTIMATE_ANNOTATION as ESTIMATE
-from ai_scheduler.sim import make_node, make_pod
 from e2e.test_e2e_gangs import bound_count, member, podgroup
 from e2e.test_e2e_scheduling import assert_not_overcommitted
 

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 from backends import Cluster, SimCluster
+from builders import make_node, make_pod
 from conftest import StartScheduler, create_all, fast_config, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient, WatchExpired
@@ -18,7 +19,6 @@ from ai_scheduler.daemon.app import Scheduler
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.quantity import to_units
 from ai_scheduler.scheduler.preemption import NO_VICTIMS, NOT_HELPFUL
-from ai_scheduler.sim import make_node, make_pod
 
 
 def usage_by_node(cluster: Cluster) -> dict[str, Counter[str]]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from backends import Cluster, KubeCluster, SimCluster
-from builders import PodGroup
+from builders import PodGroup, make_node, make_pod
 from conftest import StartScheduler, create_all, stored_pod, wait_for
 
 from ai_scheduler.api.kube import KubeClient
@@ -30,7 +30,6 @@ from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL, POD_GROU
 from ai_scheduler.cache.records import HOLD_ANNOTATION, HOLD_GATE, REQUEUE_ANNOTATION
 from ai_scheduler.cli import main
 from ai_scheduler.config import parse_config
-from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.sim.controlplane import ControlPlane
 from ai_scheduler.sim.objects import write_kubeconfig
 from e2e.test_e2e_gpus import gpu_cluster

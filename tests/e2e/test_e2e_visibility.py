@@ -31,11 +31,11 @@ import aiohttp
 import pytest
 import yaml
 from backends import Cluster, KubeCluster, SimCluster
+from builders import make_pod
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import parse_config
-from ai_scheduler.sim import make_pod
 from ai_scheduler.sim.controlplane import REPO
 from e2e.test_e2e_gpus import Agents, gpu_cluster, share
 

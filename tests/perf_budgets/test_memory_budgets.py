@@ -20,12 +20,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from builders import Pod
+from builders import Pod, make_node
 
 from ai_scheduler.config import default_config
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.heap import trimmer
-from ai_scheduler.sim.objects import make_node
 from ai_scheduler.tracesim import forecast as forecasting
 from ai_scheduler.tracesim.engine import Simulation
 
@@ -176,7 +175,7 @@ CLIENT_PROGRAM = """
 import asyncio, sys
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.records import NodeRecord
-from ai_scheduler.sim.objects import make_node
+from builders import make_node
 
 async def main():
     client = await KubeClient.connect(sys.argv[1])

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from builders import make_node, make_pod
 from conftest import wait_for
 
 from ai_scheduler.config.loader import MAX_NESTING
-from ai_scheduler.sim import SimApiServer, make_node, make_pod, write_kubeconfig
+from ai_scheduler.sim import SimApiServer, write_kubeconfig
 
 COMMAND = [sys.executable, "-m", "ai_scheduler"]
 

@@ -6,13 +6,13 @@ import asyncio
 import io
 
 import orjson
+from builders import make_node, make_pod
 
 from ai_scheduler.config import default_config
 from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.visibility.resources import RecentDecisions, decision_items
 from unit.scheduler.test_gang_shapes import Recorded
 

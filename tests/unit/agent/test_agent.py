@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import pynvml
 import pytest
+from builders import make_node
 from conftest import wait_for
 
 from ai_scheduler.agent import (
@@ -32,7 +33,7 @@ from ai_scheduler.agent import (
 )
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.log import JsonLogger, rfc3339
-from ai_scheduler.sim import SimApiServer, make_node
+from ai_scheduler.sim import SimApiServer
 
 COMMAND = [sys.executable, "-m", "ai_scheduler"]
 NODE = "gpu-node"

@@ -6,11 +6,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from builders import make_device_class, make_gpu_slice
 
 from ai_scheduler.cache.dra import ClaimSpec, DraState
 from ai_scheduler.cache.dra_allocator import AllocationError, Allocator, node_selector_matches
 from ai_scheduler.cache.dra_cel import SelectorCache
-from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
 DRIVER = "gpu.nvidia.com"
 

@@ -20,7 +20,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from builders import Node, Pod
+from builders import (
+    NVIDIA_DRIVER,
+    Node,
+    Pod,
+    make_device_class,
+    make_resource_claim,
+    pod_claim,
+)
 
 from ai_scheduler.cache import tenancy as tenancy_module
 from ai_scheduler.cache.dra import DEVICE_CLASS, RESOURCE_CLAIM, DraState
@@ -34,12 +41,6 @@ from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.framework.cycle_state import CycleState
 from ai_scheduler.scheduler.preemption import Preemptor
 from ai_scheduler.scheduler.priority import PriorityEngine
-from ai_scheduler.sim.objects import (
-    NVIDIA_DRIVER,
-    make_device_class,
-    make_resource_claim,
-    pod_claim,
-)
 from ai_scheduler.tracesim.engine import Simulation
 
 NODES = 10

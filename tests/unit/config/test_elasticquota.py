@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from builders import make_pod
 from paths import ROOT
 
 from ai_scheduler.cache.records import PodRecord
@@ -19,7 +20,6 @@ from ai_scheduler.config.elasticquota import (
     parse_elastic_quota,
     with_elastic_quotas,
 )
-from ai_scheduler.sim import make_pod
 
 
 def elastic_quota(namespace: str, name: str = "quota", *, min: dict[str, Any] | None = None,

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 import pytest
-from builders import Pod
+from builders import Pod, make_node, make_pod
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
@@ -44,7 +44,7 @@ from ai_scheduler.prediction import Features, RunTimeModel
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.framework.plugins.gpu import GpuFilter
 from ai_scheduler.scheduler.runtimes import PredictedRunTimes
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import SimApiServer
 
 Path = tuple[str | int, ...]
 Live = Callable[[Scheduler, Path], Any]  # the value in force in one component of the running daemon

@@ -8,7 +8,7 @@ import io
 from typing import Any, cast
 
 import pytest
-from builders import Pod
+from builders import Pod, make_pod
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
 from ai_scheduler.cache.records import PodRecord
@@ -16,7 +16,6 @@ from ai_scheduler.daemon import reports as feedback_module
 from ai_scheduler.daemon.reports import PodReports
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.scheduler.metrics import Metrics
-from ai_scheduler.sim import make_pod
 
 NO_ANSWER = ApiResult(0, {"message": "no answer within 10 s (apiRequestTimeoutSeconds)"})
 

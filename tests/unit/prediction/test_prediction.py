@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from builders import make_pod
 from paths import DATA
 
 from ai_scheduler.cache.records import PodRecord
@@ -41,7 +42,6 @@ from ai_scheduler.prediction import (
     split_by_time,
 )
 from ai_scheduler.prediction.evaluate import ESTIMATE, HISTORY, MODEL, MODEL_WITH_ESTIMATE
-from ai_scheduler.sim import make_pod
 from ai_scheduler.trace import JobStatus, TraceJob, read_workload
 from ai_scheduler.trace.pods import pod_of
 from ai_scheduler.tracesim.learn import features_of_job, samples_of

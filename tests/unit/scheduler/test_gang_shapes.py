@@ -14,6 +14,7 @@ import random
 from typing import Any
 
 import pytest
+from builders import make_node, make_pod
 
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL
 from ai_scheduler.cache.records import PodRecord
@@ -26,7 +27,6 @@ from ai_scheduler.scheduler.gang_shapes import MemberShape
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
 from ai_scheduler.scheduler.victims import Plan
-from ai_scheduler.sim import make_node, make_pod
 
 ZONE = "topology.kubernetes.io/zone"
 

@@ -7,14 +7,13 @@ import io
 from typing import Any
 
 import orjson
-from builders import Pod
+from builders import Pod, make_node
 
 from ai_scheduler.cache.records import HOLD_ANNOTATION, REQUEUE_ANNOTATION, PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.core import SchedulerCore
-from ai_scheduler.sim.objects import make_node
 from ai_scheduler.tracesim.engine import Simulation
 
 

@@ -9,6 +9,7 @@ import re
 from types import SimpleNamespace
 from typing import Any, cast
 
+from builders import make_node, make_pod
 from conftest import create_all, fast_config, wait_for
 
 from ai_scheduler.api.kube import ApiResult, KubeClient
@@ -22,7 +23,7 @@ from ai_scheduler.scheduler.framework.runtime import Decision
 from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.metrics import Metrics, StateCollector, attempts_label
 from ai_scheduler.scheduler.recovery import CycleGuard
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
+from ai_scheduler.sim import SimApiServer
 from ai_scheduler.tracesim.engine import Simulation
 from unit.cache.test_cache import cached_pod
 from unit.daemon.test_binder import Harness, conflict

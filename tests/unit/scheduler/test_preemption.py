@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from builders import Pod
+from builders import Pod, make_node, make_pdb, make_pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.disruption import DisruptionBudgets
@@ -38,7 +38,6 @@ from ai_scheduler.scheduler.preemption import (
     select_victims,
 )
 from ai_scheduler.scheduler.victims import Plan, VictimKind
-from ai_scheduler.sim import make_node, make_pdb, make_pod
 from ai_scheduler.trace import NodeSpec
 
 LOW, MID, HIGH, NEGATIVE = 0, 100, 1000, -100

@@ -9,14 +9,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from builders import Pod
+from builders import Pod, make_pod
 
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
 from ai_scheduler.config import parse_config
 from ai_scheduler.prediction import Features, RunTimeModel, RunTimePredictor
 from ai_scheduler.scheduler.runtimes import AnnotatedRunTimes, PredictedRunTimes, RunTime
-from ai_scheduler.sim import make_pod
 from ai_scheduler.trace import NodeSpec, TraceJob
 from ai_scheduler.tracesim.engine import Simulation
 from ai_scheduler.tracesim.records import Mode
@@ -93,11 +92,12 @@ def test_a_model_file_that_does_not_load_is_logged_and_left_out(tmp_path: Path) 
 ])
 def test_the_daemon_learns_from_pods_that_ran_to_their_end(phase: str, kind: str, learnt: bool) -> None:
     """The event handlers hand a placed pod's end to the core, which learns its run time from its start."""
+    from builders import make_node
+
     from ai_scheduler.log import JsonLogger, NullStream
     from ai_scheduler.scheduler.core import SchedulerCore
     from ai_scheduler.scheduler.metrics import Metrics
     from ai_scheduler.scheduler.outbox import Outbox
-    from ai_scheduler.sim import make_node
 
     config = parse_config({"prediction": {"learnOnline": True}, "groups": {"lab": {}},
                            "users": {"alice": {"group": "lab"}}, "namespaces": {"team": {"user": "alice"}}})

@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from builders import make_node, make_pod
 
 from ai_scheduler.config import Config, parse_config
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.scheduler.core import SchedulerCore
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
-from ai_scheduler.sim import make_node, make_pod
 from ai_scheduler.trace import NodeSpec, TraceJob
 from ai_scheduler.tracesim.engine import Simulation
 from ai_scheduler.tracesim.records import Mode

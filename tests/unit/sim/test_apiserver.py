@@ -17,10 +17,11 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from builders import make_node, make_pod
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
 
-from ai_scheduler.sim import SimApiServer, make_node, make_pod, write_kubeconfig
+from ai_scheduler.sim import SimApiServer, write_kubeconfig
 from ai_scheduler.sim.store import DEFAULT_TYPES, Registry, ResourceType, Store
 
 # The generated API is driven in raw mode (`_preload_content=False`: dicts in, aiohttp responses out),

@@ -8,10 +8,10 @@ import asyncio
 from typing import Any
 
 import aiohttp
+from builders import make_claim_template, make_gpu_slice, make_node, make_pod, make_resource_claim, pod_claim
 from conftest import wait_for
 
-from ai_scheduler.sim import SimApiServer, make_node, make_pod
-from ai_scheduler.sim.objects import make_claim_template, make_gpu_slice, make_resource_claim, pod_claim
+from ai_scheduler.sim import SimApiServer
 from ai_scheduler.sim.resourceclaims import (
     DELETE_PROTECTION_FINALIZER,
     POD_CLAIM_ANNOTATION,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import make_node, make_pod
+
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import default_config
 from ai_scheduler.log import rfc3339
 from ai_scheduler.scheduler.core import SchedulerCore
-from ai_scheduler.sim.objects import make_node, make_pod
 from ai_scheduler.tracesim.engine import Simulation
 from ai_scheduler.tracesim.forecast import forecast
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from builders import Pod, pod_claim
+from builders import Pod, make_device_class, make_gpu_slice, make_node, make_pod, pod_claim
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.dra import Claim
@@ -13,8 +13,6 @@ from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DraPlan, DynamicResources
 from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pod
-from ai_scheduler.sim.objects import make_device_class, make_gpu_slice
 
 DRIVER = "gpu.nvidia.com"
 

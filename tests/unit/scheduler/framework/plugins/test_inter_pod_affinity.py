@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from builders import Pod
+from builders import Pod, make_node
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -28,7 +28,6 @@ from ai_scheduler.scheduler.framework.plugins.inter_pod_affinity import (
     normalize_min_max,
 )
 from ai_scheduler.scheduler.framework.runtime import Framework
-from ai_scheduler.sim import make_node
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"

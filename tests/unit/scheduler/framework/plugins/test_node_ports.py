@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from builders import Pod
+from builders import Pod, make_node, make_pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord, pod_host_ports
@@ -21,7 +21,6 @@ from ai_scheduler.scheduler.framework.interface import StaticResults
 from ai_scheduler.scheduler.framework.plugins.node_ports import NO_FREE_PORTS, NodePorts
 from ai_scheduler.scheduler.framework.plugins.resource_fit import NodeResourcesFit
 from ai_scheduler.scheduler.framework.runtime import Framework
-from ai_scheduler.sim import make_node, make_pod
 
 
 def ports(*infos: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 import pytest
-from builders import Pod
+from builders import Pod, make_node, make_pv, make_pvc, make_storage_class
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -21,7 +21,6 @@ from ai_scheduler.cache.volumes import (
 )
 from ai_scheduler.scheduler.framework.plugins.node_volume_limits import MAX_VOLUME_COUNT, NodeVolumeLimits
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pv, make_pvc, make_storage_class
 
 EBS = "ebs.csi.aws.com"
 GCE = "pd.csi.storage.gke.io"

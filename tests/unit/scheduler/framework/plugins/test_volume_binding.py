@@ -14,7 +14,7 @@ import random
 from typing import Any, cast
 
 import pytest
-from builders import Pod
+from builders import Pod, make_node, make_pv, make_pvc, make_storage_class
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.cache import SchedulerCache
@@ -40,7 +40,6 @@ from ai_scheduler.scheduler.framework.plugins.volume_binding import (
     prebind_plan,
 )
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pv, make_pvc, make_storage_class
 
 NODES = {"node1": "bar", "node2": "baz"}
 

@@ -9,7 +9,7 @@ import random
 from typing import Any
 
 import pytest
-from builders import Pod
+from builders import Pod, make_node, make_pod, make_pvc
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -20,7 +20,6 @@ from ai_scheduler.scheduler.framework.plugins.volume_restrictions import (
     VolumeRestrictions,
 )
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pod, make_pvc
 
 
 def cluster() -> SchedulerCache:

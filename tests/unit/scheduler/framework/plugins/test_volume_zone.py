@@ -12,7 +12,7 @@ import random
 from typing import Any
 
 import pytest
-from builders import Pod
+from builders import Pod, make_node, make_pv, make_pvc, make_storage_class
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import NodeRecord, PodRecord
@@ -26,7 +26,6 @@ from ai_scheduler.scheduler.framework.plugins.volume_zone import (
     VolumeZone,
 )
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework
-from ai_scheduler.sim import make_node, make_pv, make_pvc, make_storage_class
 
 VOLUMES = {
     "Vol_1": {BETA_ZONE: "us-west1-a"},
