@@ -26,6 +26,7 @@ from ai_scheduler.config.schema import (
     UserSpec,
     parse_config,
 )
+from ai_scheduler.config.view import SettingsView
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -50,6 +51,7 @@ __all__ = [
     "SchedulingSettings",
     "ScoreSpec",
     "ServerSettings",
+    "SettingsView",
     "UserSpec",
     "default_config",
     "load_config",

@@ -140,7 +140,6 @@ class Scheduler:
         self._loop_task: asyncio.Task[None] | None = None
         self.priority_interval = settings.priority_refresh_seconds  # the period of the refresh loop
         self.forecaster = forecaster
-        self.forecast_interval = config.prediction.forecast_seconds  # 0: no forecasts
         self.expected = ExpectedStarts()  # the last forecast's expected starts
         self.elector = (LeaderElector(client, leader_election, logger, on_change=self._role_changed)
                         if leader_election is not None and leader_election.enabled else None)
@@ -163,7 +162,7 @@ class Scheduler:
         self._apply_api_settings()
         monitor = self.monitor = ApiMonitor(
             self.client, self.log, self.informers.values,
-            restart_after=lambda: self.config.scheduling.api_unreachable_restart_seconds,
+            settings=self.core.settings,
         )
         self._spawn(monitor.run(), "api-monitor")
         self._spawn(trim_forever(), "heap-trim")  # freed memory back to the system (heap.py)
@@ -196,6 +195,11 @@ class Scheduler:
             synced.cancel()
         finally:
             await self._shutdown()
+
+    @property
+    def forecast_interval(self) -> float:
+        """`prediction.forecastSeconds` in force (0: no forecasts)."""
+        return self.core.settings.current.prediction.forecast_seconds
 
     def _collected(self, seconds: float) -> None:
         if self.log.enabled("debug"):
@@ -379,7 +383,6 @@ class Scheduler:
         self.feedback.repeat_window = config.scheduling.event_repeat_seconds
         self.feedback.component = config.scheduler_name
         self.watches.watch_optional(config)
-        self.forecast_interval = config.prediction.forecast_seconds
         return self.core.reconfigure(with_elastic_quotas(config, self.elastic_quotas.quotas.values()))
 
     # ------------------------------------------------------------------ ElasticQuota objects

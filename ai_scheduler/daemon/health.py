@@ -35,6 +35,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ai_scheduler.api.kube import UNREACHABLE, KubeClient
+from ai_scheduler.config import SettingsView
 from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.log import JsonLogger
 
@@ -55,13 +56,13 @@ class ApiMonitor:
         logger: JsonLogger,
         informers: Callable[[], Iterable[Informer[object]]],
         *,
-        restart_after: Callable[[], float],
+        settings: SettingsView,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.log = logger
         self.informers = informers
-        self.restart_after = restart_after
+        self.settings = settings  # scheduling.apiUnreachableRestartSeconds, read when an outage lasts
         self._clock = clock
         self.outage_since: float | None = None  # a probe went unanswered: an outage, since the first failure
         self._last_probe = -math.inf
@@ -79,6 +80,10 @@ class ApiMonitor:
         finally:
             for task in self._probes:
                 task.cancel()
+
+    def restart_after(self) -> float:
+        """Seconds of outage after which the daemon exits to be restarted (the setting in force)."""
+        return self.settings.current.scheduling.api_unreachable_restart_seconds
 
     def check(self) -> None:
         """One look: end an outage that is over, send a probe when one is due."""

@@ -46,7 +46,7 @@ from ai_scheduler.cache.disruption import DisruptionBudgets
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import Tenancy
-from ai_scheduler.config import Config, PredictionSettings
+from ai_scheduler.config import Config, PredictionSettings, SettingsView
 from ai_scheduler.log import JsonLogger, parse_time
 from ai_scheduler.prediction import ModelError, RunTimeModel, RunTimePredictor
 from ai_scheduler.queue import SchedulingQueue
@@ -97,7 +97,7 @@ class SchedulerCore:
     ) -> None:
         timed: dict[str, Any] = {"clock": clock} if clock is not None else {}
         self._wall = clock if clock is not None else time.time  # wall-clock seconds, for pods' start times
-        self.config = config
+        self.settings = SettingsView(config)  # the config in force, for every part of the core
         self.log = logger
         self.metrics = metrics
         self.rng = random.Random(seed)
@@ -135,9 +135,9 @@ class SchedulerCore:
         out = self.outbox = outbox(self)
         monotonic = clock or time.monotonic
         session = self.session = Session(
-            config=lambda: self.config, cache=cache, queue=queue, gangs=gangs, tenancy=tenancy,
+            settings=self.settings, cache=cache, queue=queue, gangs=gangs, tenancy=tenancy,
             priorities=self.priorities, reserver=self.reserver, outbox=out,
-            decisions=DecisionLog(lambda: self.config, tenancy, self.priorities, metrics, logger, monotonic),
+            decisions=DecisionLog(self.settings, tenancy, self.priorities, metrics, logger, monotonic),
             metrics=metrics, log=logger, clock=monotonic,
         )
         self.preemptor = Preemptor(
@@ -196,6 +196,11 @@ class SchedulerCore:
     def wall(self) -> float:
         """Wall-clock seconds now, as the core reads them (the simulator's clock in a simulation)."""
         return self._wall()
+
+    @property
+    def config(self) -> Config:
+        """The config in force (`settings.current`; a reload swaps it through `reconfigure`)."""
+        return self.settings.current
 
     @property
     def runtimes(self) -> RunTimes:
@@ -293,7 +298,7 @@ class SchedulerCore:
     def reconfigure(self, config: Config) -> list[str]:
         """Hand every component of the core the new config (none keeps a copy); the profiles served."""
         settings = config.scheduling
-        previous, self.config = self.config, config
+        previous = self.settings.swap(config)
         self.cache.set_assume_timeout(settings.assume_timeout_seconds)
         self.cache.gpus.staleness = config.gpu.staleness_seconds
         self.reserver.backfill = settings.backfill

@@ -15,7 +15,7 @@ from typing import Any
 
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.cache.tenancy import Tenancy, Tenant
-from ai_scheduler.config import Config
+from ai_scheduler.config import SettingsView
 from ai_scheduler.log import SCHEMA_VERSION, JsonLogger
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.framework.cycle_state import CycleState
@@ -32,14 +32,14 @@ class DecisionLog:
 
     def __init__(
         self,
-        config: Callable[[], Config],
+        settings: SettingsView,
         tenancy: Tenancy,
         priorities: PriorityEngine,
         metrics: Metrics,
         logger: JsonLogger,
         clock: Callable[[], float],
     ) -> None:
-        self.config = config
+        self.settings = settings
         self.tenancy = tenancy
         self.priorities = priorities
         self.metrics = metrics
@@ -101,7 +101,7 @@ class DecisionLog:
         if priority is not None:
             fields["priority"] = round(priority.score, 6)
             fields["factors"] = {name: round(value, 6) for name, value in priority.factors.items()}
-            fields["policy"] = self.config().active_policy
+            fields["policy"] = self.settings.current.active_policy
             if priority.promoted:  # waited past its queue's promoteAfterSeconds: ordered at this level
                 fields["promoted"] = True
                 fields["queueLevel"] = priority.queue_level

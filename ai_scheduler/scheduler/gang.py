@@ -97,7 +97,7 @@ class GangScheduler:
     def settings(self) -> SchedulingSettings:
         """The scheduling settings in force: a reload's timeout, timeout backoff and topology labels apply
         from the next housekeeping tick and the next attempt."""
-        return self.session.config().scheduling
+        return self.session.settings.current.scheduling
 
     def reserving(self) -> bool:
         return self.settings.reservation

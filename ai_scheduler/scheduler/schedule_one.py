@@ -77,7 +77,7 @@ class SchedulingCycle:
         preemptor: Preemptor | None,
     ) -> None:
         self.session = session
-        self.config = session.config
+        self.settings = session.settings
         self.frameworks = frameworks
         self.cache = session.cache
         self.queue = session.queue
@@ -171,7 +171,7 @@ class SchedulingCycle:
         key = cycle.key() if self.reserver.current is not None else ()
         kept = self.reserved_for_others(pod, key)
         hint = room = None
-        if self.hint_of is not None and not kept and not self.config().scheduling.reservation:
+        if self.hint_of is not None and not kept and not self.settings.current.scheduling.reservation:
             hint = self.hint_of(pod)
             if hint is not None:
                 room = self.cache.room_version()
@@ -209,7 +209,7 @@ class SchedulingCycle:
             return
         if plan is not None:
             self.preemptor.execute(pod, plan)
-        elif self.config().scheduling.reservation:
+        elif self.settings.current.scheduling.reservation:
             rows, _ = framework.feasible_rows(cycle.resourceless())
             key = cycle.key()
             self.reserver.consider(pod.key, frozenset({pod.uid}), key, pod, pod.requests, 1, rows)
@@ -271,7 +271,7 @@ class SchedulingCycle:
             mask = np.zeros(self.cache.rows, dtype=bool)
             mask[row] = True
             kept.append((mask, "node(s) its workload was just preempted from"))
-        if self.config().scheduling.reservation and self.reserver.current is not None:
+        if self.settings.current.scheduling.reservation and self.reserver.current is not None:
             blocked = self.reserver.blocked_rows(pod, key)
             if blocked is not None:
                 kept.append((blocked, f"node(s) reserved for {self.reserver.current.holder}"))

@@ -2,8 +2,8 @@
 
 The scheduling cycle, the gang scheduler and the StrictFIFO check read the same state (the cache, the
 queue, the gang registry, tenancy and its quotas, the priority engine, the reservations), speak through
-the same outbox and decision log, and read the config in force through one accessor: the core swaps
-the config there on a reload, and every part reads the new one at its next attempt. So a part takes
+the same outbox and decision log, and read the config in force through one view (config/view.py): the
+core swaps the config there on a reload, and every part reads the new one at its next attempt. So a part takes
 the Session (and what is its alone) at construction, instead of a dozen collaborators, callbacks into
 each other, and settings copied in and patched on reload.
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gangs import GangRegistry
 from ai_scheduler.cache.tenancy import Tenancy
-from ai_scheduler.config import Config
+from ai_scheduler.config import SettingsView
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.decision_log import DecisionLog
@@ -28,7 +28,7 @@ from ai_scheduler.scheduler.reservation import Reserver
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    config: Callable[[], Config]  # the config in force (the core's, swapped on a reload)
+    settings: SettingsView  # the config in force (`.current`; the core swaps it on a reload)
     cache: SchedulerCache
     queue: SchedulingQueue
     gangs: GangRegistry

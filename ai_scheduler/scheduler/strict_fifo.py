@@ -40,7 +40,7 @@ class StrictFifo:
     """The heads of the StrictFIFO queues, and the check each attempt passes first (see the module)."""
 
     def __init__(self, session: Session) -> None:
-        self.config = session.config
+        self.settings = session.settings
         self.cache = session.cache
         self.queue = session.queue
         self.gangs = session.gangs
@@ -50,7 +50,7 @@ class StrictFifo:
 
     def queue_of(self, cycle: CycleState) -> str | None:
         """The pod's queue when that queue is StrictFIFO, else None (nothing to check)."""
-        config = self.config()
+        config = self.settings.current
         if not config.queues:
             return None
         name = cycle.tenant.queue

@@ -235,7 +235,7 @@ def in_priorities(s: Scheduler, path: Path) -> Any:
 def in_strict_fifo(s: Scheduler, path: Path) -> Any:
     strict = s.core.cycle.strict
     assert strict is not None
-    return value_at(strict.config(), path)
+    return value_at(strict.settings.current, path)
 
 
 def _gangs(s: Scheduler) -> Any:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 from typing import Any, cast
 
 import aiohttp
 
 from ai_scheduler.api.kube import ApiResult, KubeClient, Reachability
+from ai_scheduler.config import Config, SettingsView, default_config
 from ai_scheduler.daemon.health import PROBE_QUIET_SECONDS, ApiMonitor, HealthServer
 from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.log import JsonLogger
@@ -59,6 +61,14 @@ class FakeInformer:
         self.last_error = ""
 
 
+def _restart_after(seconds: float) -> Config:
+    """The default config with `scheduling.apiUnreachableRestartSeconds` at `seconds`."""
+    config = default_config()
+    return dataclasses.replace(
+        config, scheduling=dataclasses.replace(config.scheduling, api_unreachable_restart_seconds=seconds)
+    )
+
+
 def monitor(
     clock: Clock, informers: list[FakeInformer] | None = None
 ) -> tuple[ApiMonitor, FakeClient, io.BytesIO]:
@@ -66,7 +76,7 @@ def monitor(
     log = io.BytesIO()
     found = cast(list[Informer[object]], informers or [])
     mon = ApiMonitor(cast(KubeClient, client), JsonLogger(stream=log), lambda: found,
-                     restart_after=lambda: 120.0, clock=clock)
+                     settings=SettingsView(_restart_after(120.0)), clock=clock)
     return mon, client, log
 
 
