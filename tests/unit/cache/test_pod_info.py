@@ -14,12 +14,17 @@ with ResourceClaims, built again when the DRA state moved.
 from __future__ import annotations
 
 import contextlib
-import functools
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from paths import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from budgets import counting  # the guard's counting wrapper: the real function runs
 from builders import (
     NVIDIA_DRIVER,
     Node,
@@ -73,23 +78,6 @@ def _cluster(placed: int) -> SchedulerCore:
         core.handlers.on_pod_event("ADDED", _pod(f"placed-{index}", namespace, "1", 0, node))
     core.start()
     return core
-
-
-@contextlib.contextmanager
-def counting(target: Any, name: str, counts: Counter[str], key: str) -> Iterator[None]:
-    """Count the calls of `target.name` under `key` while the block runs; the real function runs."""
-    real = getattr(target, name)
-
-    @functools.wraps(real)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        counts[key] += 1
-        return real(*args, **kwargs)
-
-    setattr(target, name, wrapper)
-    try:
-        yield
-    finally:
-        setattr(target, name, real)
 
 
 @contextlib.contextmanager
