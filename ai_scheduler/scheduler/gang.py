@@ -494,19 +494,19 @@ class GangScheduler:
         cpu = cache.resource_index["cpu"]
         # Free room over the domains' rows, summed per domain in one pass (a removed node's row holds zeros,
         # and changes the static version, which rebuilds the domains).
-        # Only the columns asked for (and cpu, which ranks the domains) are read.
+        # Only the columns asked for and cpu, which ranks the domains, are read, each once.
         # One column at a time: a 2-D fancy index (np.ix_) over the rows costs about three times as much.
         order, starts = self._domain_rows[label]
         rows = cache.rows
-        sums = []
-        for col in [cpu, *cols]:
+        sums: dict[int, np.ndarray] = {}
+        for col in dict.fromkeys([cpu, *cols]):
             free = cache.allocatable[:rows, col] - cache.requested[:rows, col]
             np.maximum(free, 0, out=free)
-            sums.append(np.add.reduceat(free[order], starts))
+            sums[col] = np.add.reduceat(free[order], starts)
         fits = np.ones(len(starts), dtype=bool)
-        for column, amount in zip(sums[1:], demand.values(), strict=True):
-            fits &= column >= amount
-        room = sums[0]
+        for col, amount in zip(cols, demand.values(), strict=True):
+            fits &= sums[col] >= amount
+        room = sums[cpu]
         ranked = sorted((int(room[i]), domains[i][0], i) for i in fits.nonzero()[0].tolist())
         return [(value, domains[i][1]) for _, value, i in ranked[:MAX_DOMAIN_TRIALS]]
 

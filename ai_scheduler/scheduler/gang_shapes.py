@@ -12,9 +12,12 @@ found. Here, for one member *shape*:
   keeps its cached raw values and is normalised per member over the nodes that member scores.
 
 Each member's cycle then runs the Framework's own search and selection (`Framework.schedule` with
-this shape as its `Evaluation`): the same windows from the same start row, the same counts of
-reasons, the same scores, the same tie-break draw; only the verdicts and scores are read from the
-arrays here instead of asking the plugins. After a member's Reserve, only the row it took is
+this shape as its `Evaluation`): the same start row, the same nodes kept, the same scores, the
+same tie-break draw; only the verdicts and scores are read from the arrays here instead of asking
+the plugins. One difference in the windows: a window that wraps round the table's end is read here
+in one pass whatever its size (`max_gathered_rows`), where the plugins' pass splits a large one in
+two, so a member placed here may have looked at fewer nodes past the last one kept (its decision's
+`evaluated` and reason counts); a member that fits nowhere has looked at every node either way. After a member's Reserve, only the row it took is
 filtered (by the filters that read pods placed on it) and scored again: for a plugin whose
 locality is PER_NODE a placement changes nothing on the other rows, and a NO_OPINION plugin says
 nothing about the pod whatever is placed. When a try gives up, its rows go back to what they were
@@ -55,6 +58,7 @@ from ai_scheduler.scheduler.framework.runtime import Framework, past_blocked
 
 _NO_ROWS = np.zeros(0, dtype=np.intp)
 _ONE = np.ones(1, dtype=bool)
+_SHAPED = frozenset((NO_OPINION, PER_NODE))  # the localities the fast path takes
 
 
 class MemberShape:
@@ -62,18 +66,21 @@ class MemberShape:
 
     Implements the cycle's `Evaluation`: `filter_window`, `score` and `nodes`, read from the arrays."""
 
-    def __init__(self, framework: Framework, pod: PodRecord) -> None:
+    # A window of any size that wraps round the table's end is read in one pass: its codes are one gather of
+    # an int array, where the plugins' pass would copy every array they read (runtime.MAX_GATHERED_ROWS).
+    max_gathered_rows = 1 << 62
+
+    def __init__(self, framework: Framework, pod: PodRecord, localities: Sequence[str]) -> None:
+        """`localities`: the pod's locality for each of `framework.located` (its key's first part)."""
         cache = self.cache = framework.cache
         self.framework = framework
         static = framework.static
-        filters = [f for f in framework.filters if f.locality(pod, cache) == PER_NODE]
+        located = zip(framework.located, localities, strict=True)
+        per_node = [plugin for plugin, locality in located if locality == PER_NODE]
+        filters = [p for p in per_node if isinstance(p, FilterPlugin)]
         # The filters that read what placed pods use: a placement can change their verdict on its row.
         self._dynamic: list[FilterPlugin] = [f for f in filters if not isinstance(f, StaticFilterPlugin)]
-        self._row_scorers: list[ScorePlugin] = [
-            s
-            for s in framework.scores
-            if not isinstance(s, StaticScorePlugin) and s.locality(pod, cache) == PER_NODE
-        ]
+        self._row_scorers: list[ScorePlugin] = [p for p in per_node if isinstance(p, ScorePlugin)]
         self._static_scores: list[tuple[StaticScorePlugin, np.ndarray | None]] = []
         for scorer in framework.scores:
             if isinstance(scorer, StaticScorePlugin):
@@ -106,24 +113,16 @@ class MemberShape:
         self._nodes: tuple[np.ndarray | None, int] = (None, 0)  # node mask -> the nodes in it
 
     @staticmethod
-    def key(framework: Framework, pod: PodRecord) -> Hashable | None:
-        """What of the pod the shape's verdicts depend on; None when the fast path does not apply."""
+    def key(framework: Framework, pod: PodRecord) -> tuple[tuple[str, ...], Hashable] | None:
+        """What of the pod the shape's verdicts depend on: its locality for each of `framework.located`,
+        and what the PER_NODE plugins read from it; None when the fast path does not apply."""
         cache = framework.cache
         if pod.uid in cache.nominations:
             return None
-        localities: list[str] = []
-        for plugin in framework.filters:
-            locality = plugin.locality(pod, cache)
-            if locality not in (NO_OPINION, PER_NODE):
-                return None
-            localities.append(locality)
-        for scorer in framework.scores:
-            if not isinstance(scorer, StaticScorePlugin):
-                locality = scorer.locality(pod, cache)
-                if locality not in (NO_OPINION, PER_NODE):
-                    return None
-                localities.append(locality)
-        return tuple(localities), MemberShape._pod_key(framework, pod)
+        localities = tuple([plugin.locality(pod, cache) for plugin in framework.located])
+        if not _SHAPED.issuperset(localities):
+            return None
+        return localities, MemberShape._pod_key(framework, pod)
 
     @staticmethod
     def _pod_key(framework: Framework, pod: PodRecord) -> Hashable:
@@ -157,7 +156,7 @@ class MemberShape:
         for pod in pods[1:]:
             if cls.key(framework, pod) != first:
                 return None
-        return cls(framework, pods[0])
+        return cls(framework, pods[0], first[0])
 
     # ------------------------------------------------------------------ the cycle's Evaluation
     def filter_window(

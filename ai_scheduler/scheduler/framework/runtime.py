@@ -36,6 +36,10 @@ MIN_WINDOW_ROWS = 64
 # A window that wraps round the end of the table is looked at in one pass, through its row numbers, up to
 # this many rows; a larger one in two passes over slices, as copying its rows would cost more than a pass.
 MAX_GATHERED_ROWS = 1024
+# Up to this many scores, the best are found by one stable sort; above it, by walking down the distinct
+# values (top_scores), whose passes cost more than the sort of a few hundred values and far less than the
+# sort of thousands.
+SORTED_SCORES = 512
 
 
 def num_feasible_nodes_to_find(percentage: int, total: int) -> int:
@@ -131,6 +135,10 @@ class Evaluation(Protocol):
 
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray: ...
 
+    # A window that wraps round the end of the table is looked at in one pass, through its row numbers, up
+    # to this many rows (the Framework's own: MAX_GATHERED_ROWS); a larger one in two windows.
+    max_gathered_rows: int
+
     def nodes(self, node_mask: np.ndarray) -> int:
         """How many nodes `node_mask` holds (the cache's valid rows in it)."""
         ...
@@ -163,6 +171,7 @@ class Framework:
         # kube-scheduler's nextStartNodeIndex: the row the next search starts from, so that every node
         # gets its turn when the search stops early.
         self.next_start = 0
+        self._circular_rows = _NO_ROWS  # _circular's, for the table's size
         # Nodes the previous search looked at and the feasible ones among them: the share it missed
         # widens the next first window (see _find_feasible).
         self.last_looked_at = self.last_found = 0
@@ -176,6 +185,12 @@ class Framework:
             plugin
             for plugin in [*self.filters, *self.scores]
             if isinstance(plugin, StaticFilterPlugin | StaticScorePlugin)
+        ]
+        # The plugins that read placed pods or other nodes: every filter, and every score but the static
+        # ones (whose verdicts are cached per pod signature). A gang's shape asks each for its locality.
+        self.located: list[FilterPlugin | ScorePlugin] = [
+            *self.filters,
+            *(s for s in self.scores if not isinstance(s, StaticScorePlugin)),
         ]
         for scorer in self.scores:  # DynamicResources' Score reads the verdicts of the profile's filter
             if isinstance(scorer, DynamicResourcesScore):
@@ -274,6 +289,7 @@ class Framework:
         """
         reasons: dict[str, int] = {}
         filter_window = via.filter_window if via is not None else self._filter_window
+        max_gathered = via.max_gathered_rows if via is not None else MAX_GATHERED_ROWS
         limit = self.cache.row_limit
         wanted = num_feasible_nodes_to_find(self.percentage, total)
         if wanted >= total:
@@ -301,9 +317,8 @@ class Framework:
             end = position + size
             window: Window = slice(position, end)
             if end > limit:  # wrapping round the end of the table
-                if size <= MAX_GATHERED_ROWS:  # the row numbers, in search order: one pass
-                    window = np.arange(position, end)
-                    window[limit - position :] -= limit
+                if size <= max_gathered:  # the row numbers, in search order: one pass
+                    window = self._circular(limit)[position:end]
                 else:  # up to the end only; the next window goes on from row 0
                     window = slice(position, limit)
                     end, size = limit, limit - position
@@ -326,6 +341,16 @@ class Framework:
             position = int(rows[-1]) + 1
         self.next_start = position % limit
         return rows, reasons, looked_at
+
+    def _circular(self, limit: int) -> np.ndarray:
+        """The row numbers 0..limit-1 twice over (read-only): a window from `position` that wraps round the
+        table's end is the slice [position, end) of it, with no array made per search."""
+        rows = self._circular_rows
+        if rows.shape[0] != 2 * limit:
+            rows = np.arange(2 * limit, dtype=np.intp) % limit
+            rows.flags.writeable = False
+            self._circular_rows = rows
+        return rows
 
     def _nominated(
         self, pod: PodRecord, node_mask: np.ndarray | None, blocked: Sequence[tuple[np.ndarray, str]]
@@ -436,8 +461,12 @@ def top_scores(scores: np.ndarray, pick: int, ties: np.ndarray, count: int = TOP
     Scores are mostly equal (many nodes alike), and numpy's argpartition is very slow on such
     arrays (it was half the cost of a decision at 5,000 nodes): walk down the distinct values with
     max/compare passes instead, which take a few microseconds whatever the ties. `ties` holds the
-    indices of the best score.
+    indices of the best score. A few hundred scores are sorted instead, in one pass: a stable sort of
+    the negated scores lists the same indices in the same order (best first, equal scores by index).
     """
+    if scores.shape[0] <= SORTED_SCORES:
+        best = np.argsort(-scores, kind="stable")[:count].tolist()
+        return [pick, *(i for i in best if i != pick)][:count]
     chosen = [pick]
     for i in ties[:count].tolist():
         if i != pick and len(chosen) < count:

@@ -31,10 +31,53 @@ from ai_scheduler.scheduler.framework.plugins.gpu import gpu_nodes
 ALWAYS_SCORED = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
+# What a pod's score reads, per scored resource: the cache's columns, the pod's scoring amounts, the
+# weights, and their sum (None: no resource to score).
+_Plan = tuple[np.ndarray, np.ndarray, np.ndarray, int] | None
+
+
 class _ResourceAllocation(ScorePlugin):
     def __init__(self, weight: int, resources: Mapping[str, int]) -> None:
         super().__init__(weight)
         self.resources = dict(resources)
+        # The last pod template's plan: its requests and scoring requests (maps that the pods of one
+        # template share, records.py), the cache and its column count it was made for, and the plan.
+        # A gang's members, and the same pod's cycles, read it again instead of walking the resources.
+        self._last: tuple[object, object, SchedulerCache, int, _Plan] | None = None
+
+    def _plan(self, pod: PodRecord, cache: SchedulerCache) -> _Plan:
+        requests, pod_scored = pod.requests, pod.score_requests()
+        last = self._last
+        if (
+            last is not None
+            and last[0] is requests
+            and last[1] is pod_scored
+            and last[2] is cache
+            and last[3] == len(cache.resource_index)
+        ):
+            return last[4]
+        cols: list[int] = []
+        weights: list[int] = []
+        amounts: list[int] = []
+        for resource, weight in self.resources.items():
+            if resource not in ALWAYS_SCORED and not requests.get(resource):
+                continue
+            col = cache.column(resource)
+            if col < 0:
+                continue
+            cols.append(col)
+            weights.append(weight)
+            amounts.append(pod_scored.get(resource, 0))
+        plan: _Plan = None
+        if cols:
+            plan = (
+                np.array(cols, dtype=np.intp),
+                np.array(amounts, dtype=np.int64),
+                np.array(weights, dtype=np.int64),
+                sum(weights),
+            )
+        self._last = (requests, pod_scored, cache, len(cache.resource_index), plan)
+        return plan
 
     def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
         return PER_NODE
@@ -58,31 +101,19 @@ class _ResourceAllocation(ScorePlugin):
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
     ) -> np.ndarray | None:
-        pod_scored = pod.score_requests()
-        cols: list[int] = []
-        weights: list[int] = []
-        amounts: list[int] = []
-        for resource, weight in self.resources.items():
-            if resource not in ALWAYS_SCORED and not pod.requests.get(resource):
-                continue
-            col = cache.column(resource)
-            if col < 0:
-                continue
-            cols.append(col)
-            weights.append(weight)
-            amounts.append(pod_scored.get(resource, 0))
-        if not cols:
+        plan = self._plan(pod, cache)
+        if plan is None:
             return np.zeros(rows.shape[0], dtype=np.int64)
+        cols, amounts, weight_vector, weight_total = plan
         # All scored resources at once, one (rows x resources) block: a decision's cost is mostly numpy's
         # fixed cost per call, so one pass over the block is cheaper than one pass per resource.
         node_allocatable = cache.allocatable.take(rows, axis=0)
         allocatable = node_allocatable[:, cols]
-        requested = cache.score_requested.take(rows, axis=0)[:, cols] + np.array(amounts, dtype=np.int64)
-        weight_vector = np.array(weights, dtype=np.int64)
+        requested = cache.score_requested.take(rows, axis=0)[:, cols] + amounts
         has = allocatable > 0  # a node without the resource neither scores nor weighs for it
         if has.all():  # the usual case: every node has every scored resource
             per_resource = self._scores(requested, allocatable, cache, rows, node_allocatable)
-            scores: np.ndarray = per_resource @ weight_vector // sum(weights)
+            scores: np.ndarray = per_resource @ weight_vector // weight_total
             return scores
         per_resource = self._scores(requested, np.maximum(allocatable, 1), cache, rows, node_allocatable)
         per_resource *= has
