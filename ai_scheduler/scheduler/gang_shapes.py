@@ -17,11 +17,12 @@ same tie-break draw; only the verdicts and scores are read from the arrays here 
 the plugins. One difference in the windows: a window that wraps round the table's end is read here
 in one pass whatever its size (`max_gathered_rows`), where the plugins' pass splits a large one in
 two, so a member placed here may have looked at fewer nodes past the last one kept (its decision's
-`evaluated` and reason counts); a member that fits nowhere has looked at every node either way. After a member's Reserve, only the row it took is
-filtered (by the filters that read pods placed on it) and scored again: for a plugin whose
-locality is PER_NODE a placement changes nothing on the other rows, and a NO_OPINION plugin says
-nothing about the pod whatever is placed. When a try gives up, its rows go back to what they were
-(`restore`), as the cache does once the try's members are unreserved.
+`evaluated` and reason counts); a member that fits nowhere has looked at every node either way.
+After a member's Reserve, only the row it took is filtered (by the filters that read pods placed
+on it) and scored again: for a plugin whose locality is PER_NODE a placement changes nothing on
+the other rows, and a NO_OPINION plugin says nothing about the pod whatever is placed. When a try
+gives up, its rows go back to what they were (`restore`), as the cache does once the try's members
+are unreserved.
 
 `MemberShape.key` says when it applies: no member is nominated (a nominee's own node is searched
 first, and room held for it counts as free for it only), every plugin's locality is NO_OPINION or

@@ -36,10 +36,6 @@ MIN_WINDOW_ROWS = 64
 # A window that wraps round the end of the table is looked at in one pass, through its row numbers, up to
 # this many rows; a larger one in two passes over slices, as copying its rows would cost more than a pass.
 MAX_GATHERED_ROWS = 1024
-# Up to this many scores, the best are found by one stable sort; above it, by walking down the distinct
-# values (top_scores), whose passes cost more than the sort of a few hundred values and far less than the
-# sort of thousands.
-SORTED_SCORES = 512
 
 
 def num_feasible_nodes_to_find(percentage: int, total: int) -> int:
@@ -461,12 +457,9 @@ def top_scores(scores: np.ndarray, pick: int, ties: np.ndarray, count: int = TOP
     Scores are mostly equal (many nodes alike), and numpy's argpartition is very slow on such
     arrays (it was half the cost of a decision at 5,000 nodes): walk down the distinct values with
     max/compare passes instead, which take a few microseconds whatever the ties. `ties` holds the
-    indices of the best score. A few hundred scores are sorted instead, in one pass: a stable sort of
-    the negated scores lists the same indices in the same order (best first, equal scores by index).
+    indices of the best score. (A stable sort of a few hundred scores, quicker in a loop of its own,
+    took twice as long as this inside a cycle: benchmarks/gang.py --in-process.)
     """
-    if scores.shape[0] <= SORTED_SCORES:
-        best = np.argsort(-scores, kind="stable")[:count].tolist()
-        return [pick, *(i for i in best if i != pick)][:count]
     chosen = [pick]
     for i in ties[:count].tolist():
         if i != pick and len(chosen) < count:

@@ -37,7 +37,6 @@ from ai_scheduler.scheduler.framework.plugins.taint_toleration import (
     TaintTolerationScore,
 )
 from ai_scheduler.scheduler.framework.runtime import (
-    SORTED_SCORES,
     Framework,
     fit_error_message,
     num_feasible_nodes_to_find,
@@ -889,22 +888,6 @@ def test_top_scores_of_many_equal_values() -> None:
     assert top_scores(values, 4000, np.array([4000])) == [4000, 0, 1]
     values[:] = 7
     assert top_scores(values, 2500, np.flatnonzero(values == 7)) == [2500, 0, 1]
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_top_scores_sorted_or_walked_agree(seed: int) -> None:
-    """Few scores are sorted, many walked down level by level (runtime.SORTED_SCORES): the same indices."""
-    rng = np.random.default_rng(seed)
-    for size in (1, 2, 5, 300, SORTED_SCORES):
-        values = rng.integers(0, 4 if seed % 2 else 400, size).astype(np.int64)
-        ties = np.flatnonzero(values == values.max())
-        pick = int(rng.choice(ties))
-        # The same scores once more, past the size that is sorted: the first copy's indices come first.
-        doubled = np.concatenate([values, np.full(SORTED_SCORES, -1, dtype=np.int64)])
-        walked = top_scores(doubled, pick, ties)[: min(size, 3)]
-        assert top_scores(values, pick, ties) == walked
-        assert walked[0] == pick
-        assert sorted(values[walked[1:]].tolist(), reverse=True) == values[walked[1:]].tolist()
 
 
 @pytest.mark.parametrize(("window", "row", "expected"), [
