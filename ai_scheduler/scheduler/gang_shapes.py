@@ -12,17 +12,16 @@ found. Here, for one member *shape*:
   keeps its cached raw values and is normalised per member over the nodes that member scores.
 
 Each member's cycle then runs the Framework's own search and selection (`Framework.schedule` with
-this shape as its `Evaluation`): the same start row, the same nodes kept, the same scores, the
-same tie-break draw; only the verdicts and scores are read from the arrays here instead of asking
-the plugins. One difference in the windows: a window that wraps round the table's end is read here
-in one pass whatever its size (`max_gathered_rows`), where the plugins' pass splits a large one in
-two, so a member placed here may have looked at fewer nodes past the last one kept (its decision's
-`evaluated` and reason counts); a member that fits nowhere has looked at every node either way.
-After a member's Reserve, only the row it took is filtered (by the filters that read pods placed
-on it) and scored again: for a plugin whose locality is PER_NODE a placement changes nothing on
-the other rows, and a NO_OPINION plugin says nothing about the pod whatever is placed. When a try
-gives up, its rows go back to what they were (`restore`), as the cache does once the try's members
-are unreserved.
+this shape as its `Evaluation`): the same windows from the same start row, the same counts of
+reasons, the same scores, the same tie-break draw; only the verdicts and scores are read from the
+arrays here instead of asking the plugins. After a member's Reserve, only the row it took is
+filtered (by the filters that read pods placed on it) and scored again: for a plugin whose
+locality is PER_NODE a placement changes nothing on the other rows, and a NO_OPINION plugin says
+nothing about the pod whatever is placed. That one row is asked through the plugins' one-row
+verdicts (`failing_one`, `score_one`), which the resource plugins give in plain Python numbers: a
+dozen numpy calls, each with its fixed cost, cost several times the arithmetic of one node, and
+these were a third of a gang's attempt. When a try gives up, its rows go back to what they were
+(`restore`), as the cache does once the try's members are unreserved.
 
 `MemberShape.key` says when it applies: no member is nominated (a nominee's own node is searched
 first, and room held for it counts as free for it only), every plugin's locality is NO_OPINION or
@@ -58,7 +57,6 @@ from ai_scheduler.scheduler.framework.interface import (
 from ai_scheduler.scheduler.framework.runtime import Framework, past_blocked
 
 _NO_ROWS = np.zeros(0, dtype=np.intp)
-_ONE = np.ones(1, dtype=bool)
 _SHAPED = frozenset((NO_OPINION, PER_NODE))  # the localities the fast path takes
 
 
@@ -66,10 +64,6 @@ class MemberShape:
     """Filter verdicts and scores over the node table for one member shape (see the module).
 
     Implements the cycle's `Evaluation`: `filter_window`, `score` and `nodes`, read from the arrays."""
-
-    # A window of any size that wraps round the table's end is read in one pass: its codes are one gather of
-    # an int array, where the plugins' pass would copy every array they read (runtime.MAX_GATHERED_ROWS).
-    max_gathered_rows = 1 << 62
 
     def __init__(self, framework: Framework, pod: PodRecord, localities: Sequence[str]) -> None:
         """`localities`: the pod's locality for each of `framework.located` (its key's first part)."""
@@ -223,11 +217,12 @@ class MemberShape:
         elif self._stale and not self.scored[rows].all():
             # Some of `rows` were changed by a placement since: rescore the changed rows still feasible
             # (the only feasible usable rows not scored).
-            codes = self.codes
-            todo = np.array([row for row in self._stale if not codes[row]], dtype=np.intp)
+            codes, row_scores, scored = self.codes, self.row_scores, self.scored
+            for row in self._stale:
+                if not codes[row]:
+                    row_scores[row] = self._score_one(pod, row)
+                    scored[row] = True
             self._stale.clear()
-            self.row_scores[todo] = self._scores(pod, todo)
-            self.scored[todo] = True
         scores: np.ndarray = self.row_scores[rows]
         for scorer, raw in self._static_scores:
             if raw is None:  # what StaticScorePlugin.score gives for all zeros
@@ -243,12 +238,9 @@ class MemberShape:
         it; it passed the others) and scored again."""
         self._changed.add(row)
         cache, static = self.cache, self.framework.static
-        window = slice(row, row + 1)
         code = 0
         for plugin in self._dynamic:
-            failing = tuple(
-                reason for reason, mask in plugin.run(pod, cache, _ONE, static, window) if mask[0]
-            )
+            failing = plugin.failing_one(pod, cache, row, static)
             if failing:
                 code = self._code(failing)
                 break
@@ -306,6 +298,15 @@ class MemberShape:
             if values is not None:
                 scores += values * scorer.weight
         return scores
+
+    def _score_one(self, pod: PodRecord, row: int) -> int:
+        """`_scores` of one row, by each plugin's `score_one` (in Python numbers where it has them)."""
+        total = 0
+        for scorer in self._row_scorers:
+            value = scorer.score_one(pod, self.cache, row, self.framework.static)
+            if value is not None:
+                total += value * scorer.weight
+        return total
 
     def _code(self, reasons: tuple[str, ...]) -> int:
         code = self._codes_of.get(reasons)

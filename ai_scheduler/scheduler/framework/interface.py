@@ -52,6 +52,8 @@ Window = slice | np.ndarray
 NO_OPINION = "none"
 PER_NODE = "node"
 
+_ONE_ALIVE = np.ones(1, dtype=bool)  # the candidates of a one-row window
+
 
 def position_in_window(window: Window, row: int) -> int:
     """Where `row` sits among the window's rows, or -1 when it is not one of them."""
@@ -89,6 +91,16 @@ class FilterPlugin:
         may be marked failing or not, the caller only counts the alive ones.
         """
         raise NotImplementedError
+
+    def failing_one(
+        self, pod: PodRecord, cache: SchedulerCache, row: int, static: StaticResults
+    ) -> tuple[str, ...]:
+        """The reasons the node of `row` fails, in `run`'s order (none: it passes): one node's verdict, asked
+        again after a placement on it (gang_shapes.py). `run` over that one row by default; a plugin whose
+        `run` costs far more than its arithmetic on one node (a dozen numpy calls, each with its fixed
+        cost) says it in plain Python, and tests hold the two to the same verdicts."""
+        masks = self.run(pod, cache, _ONE_ALIVE, static, slice(row, row + 1))
+        return tuple([reason for reason, mask in masks if mask[0]])
 
 
 class DevicePicker(FilterPlugin):
@@ -189,6 +201,12 @@ class ScorePlugin:
     ) -> np.ndarray | None:
         """Scores for `rows`; None when the plugin has no opinion about this pod."""
         raise NotImplementedError
+
+    def score_one(self, pod: PodRecord, cache: SchedulerCache, row: int, static: StaticResults) -> int | None:
+        """`score` of one row (a PER_NODE score only: it reads no other row), asked again after a placement
+        on it (gang_shapes.py); as `failing_one`, a plugin may say it in plain Python."""
+        scores = self.score(pod, cache, np.array([row], dtype=np.intp), static)
+        return None if scores is None else int(scores[0])
 
 
 class DevicePreference(ScorePlugin):

@@ -131,10 +131,6 @@ class Evaluation(Protocol):
 
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray: ...
 
-    # A window that wraps round the end of the table is looked at in one pass, through its row numbers, up
-    # to this many rows (the Framework's own: MAX_GATHERED_ROWS); a larger one in two windows.
-    max_gathered_rows: int
-
     def nodes(self, node_mask: np.ndarray) -> int:
         """How many nodes `node_mask` holds (the cache's valid rows in it)."""
         ...
@@ -285,7 +281,6 @@ class Framework:
         """
         reasons: dict[str, int] = {}
         filter_window = via.filter_window if via is not None else self._filter_window
-        max_gathered = via.max_gathered_rows if via is not None else MAX_GATHERED_ROWS
         limit = self.cache.row_limit
         wanted = num_feasible_nodes_to_find(self.percentage, total)
         if wanted >= total:
@@ -313,7 +308,7 @@ class Framework:
             end = position + size
             window: Window = slice(position, end)
             if end > limit:  # wrapping round the end of the table
-                if size <= max_gathered:  # the row numbers, in search order: one pass
+                if size <= MAX_GATHERED_ROWS:  # the row numbers, in search order: one pass
                     window = self._circular(limit)[position:end]
                 else:  # up to the end only; the next window goes on from row 0
                     window = slice(position, limit)

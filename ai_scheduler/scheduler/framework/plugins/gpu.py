@@ -209,6 +209,20 @@ class GpuBinpack(ScorePlugin):
         after = np.minimum(cache.requested[rows, col] + wanted, allocatable)
         return np.where(allocatable > 0, after * MAX_NODE_SCORE // np.maximum(allocatable, 1), 0)
 
+    def score_one(self, pod: PodRecord, cache: SchedulerCache, row: int, static: StaticResults) -> int | None:
+        # Device-plugin GPUs in Python numbers (managed ones: `score` over the one row).
+        request, _ = gpu_request(pod)
+        if request is not None:
+            return super().score_one(pod, cache, row, static)
+        wanted = pod.requests.get(DEVICE_PLUGIN_GPU, 0)
+        col = cache.column(DEVICE_PLUGIN_GPU)
+        if not wanted or col < 0:
+            return None
+        allocatable = int(cache.allocatable[row, col])
+        if allocatable <= 0:
+            return 0
+        return min(int(cache.requested[row, col]) + wanted, allocatable) * MAX_NODE_SCORE // allocatable
+
     @staticmethod
     def _managed(request: GpuRequest, cache: SchedulerCache, rows: np.ndarray) -> np.ndarray:
         g = cache.gpus
@@ -245,6 +259,14 @@ def gpu_nodes(cache: SchedulerCache, rows: np.ndarray, allocatable: np.ndarray |
     return has_gpus
 
 
+def gpu_node(cache: SchedulerCache, row: int, allocatable: list[int]) -> bool:
+    """`gpu_nodes` of one row (`allocatable`: its line of `cache.allocatable`, as a list)."""
+    col = cache.column(DEVICE_PLUGIN_GPU)
+    if col >= 0 and allocatable[col] > 0:
+        return True
+    return bool(cache.gpus.nodes) and bool(cache.gpus.managed[row])
+
+
 class GpuAvoidance(ScorePlugin):
     """A pod that needs no GPU prefers nodes without GPUs, leaving GPU nodes to GPU work."""
 
@@ -273,4 +295,8 @@ class GpuSpread(GpuBinpack):
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
     ) -> np.ndarray | None:
         packed = super().score(pod, cache, rows, static)
+        return None if packed is None else MAX_NODE_SCORE - packed
+
+    def score_one(self, pod: PodRecord, cache: SchedulerCache, row: int, static: StaticResults) -> int | None:
+        packed = super().score_one(pod, cache, row, static)
         return None if packed is None else MAX_NODE_SCORE - packed

@@ -19,21 +19,31 @@ while CPU nodes keep kube-scheduler's spreading. benchmarks/gpu_packing.py
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.scheduler.framework.interface import MAX_NODE_SCORE, PER_NODE, ScorePlugin, StaticResults
-from ai_scheduler.scheduler.framework.plugins.gpu import gpu_nodes
+from ai_scheduler.scheduler.framework.plugins.gpu import gpu_node, gpu_nodes
 
 ALWAYS_SCORED = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
-# What a pod's score reads, per scored resource: the cache's columns, the pod's scoring amounts, the
-# weights, and their sum (None: no resource to score).
-_Plan = tuple[np.ndarray, np.ndarray, np.ndarray, int] | None
+# What a pod's score reads, per scored resource: the cache's columns, the pod's scoring amounts and the
+# weights, as arrays and as lists (for one row's score), and the weights' sum (None: no resource to score).
+_Plan = tuple[np.ndarray, np.ndarray, np.ndarray, int, list[int], list[int], list[int]] | None
+
+
+def _least_allocated(requested: int, allocatable: int) -> int:
+    """LeastAllocated._resource_score of one resource on one node (`allocatable` > 0)."""
+    return max(allocatable - requested, 0) * MAX_NODE_SCORE // allocatable
+
+
+def _most_allocated(requested: int, allocatable: int) -> int:
+    """MostAllocated._resource_score of one resource on one node (`allocatable` > 0)."""
+    return min(requested, allocatable) * MAX_NODE_SCORE // allocatable
 
 
 class _ResourceAllocation(ScorePlugin):
@@ -75,6 +85,9 @@ class _ResourceAllocation(ScorePlugin):
                 np.array(amounts, dtype=np.int64),
                 np.array(weights, dtype=np.int64),
                 sum(weights),
+                cols,
+                amounts,
+                weights,
             )
         self._last = (requests, pod_scored, cache, len(cache.resource_index), plan)
         return plan
@@ -104,7 +117,7 @@ class _ResourceAllocation(ScorePlugin):
         plan = self._plan(pod, cache)
         if plan is None:
             return np.zeros(rows.shape[0], dtype=np.int64)
-        cols, amounts, weight_vector, weight_total = plan
+        cols, amounts, weight_vector, weight_total = plan[:4]
         # All scored resources at once, one (rows x resources) block: a decision's cost is mostly numpy's
         # fixed cost per call, so one pass over the block is cheaper than one pass per resource.
         node_allocatable = cache.allocatable.take(rows, axis=0)
@@ -122,6 +135,30 @@ class _ResourceAllocation(ScorePlugin):
         result: np.ndarray = np.where(weight_sum > 0, total // np.maximum(weight_sum, 1), 0)
         return result
 
+    def _formula(
+        self, cache: SchedulerCache, row: int, node_allocatable: list[int]
+    ) -> Callable[[int, int], int]:
+        """`_scores`' formula for one resource on the node of `row` (`node_allocatable`: its line of the
+        cache's allocatable table)."""
+        raise NotImplementedError
+
+    def score_one(self, pod: PodRecord, cache: SchedulerCache, row: int, static: StaticResults) -> int | None:
+        # `score` of one row in Python numbers: the same plan, formula and integer division.
+        plan = self._plan(pod, cache)
+        if plan is None:
+            return 0
+        cols, amounts, weights = plan[4:]
+        node_allocatable = cache.allocatable[row].tolist()
+        requested = cache.score_requested[row].tolist()
+        formula = self._formula(cache, row, node_allocatable)
+        total = weight_sum = 0
+        for col, amount, weight in zip(cols, amounts, weights, strict=True):
+            allocatable = node_allocatable[col]
+            if allocatable > 0:  # a node without the resource neither scores nor weighs for it
+                total += formula(requested[col] + amount, allocatable) * weight
+                weight_sum += weight
+        return total // weight_sum if weight_sum else 0
+
 
 class LeastAllocated(_ResourceAllocation):
     """Prefer nodes with more free capacity after placing the pod (spread)."""
@@ -134,6 +171,11 @@ class LeastAllocated(_ResourceAllocation):
         score: np.ndarray = np.maximum(allocatable - requested, 0) * MAX_NODE_SCORE // allocatable
         return score
 
+    def _formula(
+        self, cache: SchedulerCache, row: int, node_allocatable: list[int]
+    ) -> Callable[[int, int], int]:
+        return _least_allocated
+
 
 class MostAllocated(_ResourceAllocation):
     """Prefer nodes that are already busy (binpack), keeping whole nodes free for large jobs."""
@@ -144,6 +186,11 @@ class MostAllocated(_ResourceAllocation):
     def _resource_score(requested: np.ndarray, allocatable: np.ndarray) -> np.ndarray:
         scores: np.ndarray = np.minimum(requested, allocatable) * MAX_NODE_SCORE // allocatable
         return scores
+
+    def _formula(
+        self, cache: SchedulerCache, row: int, node_allocatable: list[int]
+    ) -> Callable[[int, int], int]:
+        return _most_allocated
 
 
 class GpuAwareAllocation(_ResourceAllocation):
@@ -175,6 +222,11 @@ class GpuAwareAllocation(_ResourceAllocation):
         counted = np.where(on_gpu_node[:, None], taken, allocatable - taken)
         scores: np.ndarray = counted * MAX_NODE_SCORE // allocatable
         return scores
+
+    def _formula(
+        self, cache: SchedulerCache, row: int, node_allocatable: list[int]
+    ) -> Callable[[int, int], int]:
+        return _most_allocated if gpu_node(cache, row, node_allocatable) else _least_allocated
 
 
 class BalancedAllocation(ScorePlugin):
