@@ -100,6 +100,6 @@ def test_one_row_verdicts_are_the_plugins_own(seed: int) -> None:
                 failed += bool(expected)
             for scorer in scores:
                 values = scorer.score(pod, cache, np.array([row], dtype=np.intp), static)
-                expected_score = None if values is None else int(values[0])
-                assert scorer.score_one(pod, cache, row, static) == expected_score, (scorer.name, pod.key, row)
+                one = scorer.score_one(pod, cache, row, static)
+                assert one == (None if values is None else int(values[0])), (scorer.name, pod.key, row)
     assert failed, "some rows fail a filter"
