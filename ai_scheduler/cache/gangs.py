@@ -321,6 +321,10 @@ class GangRegistry:
         self.gangs: dict[str, Gang] = {}
         self._gang_of: dict[str, str] = {}  # pod uid -> gang key
         self.dirty: set[str] = set()  # gangs whose status may need writing
+        # The gangs whose attempt window is open (`first_attempt` set), in the order their windows opened:
+        # the only ones a timeout can strike (GangScheduler.check_timeouts reads these, not every gang).
+        # A gang leaves when its window closes (placed, timed out) or it is dropped.
+        self.attempting: dict[str, Gang] = {}
         # The owner objects inferred gangs read their minimum from, by (kind, namespace, name), and the
         # gangs that read each.
         self.owners: dict[tuple[str, str, str], OwnerSpec] = {}
@@ -426,10 +430,16 @@ class GangRegistry:
                 gang.podgroup = None
                 self._drop_if_empty(gang)
 
+    def end_attempt(self, gang: Gang) -> None:
+        """The gang's attempt window closed (it was placed, or timed out)."""
+        gang.first_attempt = None
+        self.attempting.pop(gang.key, None)
+
     def _drop_if_empty(self, gang: Gang) -> None:
         if not gang.members and gang.podgroup is None and gang.native is None:
             self.gangs.pop(gang.key, None)
             self.dirty.discard(gang.key)
+            self.attempting.pop(gang.key, None)
             if gang.owner is not None:
                 owned = self._owned.get(gang.owner)
                 if owned is not None:
@@ -491,6 +501,7 @@ class GangRegistry:
     def start_attempt(self, gang: Gang, now: float) -> None:
         if gang.first_attempt is None:
             gang.first_attempt = now
+            self.attempting[gang.key] = gang
         if gang.schedule_start is None:
             gang.schedule_start = time.time()
 

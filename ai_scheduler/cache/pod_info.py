@@ -18,7 +18,9 @@ afterwards, by whichever part of the scheduler asks first, so that nothing deriv
 - `containers`: the per-container extended-resource requests that DRA maps to a claim, read from the
   spec by PodRecord.from_api (records.extended_containers), for pods that ask for any;
 - `gang_shape`: the part of a gang member's shape key read from the pod alone, for one framework
-  (gang_shapes.py).
+  (gang_shapes.py);
+- `hint`: the pod's queueing hint, what makes pods alike for the filters (SchedulerCore.hint_of, which
+  decides each time whether the pod takes one at all).
 
 A PodInfo is made on first use (PodRecord.info) and belongs to one record: a changed pod is a new
 record, with a new PodInfo, so nothing in it goes stale but the two stamped fields above. A copy of a
@@ -27,7 +29,7 @@ attempt's own derived values (the priority, the tenant and amounts read once) ar
 CycleState (scheduler/framework/cycle_state.py).
 
 Memory: one slotted object per pod that needs one (every pending pod, every placed pod charged to a
-tenant: 88 bytes); it replaced the tenancy's memo of tenants by uid, which took about as much.
+tenant: 96 bytes); it replaced the tenancy's memo of tenants by uid, which took about as much.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ ExtendedContainer = tuple[int, str, bool, list[str], dict[str, int]]
 class PodInfo:
     """One pod version's derived data (see the module); each field is None until first derived."""
 
-    __slots__ = ("amounts", "amounts_at", "containers", "epoch", "gang_shape", "gpu", "tenant")
+    __slots__ = ("amounts", "amounts_at", "containers", "epoch", "gang_shape", "gpu", "hint", "tenant")
 
     def __init__(self) -> None:
         self.gpu: tuple[GpuRequest | None, str] | None = None
@@ -58,6 +60,7 @@ class PodInfo:
         self.amounts_at = PURE  # the DRA state's version `amounts` were built at (PURE: no claims)
         self.containers: tuple[ExtendedContainer, ...] = ()
         self.gang_shape: tuple[Any, Hashable] | None = None  # (framework, key)
+        self.hint: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
         return f"PodInfo(tenant={self.tenant}, amounts={self.amounts})"

@@ -179,14 +179,18 @@ class SchedulerCore:
             lowest = self.handlers.lowest_priority
             if lowest is None or pod.priority > lowest or any(g.min for g in self.config.groups.values()):
                 return None
-        gpu = tuple(sorted(
-            (k, v) for k, v in pod.annotations.items() if k.startswith("ai-scheduler.io/gpu-")))
-        return (
-            pod.scheduler_name, pod.namespace, tuple(sorted(pod.requests.items())), gpu,
-            tuple(sorted(pod.labels.items())), tuple(sorted(pod.node_selector.items())),
-            tuple(t.identity() for t in pod.tolerations), repr(pod.affinity), pod.priority,
-            pod.preempts,  # not the filters' but PostFilter's: its verdict ends the reason a repeat reuses
-        )
+        info = pod.info
+        if info.hint is None:  # what is read of the pod alone, once per pod version (its PodInfo)
+            gpu = tuple(sorted(
+                (k, v) for k, v in pod.annotations.items() if k.startswith("ai-scheduler.io/gpu-")))
+            info.hint = (
+                pod.scheduler_name, pod.namespace, tuple(sorted(pod.requests.items())), gpu,
+                tuple(sorted(pod.labels.items())), tuple(sorted(pod.node_selector.items())),
+                tuple(t.identity() for t in pod.tolerations), repr(pod.affinity), pod.priority,
+                # not the filters' but PostFilter's: its verdict ends the reason a repeat reads
+                pod.preempts,
+            )
+        return info.hint
 
     def fits_row(self, pod: PodRecord, row: int) -> bool:
         """Whether `pod` may fit on the node of `row` now (its profile's filters; no profile: yes)."""

@@ -202,7 +202,7 @@ class GangScheduler:
             reason = f"gang {gang.key} reached its quorum; this extra member does not fit now"
             self.queue.requeue(member, unschedulable=True, reason=reason)
             self.feedback.unschedulable(member.pod, reason)
-        gang.first_attempt = None
+        self.registry.end_attempt(gang)
         gang.timeouts = 0
         if self.preemptor is not None:
             self.preemptor.forget(gang.key)
@@ -514,7 +514,7 @@ class GangScheduler:
     def check_timeouts(self) -> None:
         """A gang not placed whole within its timeout: release, tell, back off longer each time."""
         now = self._clock()
-        for gang in list(self.registry.gangs.values()):
+        for gang in list(self.registry.attempting.values()):
             if gang.first_attempt is None:
                 continue
             timeout = gang.timeout(self.settings.gang_schedule_timeout_seconds)
@@ -526,7 +526,7 @@ class GangScheduler:
             doubled = self.settings.initial_backoff_seconds * 2 ** min(gang.timeouts, 64)
             backoff = min(doubled, MAX_TIMEOUT_BACKOFF)
             gang.not_before = now + backoff
-            gang.first_attempt = None
+            self.registry.end_attempt(gang)
             placed = self._placed(gang)
             # Attempts reserve a gang whole or not at all, so a gang that times out holds no
             # reservation: members already bound stay bound, and the group reports them.
