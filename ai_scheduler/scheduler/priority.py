@@ -102,6 +102,9 @@ _NORMALISERS = {
 # (waitingTime, a queue's promotion), usage (fairShare, queues' fair share) or other pods (jobSize counts a
 # gang's members as they come). A pod's run time is asked once and kept (runtimes.py).
 _STEADY_FACTORS = frozenset({"userLevel", "groupLevel", "taskPriority", "estimatedRuntime"})
+# PriorityEngine._view: the policy, its weights as pairs, whether it reads job sizes or run times, and the
+# normalisers it reads.
+_PolicyView = tuple[object, tuple[tuple[str, float], ...], bool, tuple[str, ...]]
 
 
 @dataclass(slots=True)
@@ -135,6 +138,10 @@ class PriorityEngine:
         # Whether some key in the queue may differ from what it would be now (see `keys_may_move`): set by
         # a reload and by normalisers that moved. The queue starts empty: no key to be stale.
         self._keys_stale = False
+        # What every evaluation reads of the active policy, taken once per policy object (a reload makes a
+        # new one): its weights as pairs, whether it reads job sizes or run times (the normalisers of
+        # jobSize and estimatedRuntime: else a pod need not widen them), and the normalisers it reads.
+        self._view: _PolicyView = (None, (), False, ())
         self._keyed: tuple[float, ...] = self._normalisers()  # what the queue's keys were computed with
 
     # ------------------------------------------------------------------ the queue's sort key
@@ -153,16 +160,15 @@ class PriorityEngine:
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, qp: QueuedPod) -> Priority:
-        config = self.config
-        policy = config.policy
+        _, weights, sizes, _ = self._policy_view()
         pod = qp.pod
         run = self.run_time(pod)  # asked once per evaluation: the normalisers and the factor share it
-        self._observe(pod, self._stats, run)
+        self._observe(pod, self._stats, run, sizes)
         if not self._keys_stale and self._normalisers() != self._keyed:
             self._keys_stale = True  # this pod widened them: the keys computed before are not current
         tenant = self.tenancy.tenant_of(pod)
-        factors = {name: self._factor(name, qp, tenant, run) for name in policy.weights}
-        score = sum(weight * factors[name] for name, weight in policy.weights.items())
+        factors = {name: self._factor(name, qp, tenant, run) for name, _ in weights}
+        score = sum(weight * factors[name] for name, weight in weights)
         level, promoted = self._effective_level(qp, tenant.queue)
         priority = Priority(score, factors, level, self._queue_fairness(tenant.queue, level), promoted, run)
         self._last[pod.uid] = priority
@@ -203,10 +209,24 @@ class PriorityEngine:
         """The pod's run time as the core's run-time hook knows it (its estimate, or a prediction)."""
         return self.runtimes().estimate(pod)
 
-    def _observe(self, pod: PodRecord, stats: _Stats, run: RunTime | None) -> None:
-        """Widen the normalisers to include this pod (a pod arriving between refreshes is not clipped)."""
+    def _policy_view(self) -> _PolicyView:
+        """`_view` for the active policy, taken anew when it is another object."""
+        policy = self.config.policy
+        view = self._view
+        if view[0] is not policy:
+            weights = policy.weights
+            reads = tuple(field_name for name in weights for field_name in _NORMALISERS.get(name, ()))
+            sizes = "jobSize" in weights or "estimatedRuntime" in weights
+            view = self._view = (policy, tuple(weights.items()), sizes, reads)
+        return view
+
+    def _observe(self, pod: PodRecord, stats: _Stats, run: RunTime | None, sizes: bool = True) -> None:
+        """Widen the normalisers to include this pod (a pod arriving between refreshes is not clipped);
+        those of job sizes and run times only when `sizes` (the policy reads them)."""
         stats.priority_low = min(stats.priority_low, pod.priority)
         stats.priority_high = max(stats.priority_high, pod.priority)
+        if not sizes:
+            return
         gpus, cpus = self._job_size(pod)
         if gpus:
             stats.largest_gpu_job = max(stats.largest_gpu_job, gpus)
@@ -291,11 +311,7 @@ class PriorityEngine:
     def _normalisers(self) -> tuple[float, ...]:
         """The normalisers the active policy's factors read, as they are now."""
         stats = self._stats
-        return tuple(
-            getattr(stats, field_name)
-            for name in self.config.policy.weights
-            for field_name in _NORMALISERS.get(name, ())
-        )
+        return tuple([getattr(stats, field_name) for field_name in self._policy_view()[3]])
 
     def keys_may_move(self) -> bool:
         """Whether a refresh may give some waiting pod another sort key than the one it has: always for a
