@@ -27,7 +27,13 @@ same plugin semantics but shape the calls for arrays:
   pod and that node, so placing a pod elsewhere leaves it as it was), or ''
   (anything else, the default). The gang fast path (gang_shapes.py) filters and
   scores a gang's identical members once when every plugin is one of the first
-  two, and falls back to a cycle per member otherwise.
+  two, and falls back to a cycle per member otherwise;
+- one node's verdict alone (`failing_one`, `score_one`), which that fast path
+  asks again for the node a member was placed on: by default the plugin's own
+  `run` or `score` over that one row; a plugin whose arithmetic on one node is
+  far cheaper than a dozen numpy calls says it in plain Python (the resource
+  plugins do), and tests/unit/scheduler/framework/test_one_row.py holds the two
+  writings to the same verdicts.
 """
 
 from __future__ import annotations
