@@ -431,6 +431,8 @@ def compare(now: dict[str, float], baseline: dict[str, Any]) -> int:
                   "time ratios may move for that alone")
     print(f"baseline: commit {env.get('commit', '?')}, Python {env.get('python', '?')}, "
           f"numpy {env.get('numpy', '?')}, {env.get('date', '?')}")
+    if env.get("amended"):
+        print(f"amended:  {env['amended']}")
     print(f"now:      commit {here['commit']}, Python {here['python']}, numpy {here['numpy']}")
     print()
     width = max(len(f.name) for f in FIGURES)
