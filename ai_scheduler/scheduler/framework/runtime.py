@@ -180,6 +180,8 @@ class Framework:
         # A score that also ranks the chosen node's devices for a share (FGD's device choice), if any.
         self.device_preference = next((s for s in self.scores if isinstance(s, DevicePreference)), None)
         self.dra = next((f for f in self.filters if isinstance(f, DynamicResources)), None)
+        # The filters with a PreFilter of their own (most have none), asked once per cycle in their order.
+        self.prefilters = [f for f in self.filters if type(f).prefilter is not FilterPlugin.prefilter]
         # The plugins whose verdicts are cached per pod signature (StaticResults), filters first.
         self.static_plugins: list[StaticFilterPlugin | StaticScorePlugin] = [
             plugin
@@ -388,7 +390,7 @@ class Framework:
                 "spec.resourceClaims need"
             )
             return Decision(None, total, error=error)
-        for plugin in self.filters:
+        for plugin in self.prefilters:
             error = plugin.prefilter(pod, cache)
             if error:
                 return Decision(None, total, error=error)
