@@ -116,6 +116,11 @@ def _spec_changed(old: PodRecord, new: PodRecord) -> bool:
     return False
 
 
+def _fits_nowhere(pod: PodRecord) -> bool:
+    """`move_freed`'s verdict where no room was freed."""
+    return False
+
+
 def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
@@ -398,6 +403,17 @@ class SchedulingQueue:
         those `fits` says may fit there now (asked once per distinct hint); a pod with a hint that may not
         fit is retried virtually (see the module's docstring), unless its backoff still runs, in which case
         it is moved as move_all would (into backoffQ, to be tried when its backoff ends)."""
+        return self._move_hinted(event, fits, parked=False)
+
+    def move_unfreed(self, event: str) -> int:
+        """An event that frees no room and changes no node, pod or claim that a filter reads (a gang timing
+        out: a waiting gang holds nothing): as move_all, except that a pod with a hint, which only room
+        could make fit, is retried virtually, as `move_freed` retries one that may not fit where room was
+        freed. The same decisions as move_all, without popping the pods that would fail again."""
+        return self._move_hinted(event, _fits_nowhere, parked=True)
+
+    def _move_hinted(self, event: str, fits: Callable[[PodRecord], bool], *, parked: bool) -> int:
+        """move_freed's walk; `parked`: pods parked behind a StrictFIFO head are moved (as move_all does)."""
         self._move_cycle += 1
         now = self._clock()
         verdicts: dict[Any, bool] = {}
@@ -408,7 +424,9 @@ class SchedulingQueue:
             if hint is None:
                 moved.append(qp)
                 continue
-            if hint is PARKED:  # behind a StrictFIFO head, which this event may let start: it waits on
+            if hint is PARKED:  # behind a StrictFIFO head, which room freed may let start: it waits on
+                if parked:
+                    moved.append(qp)
                 continue
             fit = verdicts.get(hint)
             if fit is None:

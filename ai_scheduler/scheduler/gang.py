@@ -550,7 +550,9 @@ class GangScheduler:
             self.feedback.event(
                 self._involved(gang), "Warning", "Timeout", message, component=self._profile(gang)
             )
-            self.queue.move_all("GangTimeout")
+            # A waiting gang holds nothing, so its timeout frees no room: pods that only room could help
+            # are retried virtually (move_unfreed), with the decisions that retrying them gives.
+            self.queue.move_unfreed("GangTimeout")
 
     def bind_failed(self, pod: PodRecord, message: str) -> None:
         gang = self.registry.gang_of(pod)
