@@ -193,15 +193,7 @@ class MemberShape:
             window_codes = self._usable_codes[first:stop]
             counts = np.bincount(window_codes)
             self._charge(counts, reasons)
-            alive = window_codes == 1
-            rows = rows[first:stop]
-            for mask, reason in blocked:  # past_blocked, on these rows
-                kept_off = alive & mask[rows]
-                count = int(np.count_nonzero(kept_off))
-                if count:
-                    reasons[reason] = reasons.get(reason, 0) + count
-                    alive &= ~kept_off
-            return rows[alive], stop - first
+            return past_blocked(window_codes == 1, rows[first:stop], blocked, reasons), stop - first
         window_codes = self._window_codes[window]
         counts = np.bincount(window_codes)
         looked_at = window_codes.shape[0] - int(counts[0])
