@@ -190,6 +190,15 @@ def free_thousandths(share_free: np.ndarray, whole_free: np.ndarray, total: np.n
     return out
 
 
+def weigh(matrix: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Each row of `matrix` (the last axis) weighted by `weights` and summed, row by row: a row's sum
+    does not depend on the other rows evaluated with it (a matrix product may sum in another order for
+    another number of rows, and a last-bit difference would flip a tie), so a row evaluated alone or in
+    a batch gives the same figure to the bit (the plugin keeps evaluations per row)."""
+    out: np.ndarray = (matrix * weights).sum(axis=-1)
+    return out
+
+
 def _needs(gpu: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct per-device needs of the shapes, each shape's index into them, and its device count."""
     per_device = np.minimum(gpu, MILLI)
@@ -260,7 +269,7 @@ def expected_fragmentation(
     """(rows,): sum_m p_m F_n(m), each row's expected fragment in GPU thousandths."""
     if not len(shapes):
         return np.zeros(free.shape[0])
-    out: np.ndarray = fragment_matrix(free, free_cpu, free_memory, shapes) @ shapes.prob
+    out: np.ndarray = weigh(fragment_matrix(free, free_cpu, free_memory, shapes), shapes.prob)
     return out
 
 
@@ -313,7 +322,7 @@ def placement(
     state = _state(free, needs)
     fit_before = _resources_fit(free_cpu, free_memory, shapes)
     before = _fragments(state.usable, state.fit_fragment, state.total, fit_before, shapes, index, count)
-    before_e = before @ shapes.prob if len(shapes) else np.zeros(rows)
+    before_e = weigh(before, shapes.prob) if len(shapes) else np.zeros(rows)
     fit_after = _resources_fit(free_cpu - pod.cpu, free_memory - pod.memory, shapes)
     no_device = np.full(rows, NO_DEVICE, dtype=np.int64)
     if pod.gpu <= 0 or pod.gpu >= MILLI:
@@ -323,7 +332,7 @@ def placement(
         usable = state.usable - np.where(needs > 0, k, 0)[None, :]
         total = state.total - k * MILLI
         after = _fragments(usable, state.fit_fragment, total, fit_after, shapes, index, count)
-        after_e = after @ shapes.prob if len(shapes) else np.zeros(rows)
+        after_e = weigh(after, shapes.prob) if len(shapes) else np.zeros(rows)
         return Placement(before_e, np.where(ok, after_e, np.inf), no_device)
     x = np.broadcast_to(np.asarray(pod.gpu if share is None else share, dtype=np.int64), (rows, width))
     ok = (free >= 0) & (free >= x)
@@ -346,7 +355,7 @@ def placement(
     after = _fragments(usable, fit_fragment, total, fit_after[pair_row], shapes, index, count)
     per_device = np.full((rows, width), np.inf)
     if len(shapes):
-        per_device[pair_row, pair_dev] = after @ shapes.prob
+        per_device[pair_row, pair_dev] = weigh(after, shapes.prob)
     else:
         per_device[pair_row, pair_dev] = 0.0
     device = np.argmin(per_device, axis=1)
@@ -401,7 +410,7 @@ def stranding(
             per = np.where(need, per_gpu, 1.0)[None, :]
             short = np.clip(whole * per - np.maximum(free, 0)[:, None], 0, None) / per
             stranded = np.maximum(stranded, np.where(need[None, :], np.minimum(short, whole), 0.0))
-    out: np.ndarray = (stranded @ reserve.weight) * MILLI
+    out: np.ndarray = weigh(stranded, reserve.weight) * MILLI
     return out
 
 
@@ -433,7 +442,7 @@ def split_islands(counts: np.ndarray, ks: np.ndarray, probs: np.ndarray) -> np.n
     whole = counts.sum(axis=1)[:, None]  # (R, 1)
     inside = (counts[:, :, None] * (counts[:, :, None] >= ks[None, None, :])).sum(axis=1)  # (R, K)
     split = np.where(whole >= ks[None, :], whole - inside, 0)
-    out: np.ndarray = (split @ probs) * MILLI
+    out: np.ndarray = weigh(split, probs) * MILLI
     return out
 
 

@@ -364,3 +364,50 @@ def test_coupled_plugin_keeps_nvlink_islands_whole_for_four_gpu_pods() -> None:
         decision = fw.schedule(whole_pod("two", 2))
         chosen[plugin.name] = (decision.node, decision.gpu_ids)
     assert chosen == {"GPUFragmentation": ("whole", (0, 1)), "GPUFragmentationCoupled": ("half", (2, 3))}
+
+
+# ------------------------------------------------------------------------------- kept evaluations
+@pytest.mark.parametrize("name", ["GPUFragmentation", "GPUFragmentationCoupled", "FGDScore"])
+def test_kept_evaluations_decide_as_evaluating_every_row(name: str) -> None:
+    """The plugin keeps each row's evaluation per pod shape and evaluates again only rows whose state
+    moved (a placement, a pod leaving, a new node): the same decisions, pod by pod, as evaluating every
+    candidate row for every pod, over pods arriving and leaving on nodes of several sizes."""
+    rng = random.Random(7)
+    nodes = [gpu_node(f"g{i}", gpus=rng.choice((2, 4, 8)), cpu=rng.choice((16, 32, 96))) for i in range(20)]
+    nodes += [cpu_node(f"c{i}") for i in range(3)]
+    pods: list[PodRecord] = []
+    for i in range(360):
+        kind, cpu = rng.random(), str(rng.choice((1, 2, 4, 8, 12)))
+        if kind < 0.5:
+            pod = share_pod(f"s{i}", rng.choice(("0.1", "0.25", "0.5", "0.6", "0.8")))
+        elif kind < 0.85:
+            pod = whole_pod(f"w{i}", rng.choice((1, 1, 2, 4, 8)), cpu=cpu)
+        else:
+            pod = cpu_pod(f"c{i}", cpu)
+        pods.append(pod)
+    leaving = {i: rng.randrange(i) for i in range(40, 360, 3)}  # before pod i, an earlier pod leaves
+    config = default_config()
+    decisions: dict[bool, list[tuple[str | None, tuple[int, ...]]]] = {}
+    for keep in (True, False):
+        cache = cluster(*nodes[:-4])
+        plugin = SCORES[name](1, {})
+        assert isinstance(plugin, GpuFragmentation)
+        plugin.keep = keep
+        if name == "FGDScore":
+            plugin.set_target(Shapes.of([pod_shape(p, 16 * GIB) for p in pods[:100]]))
+        fw = Framework("ai-scheduler", build_filters(config, config.profiles[0]), [plugin], cache,
+                       rng=random.Random(0), tie_break="nodeOrder")
+        made = decisions[keep] = []
+        for i, pod in enumerate(pods):
+            if i == 150:
+                for rec in nodes[-4:]:  # nodes joining: new rows
+                    cache.set_node(rec)
+            if i in leaving and cache.is_assumed(pods[leaving[i]].uid):
+                cache.forget(pods[leaving[i]].uid)
+            decision = fw.schedule(pod)
+            made.append((decision.node, decision.gpu_ids))
+            if decision.node is not None:
+                cache.assume(pod, decision.node, decision.gpu_ids)
+    placed = sum(1 for node, _ in decisions[True] if node is not None)
+    assert 100 < placed < len(pods)  # the cluster fills: later pods meet full and partly used rows
+    assert decisions[True] == decisions[False]
