@@ -52,7 +52,7 @@ Beyond FGD, three choices, each measurable on its own:
   `preferred_device`), as FGD does; whole devices keep GPUFilter's NVLink-island choice.
 
 What a pod's evaluation costs (a handful of (rows, devices, needs) array operations over every candidate
-row) is paid once per row state, not once per pod. A row's evaluation reads only that row's state (free
+row) is paid once per pod shape and row state, not once per pod. A row's evaluation reads only that row's state (free
 GPU thousandths, free cpu and memory, device sizes and islands), the pod's shape and the shapes measured
 against, so the plugin keeps it (`_Evaluations`): per pod shape, each row's before, after and device,
 stamped with the row's state as last read (`_RowStamps`: the candidate rows' state is compared with what
