@@ -52,20 +52,20 @@ Beyond FGD, three choices, each measurable on its own:
   `preferred_device`), as FGD does; whole devices keep GPUFilter's NVLink-island choice.
 
 What a pod's evaluation costs (a handful of (rows, devices, needs) array operations over every candidate
-row) is paid once per pod shape and row state, not once per pod. A row's evaluation reads only that row's state (free
-GPU thousandths, free cpu and memory, device sizes and islands), the pod's shape and the shapes measured
-against, so the plugin keeps it (`_Evaluations`): per pod shape, each row's before, after and device,
-stamped with the row's state as last read (`_RowStamps`: the candidate rows' state is compared with what
-was read before, and a row whose state differs gets a new stamp). Only rows whose stamp moved since the
-shape's last evaluation are evaluated again: after one placement, one row. The learned shapes are the
-other input; they would change at every pod (each observation decays every count), so the plugin
-measures against a snapshot of them (`shapes_for`) that it takes again once a quarter of the
-observations so far came after it, at least every observation and at most every `refresh` (1,024):
-exactly the learned shapes while few pods are known, at most about a thousand observations behind once
-the distribution is settled (its half-life is 2,000). A new snapshot drops every kept evaluation; a
-target given up front never changes. Each row's figures are sums of its own terms only (`weigh`), so a
-row evaluated alone or with others gives the same figure to the bit, and the same decisions
-(tests/unit/cache/test_fragmentation.py compares both pod by pod).
+row) is paid once per pod shape and row state, not once per pod. A row's evaluation reads only that
+row's state (free GPU thousandths, free cpu and memory, device sizes and islands), the pod's shape and
+the shapes measured against, so the plugin keeps it (`_Evaluations`): per pod shape, each row's before,
+after and device, stamped with the row's state as last read (`_RowStamps`: the candidate rows' state is
+compared with what was read before, and a row whose state differs gets a new stamp). Only rows whose
+stamp moved since the shape's last evaluation are evaluated again: after one placement, one row. The
+learned shapes are the other input; they would change at every pod (each observation decays every
+count), so the plugin measures against a snapshot of them (`shapes_for`) that it takes again once a
+quarter of the observations so far came after it, at least every observation and at most every `refresh`
+(1,024): exactly the learned shapes while few pods are known, at most about a thousand observations
+behind once the distribution is settled (its half-life is 2,000). A new snapshot drops every kept
+evaluation; a target given up front never changes. Each row's figures are sums of its own terms only
+(`weigh`), so a row evaluated alone or with others gives the same figure to the bit, and the same
+decisions (tests/unit/cache/test_fragmentation.py compares both pod by pod).
 """
 
 from __future__ import annotations
