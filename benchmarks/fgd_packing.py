@@ -12,9 +12,9 @@ Two workloads:
   6,212 GPUs, 8,152 pods), a new one per seed, inflated with our own random clones; medians.
 
 The trace simulator (`ai_scheduler.tracesim`) places the pods once each in file order under
-profiles that differ in their scores and tie-breaks (the default-based ones and coupled-node-order keep
-the adaptive percentageOfNodesToScore; the others score every feasible node, as FGD's
-`percentageOfNodesToScore: 100`):
+profiles that differ in their scores and tie-breaks (the default-based ones and the two
+coupled-node-order ones keep the adaptive percentageOfNodesToScore; the others score every feasible
+node, as FGD's `percentageOfNodesToScore: 100`):
 
 - random: no score, ties broken at random (a feasible node drawn uniformly; FGD's Random also draws
   the device of a share at random, ours takes the best-fitting one);
@@ -36,6 +36,9 @@ the adaptive percentageOfNodesToScore; the others score every feasible node, as 
   scores, everything else as shipped (random ties, adaptive percentageOfNodesToScore);
 - coupled-node-order: GPUFragmentationCoupled alone (shapes learned online, nothing up front), ties
   by node order, adaptive percentageOfNodesToScore;
+- fgd-coupled-node-order: FGDScoreCoupled alone (FGD's absolute score, not normalised, over the
+  coupled measure, shapes learned online: PER_NODE), ties by node order, adaptive
+  percentageOfNodesToScore;
 - default-coupled-node-order: the shipped default profile with GPUFragmentationCoupled (weight 30)
   added to its scores and ties by node order, everything else as shipped.
 
@@ -93,6 +96,7 @@ POLICIES: dict[str, tuple[list[dict[str, Any]], str]] = {
     ),
     "default-coupled": ([], "default"),
     "coupled-node-order": ([{"name": "GPUFragmentationCoupled", "weight": 1}], "nodeOrder"),
+    "fgd-coupled-node-order": ([{"name": "FGDScoreCoupled", "weight": 1}], "nodeOrder"),
     "default-coupled-node-order": ([], "default"),
 }
 # Added to the default profile's scores, its scheduling settings unchanged (shapes learned online);
@@ -104,7 +108,7 @@ DEFAULT_COUPLED_NODE_ORDER = ScoreSpec("GPUFragmentationCoupled", 30)
 # Profiles whose filters leave out NodeResourcesFit: GPUs only, as FGD's Open-Gpu-Share filter checks.
 GPU_FILTER_ONLY = frozenset({"fgd-gpu-filter"})
 # Profiles that keep the default's adaptive percentageOfNodesToScore (the others score every node).
-ADAPTIVE = frozenset({"coupled-node-order"})
+ADAPTIVE = frozenset({"coupled-node-order", "fgd-coupled-node-order"})
 
 
 def policy_config(name: str) -> Config:

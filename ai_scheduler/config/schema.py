@@ -98,6 +98,7 @@ SCORE_PLUGINS: tuple[str, ...] = (
     "GPUFragmentation",
     "GPUFragmentationCoupled",
     "FGDScore",
+    "FGDScoreCoupled",
     "PodTopologySpread",
     "InterPodAffinity",
     "DynamicResources",

@@ -37,7 +37,7 @@ from ai_scheduler.cache.fragmentation import (
 from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_FRACTION_ANNOTATION, GPU_IDS_ANNOTATION, MIB
 from ai_scheduler.cache.records import NodeRecord, PodRecord
 from ai_scheduler.config import default_config
-from ai_scheduler.scheduler.framework.interface import StaticResults
+from ai_scheduler.scheduler.framework.interface import PER_NODE, StaticResults
 from ai_scheduler.scheduler.framework.plugins import SCORES, build_filters
 from ai_scheduler.scheduler.framework.plugins.gpu_fragmentation import (
     GpuFragmentation,
@@ -367,7 +367,8 @@ def test_coupled_plugin_keeps_nvlink_islands_whole_for_four_gpu_pods() -> None:
 
 
 # ------------------------------------------------------------------------------- kept evaluations
-@pytest.mark.parametrize("name", ["GPUFragmentation", "GPUFragmentationCoupled", "FGDScore"])
+@pytest.mark.parametrize(
+    "name", ["GPUFragmentation", "GPUFragmentationCoupled", "FGDScore", "FGDScoreCoupled"])
 def test_kept_evaluations_decide_as_evaluating_every_row(name: str) -> None:
     """The plugin keeps each row's evaluation per pod shape and evaluates again only rows whose state
     moved (a placement, a pod leaving, a new node): the same decisions, pod by pod, as evaluating every
@@ -411,3 +412,22 @@ def test_kept_evaluations_decide_as_evaluating_every_row(name: str) -> None:
     placed = sum(1 for node, _ in decisions[True] if node is not None)
     assert 100 < placed < len(pods)  # the cluster fills: later pods meet full and partly used rows
     assert decisions[True] == decisions[False]
+
+
+def test_fgd_score_coupled_is_per_node_and_keeps_cpu_for_eight_gpu_pods() -> None:
+    """FGDScoreCoupled: FGD's absolute score over the coupled measure, so a node scores the same whether
+    scored alone or with others (PER_NODE, what the gang fast path needs), and a CPU-only pod that would
+    leave too few cores beside 8 free GPUs scores lower on that node than on a CPU node."""
+    cache = cluster(gpu_node("gpu", gpus=8, cpu=96), gpu_node("small", gpus=2, cpu=16), cpu_node("cpu"))
+    plugin = SCORES["FGDScoreCoupled"](1, {})
+    assert isinstance(plugin, GpuFragmentation) and plugin.couple_cpu and plugin.islands
+    assert plugin.locality(cpu_pod("any", "1"), cache) == PER_NODE
+    for i in range(3):
+        plugin.score(whole_pod(f"big{i}", 8, cpu="80"), cache, rows_of(cache, "gpu"), StaticResults(cache))
+    rows = rows_of(cache, "gpu", "small", "cpu")
+    for pod in (cpu_pod("c4", "4"), whole_pod("w1", 1, cpu="2"), share_pod("s", "0.5")):
+        together = plugin.score(pod, cache, rows, StaticResults(cache))
+        alone = [plugin.score_one(pod, cache, int(row), StaticResults(cache)) for row in rows]
+        assert together is not None and together.tolist() == alone
+    scores = plugin.score(cpu_pod("c4", "4"), cache, rows, StaticResults(cache))
+    assert scores is not None and scores[0] < scores[2]

@@ -107,7 +107,8 @@ def test_plugin_name_constants() -> None:
                              "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware", "NodeAffinity",
                              "TaintToleration",
                              "GPUBinpack", "GPUSpread", "GPUAvoidance", "GPUFragmentation",
-                             "GPUFragmentationCoupled", "FGDScore", "PodTopologySpread", "InterPodAffinity",
+                             "GPUFragmentationCoupled", "FGDScore", "FGDScoreCoupled", "PodTopologySpread",
+                             "InterPodAffinity",
                              "DynamicResources")
     assert frozenset({"NodeResourcesLeastAllocated", "NodeResourcesMostAllocated",
                       "NodeResourcesBalancedAllocation", "NodeResourcesGPUAware"}) == RESOURCE_SCORERS

@@ -11,6 +11,7 @@ from ai_scheduler.scheduler.framework.plugins.dynamic_resources import DynamicRe
 from ai_scheduler.scheduler.framework.plugins.gpu import GpuAvoidance, GpuBinpack, GpuFilter, GpuSpread
 from ai_scheduler.scheduler.framework.plugins.gpu_fragmentation import (
     FgdScore,
+    FgdScoreCoupled,
     GpuFragmentation,
     GpuFragmentationCoupled,
 )
@@ -77,6 +78,7 @@ SCORES: dict[str, Callable[[int, Mapping[str, int]], ScorePlugin]] = {
     "GPUFragmentation": lambda weight, _resources: GpuFragmentation(weight),
     "GPUFragmentationCoupled": lambda weight, _resources: GpuFragmentationCoupled(weight),
     "FGDScore": lambda weight, _resources: FgdScore(weight),
+    "FGDScoreCoupled": lambda weight, _resources: FgdScoreCoupled(weight),
     "InterPodAffinity": lambda weight, _resources: InterPodAffinityScore(weight),
     "PodTopologySpread": lambda weight, _resources: PodTopologySpreadScore(weight),
     "DynamicResources": lambda weight, _resources: DynamicResourcesScore(weight),

@@ -27,6 +27,9 @@ pkg/simulator/plugin/fgd_score.go with pkg/utils/frag.go), for comparisons with 
   ties);
 - on the chosen node a share takes the first device of the best such integer score.
 
+`FGDScoreCoupled` is that absolute score over GPUFragmentationCoupled's measure (below), shapes learned
+online: a node's score reads only that node (PER_NODE), unlike the normalised scores of the others.
+
 Beyond FGD, three choices, each measurable on its own:
 
 - `couple_cpu` ("GPUFragmentationCoupled"): cpu and memory stay with GPUs. Each learned whole-GPU
@@ -96,7 +99,12 @@ from ai_scheduler.cache.fragmentation import (
 )
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework.interface import MAX_NODE_SCORE, DevicePreference, StaticResults
+from ai_scheduler.scheduler.framework.interface import (
+    MAX_NODE_SCORE,
+    PER_NODE,
+    DevicePreference,
+    StaticResults,
+)
 from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
@@ -524,3 +532,20 @@ class FgdScore(GpuFragmentation):
         self._devices = (pod.uid, rows, device)
         scores: np.ndarray = np.maximum(sigmoid_scores(result.before, result.after), 0)
         return scores
+
+
+class FgdScoreCoupled(FgdScore):
+    """FGD's absolute score (`sigmoid_scores`, truncated, not normalised over the candidates) over
+    GPUFragmentationCoupled's measure (cpu and memory kept beside free GPUs, NVLink islands whole), with
+    the shapes learned online as GPUFragmentation learns them (nothing up front). Each node's score
+    reads only the pod and that node: PER_NODE, so a gang of identical members keeps the gang fast
+    path, and equal nodes tie for the framework's tie-break."""
+
+    name = "FGDScoreCoupled"
+    TARGET_UP_FRONT = False
+
+    def __init__(self, weight: int) -> None:
+        GpuFragmentation.__init__(self, weight, couple_cpu=True, islands=True)
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return PER_NODE
