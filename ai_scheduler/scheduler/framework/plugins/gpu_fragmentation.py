@@ -57,24 +57,23 @@ Beyond FGD, three choices, each measurable on its own:
 What a pod's evaluation costs (a handful of (rows, devices, needs) array operations over every candidate
 row) is paid once per pod shape and row state, not once per pod. A row's evaluation reads only that
 row's state (free GPU thousandths, free cpu and memory, device sizes and islands), the pod's shape and
-the shapes measured against, so the plugin keeps it (`_Evaluations`): per pod shape, each row's before,
-after and device, stamped with the row's state as last read (`_RowStamps`: the candidate rows' state is
-compared with what was read before, and a row whose state differs gets a new stamp). Only rows whose
-stamp moved since the shape's last evaluation are evaluated again: after one placement, one row. The
-learned shapes are the other input; they would change at every pod (each observation decays every
-count), so the plugin measures against a snapshot of them (`shapes_for`) that it takes again once a
-quarter of the observations so far came after it, at least every observation and at most every `refresh`
-(1,024): exactly the learned shapes while few pods are known, at most about a thousand observations
-behind once the distribution is settled (its half-life is 2,000). A new snapshot drops every kept
-evaluation; a target given up front never changes. Each row's figures are sums of its own terms only
-(`weigh`), so a row evaluated alone or with others gives the same figure to the bit, and the same
-decisions (tests/unit/cache/test_fragmentation.py compares both pod by pod).
+the shapes measured against, so the plugin keeps it (`Evaluations`, kept_evaluations.py): per pod shape,
+each row's before, after and device, stamped with the row's state as last read (`RowStamps`: the
+candidate rows' state is compared with what was read before, and a row whose state differs gets a new
+stamp). Only rows whose stamp moved since the shape's last evaluation are evaluated again: after one
+placement, one row. The learned shapes are the other input; they would change at every pod (each
+observation decays every count), so the plugin measures against a snapshot of them (`shapes_for`) that
+it takes again once a quarter of the observations so far came after it, at least every observation and
+at most every `refresh` (1,024): exactly the learned shapes while few pods are known, at most about a
+thousand observations behind once the distribution is settled (its half-life is 2,000). A new snapshot
+drops every kept evaluation; a target given up front never changes. Each row's figures are sums of its
+own terms only (`weigh`), so a row evaluated alone or with others gives the same figure to the bit, and
+the same decisions (tests/unit/cache/test_fragmentation.py compares both pod by pod).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -106,11 +105,11 @@ from ai_scheduler.scheduler.framework.interface import (
     StaticResults,
 )
 from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
+from ai_scheduler.scheduler.framework.plugins.kept_evaluations import Evaluations, RowState
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
 SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice
 REFRESH = 1024  # observations between two snapshots of the learned shapes, at most (`shapes_for`)
-KEPT_SHAPES = 64  # pod shapes whose evaluations are kept (the least recently used dropped first)
 
 
 def pod_shape(pod: PodRecord, largest_device: int = 0) -> PodShape:
@@ -160,131 +159,6 @@ def share_need(pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> np.nd
     return need
 
 
-PodKey = tuple[int, int, int, int, int]  # cpu, memory, GPU thousandths, share memory, largest device
-
-
-@dataclass(slots=True)
-class _RowState:
-    """What a row's evaluation reads of it, for the candidate rows of one pod."""
-
-    rows: np.ndarray
-    free: np.ndarray  # (R, D) free GPU thousandths (row_state)
-    free_cpu: np.ndarray
-    free_memory: np.ndarray
-    total: np.ndarray  # (R, Dg) device sizes (share_need)
-    island: np.ndarray  # (R, Dg) NVLink islands (_split)
-
-
-class _RowStamps:
-    """The state of every row as last read, and a stamp per row that moves when the state read differs."""
-
-    def __init__(self) -> None:
-        self.stamp = np.zeros(0, dtype=np.int64)
-        self._tick = 0
-        self._arrays: tuple[np.ndarray, ...] = ()
-
-    def read(self, state: _RowState) -> bool:
-        """Stamp the rows of `state` whose state changed; False when the table's shape changed, which
-        makes every stamp new (the caller drops what it kept)."""
-        current = (state.free, state.free_cpu, state.free_memory, state.total, state.island)
-        rows = state.rows
-        size = int(rows.max(initial=-1)) + 1
-        same_shape = bool(self._arrays) and all(
-            a.shape[1:] == c.shape[1:] for a, c in zip(self._arrays, current, strict=True))
-        if not same_shape:
-            self._arrays = tuple(np.zeros((0, *c.shape[1:]), dtype=c.dtype) for c in current)
-            self.stamp = np.zeros(0, dtype=np.int64)
-        if size > self.stamp.shape[0]:
-            grow = size - self.stamp.shape[0]
-            self._arrays = tuple(np.concatenate([a, np.zeros((grow, *a.shape[1:]), dtype=a.dtype)])
-                                 for a in self._arrays)
-            self._tick += 1
-            self.stamp = np.concatenate([self.stamp, np.full(grow, self._tick, dtype=np.int64)])
-            new = rows >= size - grow
-            for kept, now in zip(self._arrays, current, strict=True):
-                kept[rows[new]] = now[new]
-        changed = np.zeros(rows.shape[0], dtype=bool)
-        for kept, now in zip(self._arrays, current, strict=True):
-            differs = kept[rows] != now
-            changed |= differs.any(axis=1) if differs.ndim > 1 else differs
-        if changed.any():
-            self._tick += 1
-            moved = rows[changed]
-            self.stamp[moved] = self._tick
-            for kept, now in zip(self._arrays, current, strict=True):
-                kept[moved] = now[changed]
-        return same_shape
-
-
-@dataclass(slots=True)
-class _Evaluated:
-    """One pod shape's evaluation per table row, valid where `stamp` equals the row's stamp."""
-
-    stamp: np.ndarray  # (N,) the row's stamp when evaluated, -1 for never
-    before: np.ndarray
-    after: np.ndarray
-    device: np.ndarray
-    per_device: np.ndarray | None  # (N, D) for shares
-
-    @classmethod
-    def empty(cls, size: int, width: int, share: bool) -> _Evaluated:
-        return cls(np.full(size, -1, dtype=np.int64), np.zeros(size), np.zeros(size),
-                   np.full(size, NO_DEVICE, dtype=np.int64),
-                   np.full((size, width), np.inf) if share else None)
-
-    def grow(self, size: int) -> None:
-        extra = size - self.stamp.shape[0]
-        if extra <= 0:
-            return
-        self.stamp = np.concatenate([self.stamp, np.full(extra, -1, dtype=np.int64)])
-        self.before = np.concatenate([self.before, np.zeros(extra)])
-        self.after = np.concatenate([self.after, np.zeros(extra)])
-        self.device = np.concatenate([self.device, np.full(extra, NO_DEVICE, dtype=np.int64)])
-        if self.per_device is not None:
-            pad = np.full((extra, self.per_device.shape[1]), np.inf)
-            self.per_device = np.concatenate([self.per_device, pad])
-
-    def store(self, rows: np.ndarray, stamp: np.ndarray, result: Placement) -> None:
-        self.stamp[rows] = stamp
-        self.before[rows] = result.before
-        self.after[rows] = result.after
-        self.device[rows] = result.device
-        if self.per_device is not None and result.per_device is not None:
-            self.per_device[rows] = result.per_device
-
-    def placement(self, rows: np.ndarray) -> Placement:
-        per_device = None if self.per_device is None else self.per_device[rows]
-        return Placement(self.before[rows], self.after[rows], self.device[rows], per_device)
-
-
-class _Evaluations:
-    """Kept evaluations per pod shape (at most KEPT_SHAPES), with the row stamps they are valid at."""
-
-    def __init__(self) -> None:
-        self.stamps = _RowStamps()
-        self._kept: OrderedDict[PodKey, _Evaluated] = OrderedDict()
-
-    def clear(self) -> None:
-        self._kept.clear()
-
-    def stale(self, key: PodKey, state: _RowState) -> tuple[_Evaluated, np.ndarray]:
-        """The kept evaluation of `key` and which of the rows of `state` it must evaluate again."""
-        if not self.stamps.read(state):
-            self._kept.clear()
-        size = self.stamps.stamp.shape[0]
-        kept = self._kept.get(key)
-        if kept is None or (kept.per_device is not None and kept.per_device.shape[1] != state.free.shape[1]):
-            kept = _Evaluated.empty(size, state.free.shape[1], share=0 < key[2] < MILLI)
-            self._kept[key] = kept
-            if len(self._kept) > KEPT_SHAPES:
-                self._kept.popitem(last=False)
-        else:
-            self._kept.move_to_end(key)
-            kept.grow(size)
-        stale: np.ndarray = kept.stamp[state.rows] != self.stamps.stamp[state.rows]
-        return kept, stale
-
-
 class GpuFragmentation(DevicePreference):
     """FGD: prefer the node whose expected GPU fragmentation grows least, and on it the device where it
     grows least (see the module docstring)."""
@@ -314,7 +188,7 @@ class GpuFragmentation(DevicePreference):
         self._observed = 0
         self._snapshot: Shapes | None = None  # the learned shapes measured against (`shapes_for`)
         self._next_snapshot = 0
-        self._evaluations = _Evaluations()
+        self._evaluations = Evaluations()
         self._seen: OrderedDict[str, None] = OrderedDict()
         # The last scoring's rows and the device a share would take on each (Placement.device), for
         # `preferred_device` in the same cycle.
@@ -363,10 +237,10 @@ class GpuFragmentation(DevicePreference):
         request, _ = gpu_request(pod)
         key = (shape.cpu, shape.memory, shape.gpu, request.memory if request is not None else 0,
                cache.gpus.largest_device)
-        state = _RowState(rows, free, free_cpu, free_memory, cache.gpus.total[rows], cache.gpus.island[rows])
+        state = RowState(rows, free, free_cpu, free_memory, cache.gpus.total[rows], cache.gpus.island[rows])
         kept, stale = self._evaluations.stale(key, state)
         if stale.any():
-            sub = rows[stale] if not stale.all() else rows
+            sub = rows[stale]
             part = self._evaluate(pod, cache, sub, shapes, shape, free[stale], free_cpu[stale],
                                   free_memory[stale])
             kept.store(sub, self._evaluations.stamps.stamp[sub], part)
