@@ -35,6 +35,13 @@ the calls that move it; Assumed and Added count the pod on its node:
   reservation.
 - `forget` (the binding failed) and `expire_assumed` put it back to Initial:
   pending again, its room freed (`freed_version` moves).
+
+`row_version[row]` moves whenever what the row holds or offers changes: its
+allocatable (set_node), the requests counted on it and the GPUs held there
+(every pod added, removed or moved, and `_without`'s temporary removals), or
+the node leaving. A score that keeps per-row results (the fragmentation
+scores' kept evaluations) compares against it, as kube-scheduler's snapshot
+compares a NodeInfo's generation.
 """
 
 from __future__ import annotations
@@ -123,6 +130,9 @@ class SchedulerCache:
         # Bumped whenever a row's static attributes change; cached static filter results compare against it.
         self.static_version = 0
         self.row_static_version = np.zeros(initial_rows, dtype=np.int64)
+        # Moves whenever a row's allocatable, requests or GPUs change (see the module).
+        self.row_tick = 0
+        self.row_version = np.zeros(initial_rows, dtype=np.int64)
         self.row_records: list[NodeRecord | None] = [None] * initial_rows
         self.row_names: list[str] = [""] * initial_rows
         self._free_rows: list[int] = list(range(initial_rows - 1, -1, -1))
@@ -193,6 +203,7 @@ class SchedulerCache:
             setattr(self, attr, grown)
         self.valid = np.concatenate([self.valid, np.zeros(old, dtype=bool)])
         self.row_static_version = np.concatenate([self.row_static_version, np.zeros(old, dtype=np.int64)])
+        self.row_version = np.concatenate([self.row_version, np.zeros(old, dtype=np.int64)])
         self.row_records.extend([None] * old)
         self.row_names.extend([""] * old)
         self._free_rows.extend(range(new - 1, old - 1, -1))
@@ -203,6 +214,10 @@ class SchedulerCache:
     def _touch_static(self, row: int) -> None:
         self.static_version += 1
         self.row_static_version[row] = self.static_version
+
+    def _touch(self, row: int) -> None:
+        self.row_tick += 1
+        self.row_version[row] = self.row_tick
 
     # ------------------------------------------------------------------ nodes
     def set_node(self, record: NodeRecord) -> NodeChange:
@@ -224,6 +239,7 @@ class SchedulerCache:
             change.added = True
             self._recount_row(state)
         row = state.row
+        self._touch(row)
         state.record = record
         self.row_records[row] = record
         if old is None or old.static_identity() != record.static_identity():
@@ -249,6 +265,7 @@ class SchedulerCache:
             return False
         self.nodes_version += 1
         row = state.row
+        self._touch(row)
         self.valid[row] = False
         self._valid_rows -= 1
         self.allocatable[row] = 0
@@ -311,6 +328,7 @@ class SchedulerCache:
     def _recount_row(self, state: NodeState) -> None:
         """Usage of pods that arrived before their node did."""
         row = state.row
+        self._touch(row)
         self.requested[row] = 0
         self.score_requested[row] = 0
         self.host_ports.clear_row(row)
@@ -320,6 +338,7 @@ class SchedulerCache:
 
     # ------------------------------------------------------------------ pods
     def _apply(self, row: int, pod: PodRecord, sign: int) -> None:
+        self._touch(row)  # every change to a row's requests; the GPUs' attach or detach comes beside it
         for name in pod.requests:
             if name not in self.resource_index:
                 self.column(name, create=True)  # widens the arrays: before taking references

@@ -6,6 +6,8 @@ explicitly, worked out by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from builders import Node, Pod
@@ -59,6 +61,35 @@ def cache(clock: FakeClock) -> SchedulerCache:
     c.set_node(cached_node("n1"))
     c.set_node(cached_node("n2"))
     return c
+
+
+# --------------------------------------------------------------------------- row versions
+def test_row_version_moves_with_what_the_row_holds_or_offers(cache: SchedulerCache) -> None:
+    """`row_version` moves on the row a pod is assumed to, forgotten from, seen bound on or taken from
+    for a preemption's what-if, whose allocatable changes or which leaves; never on another row."""
+    rows = [cache.row_of("n1"), cache.row_of("n2")]
+
+    def moved(step: Callable[[], object]) -> list[bool]:
+        before = cache.row_version[rows].copy()
+        step()
+        return (cache.row_version[rows] != before).tolist()
+
+    pod = cached_pod("a")
+    assert moved(lambda: cache.assume(pod, "n1")) == [True, False]
+    assert moved(lambda: cache.forget(pod.uid)) == [True, False]
+    bound = cached_pod("b", node_name="n2")
+    assert moved(lambda: cache.set_pod(bound)) == [False, True]
+    assert moved(lambda: cache.set_pod(cached_pod("c"))) == [False, False]  # pending: on no row
+
+    def without() -> None:
+        before = cache.row_version[rows].copy()
+        with cache.without([bound]):
+            assert (cache.row_version[rows] != before).tolist() == [False, True]
+
+    assert moved(without) == [False, True]  # and again when the pod is counted back
+    assert moved(lambda: cache.set_node(cached_node("n1", cpu="8", rv="2"))) == [True, False]
+    assert moved(lambda: cache.remove_node("n2")) == [False, True]
+    consistent(cache)
 
 
 # --------------------------------------------------------------------------- watch transitions

@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 import pytest
-from builders import Pod
+from builders import Node, Pod
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.fragmentation import (
@@ -370,19 +370,24 @@ def test_coupled_plugin_keeps_nvlink_islands_whole_for_four_gpu_pods() -> None:
 @pytest.mark.parametrize(
     "name", ["GPUFragmentation", "GPUFragmentationCoupled", "FGDScore", "FGDScoreCoupled"])
 def test_kept_evaluations_decide_as_evaluating_every_row(name: str) -> None:
-    """The plugin keeps each row's evaluation per pod shape and evaluates again only rows whose state
-    moved (a placement, a pod leaving, a new node): the same decisions, pod by pod, as evaluating every
-    candidate row for every pod, over pods arriving and leaving on nodes of several sizes."""
+    """The plugin keeps each row's evaluation per pod shape and evaluates again only rows whose cache
+    version moved (a placement, a pod leaving, a new node): the same decisions, pod by pod, as
+    evaluating every candidate row for every pod, over pods arriving and leaving on managed, device-
+    plugin and CPU nodes of several sizes (some join later: new rows)."""
     rng = random.Random(7)
     nodes = [gpu_node(f"g{i}", gpus=rng.choice((2, 4, 8)), cpu=rng.choice((16, 32, 96))) for i in range(20)]
-    nodes += [cpu_node(f"c{i}") for i in range(3)]
+    nodes += [Node(f"d{i}", cpu="64", memory="256Gi", gpus=gpus).record() for i, gpus in enumerate((2, 4))]
+    nodes += [cpu_node("c0"), Node("d2", cpu="96", memory="512Gi", gpus=8).record()]
+    nodes += [cpu_node(f"c{i}") for i in range(1, 3)]
     pods: list[PodRecord] = []
     for i in range(360):
         kind, cpu = rng.random(), str(rng.choice((1, 2, 4, 8, 12)))
-        if kind < 0.5:
+        if kind < 0.45:
             pod = share_pod(f"s{i}", rng.choice(("0.1", "0.25", "0.5", "0.6", "0.8")))
-        elif kind < 0.85:
+        elif kind < 0.75:
             pod = whole_pod(f"w{i}", rng.choice((1, 1, 2, 4, 8)), cpu=cpu)
+        elif kind < 0.85:
+            pod = Pod(f"p{i}", cpu=cpu, memory="1Gi", gpus=rng.choice((1, 2, 4))).uid().record()
         else:
             pod = cpu_pod(f"c{i}", cpu)
         pods.append(pod)

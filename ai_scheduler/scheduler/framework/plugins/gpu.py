@@ -244,6 +244,11 @@ class GpuBinpack(ScorePlugin):
         return scores
 
 
+def wants_gpus(pod: PodRecord) -> bool:
+    """Whether the pod asks for GPUs: device-plugin `nvidia.com/gpu` or managed GPUs (whole or a share)."""
+    return bool(pod.requests.get(DEVICE_PLUGIN_GPU)) or gpu_request(pod)[0] is not None
+
+
 def gpu_nodes(cache: SchedulerCache, rows: np.ndarray, allocatable: np.ndarray | None = None) -> np.ndarray:
     """Which of `rows` have GPUs: managed ones, or device-plugin `nvidia.com/gpu` in allocatable.
 
@@ -273,12 +278,12 @@ class GpuAvoidance(ScorePlugin):
     name = "GPUAvoidance"
 
     def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
-        return NO_OPINION if pod.requests.get(DEVICE_PLUGIN_GPU) or gpu_request(pod)[0] is not None else ""
+        return NO_OPINION if wants_gpus(pod) else ""
 
     def score(
         self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
     ) -> np.ndarray | None:
-        if pod.requests.get(DEVICE_PLUGIN_GPU) or gpu_request(pod)[0] is not None:
+        if wants_gpus(pod):
             return None
         has_gpus = gpu_nodes(cache, rows)
         if not has_gpus.any() or has_gpus.all():

@@ -58,10 +58,11 @@ What a pod's evaluation costs (a handful of (rows, devices, needs) array operati
 row) is paid once per pod shape and row state, not once per pod. A row's evaluation reads only that
 row's state (free GPU thousandths, free cpu and memory, device sizes and islands), the pod's shape and
 the shapes measured against, so the plugin keeps it (`Evaluations`, kept_evaluations.py): per pod shape,
-each row's before, after and device, stamped with the row's state as last read (`RowStamps`: the
-candidate rows' state is compared with what was read before, and a row whose state differs gets a new
-stamp). Only rows whose stamp moved since the shape's last evaluation are evaluated again: after one
-placement, one row. The learned shapes are the other input; they would change at every pod (each
+each row's before, after and device, stamped with the cache's `row_version` of the row (which moves
+whenever the row's allocatable, requests or GPUs change). Only rows whose version moved since the
+shape's last evaluation have their state read and are evaluated again: after one placement, one row.
+Their state is read at the cluster's device width (`device_width`), so that rows read alone or together
+line up. The learned shapes are the other input; they would change at every pod (each
 observation decays every count), so the plugin measures against a snapshot of them (`shapes_for`) that
 it takes again once a quarter of the observations so far came after it, at least every observation and
 at most every `refresh` (1,024): exactly the learned shapes while few pods are known, at most about a
@@ -104,8 +105,8 @@ from ai_scheduler.scheduler.framework.interface import (
     DevicePreference,
     StaticResults,
 )
-from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
-from ai_scheduler.scheduler.framework.plugins.kept_evaluations import Evaluations, RowState
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU, gpu_nodes, wants_gpus
+from ai_scheduler.scheduler.framework.plugins.kept_evaluations import Evaluations
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
 SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice
@@ -129,14 +130,24 @@ def pod_shape(pod: PodRecord, largest_device: int = 0) -> PodShape:
     return PodShape(cpu, memory, min(-(-request.memory * MILLI // largest_device), MILLI))
 
 
-def row_state(cache: SchedulerCache, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Free GPU thousandths per device (rows, devices), free cpu and free memory of `rows`."""
+def device_width(cache: SchedulerCache) -> int:
+    """Devices per row that `row_state` reads at: the GPU table's width, or more device-plugin GPUs."""
+    col = cache.column(DEVICE_PLUGIN_GPU)
+    width = cache.gpus.total.shape[1]
+    return width if col < 0 else max(width, int(cache.allocatable[:, col].max(initial=0)))
+
+
+def row_state(
+    cache: SchedulerCache, rows: np.ndarray, width: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Free GPU thousandths per device (rows, at least `width` devices), free cpu and free memory of
+    `rows`."""
     g = cache.gpus
     free = free_thousandths(g.share_free[rows], g.whole_free[rows], g.total[rows])
     col = cache.column(DEVICE_PLUGIN_GPU)
     if col >= 0:
         plugin_free = np.maximum(cache.allocatable[rows, col] - cache.requested[rows, col], 0)
-        width = max(free.shape[1], int(plugin_free.max(initial=0)))
+        width = max(free.shape[1], width, int(plugin_free.max(initial=0)))
         if width > free.shape[1]:
             pad = np.full((free.shape[0], width - free.shape[1]), NO_DEVICE, dtype=free.dtype)
             free = np.hstack([free, pad])
@@ -231,19 +242,18 @@ class GpuFragmentation(DevicePreference):
         shape = pod_shape(pod, cache.gpus.largest_device)
         self.observe(pod, shape)
         shapes = self.shapes_for(shape)
-        free, free_cpu, free_memory = row_state(cache, rows)
         if not self.keep:
-            return self._evaluate(pod, cache, rows, shapes, shape, free, free_cpu, free_memory)
+            return self._evaluate(pod, cache, rows, shapes, shape, *row_state(cache, rows))
         request, _ = gpu_request(pod)
         key = (shape.cpu, shape.memory, shape.gpu, request.memory if request is not None else 0,
                cache.gpus.largest_device)
-        state = RowState(rows, free, free_cpu, free_memory, cache.gpus.total[rows], cache.gpus.island[rows])
-        kept, stale = self._evaluations.stale(key, state)
+        width = device_width(cache)
+        versions = cache.row_version
+        kept, stale = self._evaluations.stale(key, rows, cache, versions, width)
         if stale.any():
             sub = rows[stale]
-            part = self._evaluate(pod, cache, sub, shapes, shape, free[stale], free_cpu[stale],
-                                  free_memory[stale])
-            kept.store(sub, self._evaluations.stamps.stamp[sub], part)
+            part = self._evaluate(pod, cache, sub, shapes, shape, *row_state(cache, sub, width))
+            kept.store(sub, versions[sub], part)
         return kept.placement(rows)
 
     def _evaluate(
@@ -376,6 +386,9 @@ class GpuFragmentationCoupled(GpuFragmentation):
         super().__init__(weight, couple_cpu=True, islands=True)
 
 
+NO_CHANGE = MAX_NODE_SCORE // 2  # sigmoid_scores where before equals after: floor(100 x sigmoid(0))
+
+
 def sigmoid_scores(before: np.ndarray, after: np.ndarray) -> np.ndarray:
     """FGD's score: floor(100 x sigmoid((before - after) / 1000)), the decrease in GPUs; -1 where `after`
     is inf (the pod does not fit)."""
@@ -423,3 +436,21 @@ class FgdScoreCoupled(FgdScore):
 
     def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
         return PER_NODE
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        if wants_gpus(pod) or rows.shape[0] == 0:
+            return super().score(pod, cache, rows, static)
+        # A pod without GPUs fragments nothing on a node without GPUs: such a node scores the sigmoid of
+        # no change, without an evaluation (the pod still counts in the learned shapes).
+        has_gpus = gpu_nodes(cache, rows)
+        if has_gpus.all():
+            return super().score(pod, cache, rows, static)
+        self.observe(pod, pod_shape(pod, cache.gpus.largest_device))
+        scores = np.full(rows.shape[0], NO_CHANGE, dtype=np.int64)
+        if has_gpus.any():
+            gpu_scores = super().score(pod, cache, rows[has_gpus], static)
+            assert gpu_scores is not None
+            scores[has_gpus] = gpu_scores
+        return scores
