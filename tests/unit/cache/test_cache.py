@@ -72,7 +72,7 @@ def test_row_version_moves_with_what_the_row_holds_or_offers(cache: SchedulerCac
     def moved(step: Callable[[], object]) -> list[bool]:
         before = cache.row_version[rows].copy()
         step()
-        return (cache.row_version[rows] != before).tolist()
+        return [bool(m) for m in cache.row_version[rows] != before]
 
     pod = cached_pod("a")
     assert moved(lambda: cache.assume(pod, "n1")) == [True, False]
