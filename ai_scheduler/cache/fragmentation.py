@@ -64,6 +64,14 @@ class Shapes:
     memory: np.ndarray
     gpu: np.ndarray
     prob: np.ndarray
+    _needs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+
+    def needs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The shapes' distinct per-device needs, each shape's index into them and its device count
+        (`_needs`), worked out once: the arrays are not changed once made."""
+        if self._needs is None:
+            self._needs = _needs(self.gpu)
+        return self._needs
 
     @classmethod
     def of(cls, shapes: list[PodShape], weights: list[float] | None = None) -> Shapes:
@@ -255,7 +263,7 @@ def fragment_matrix(
     free: np.ndarray, free_cpu: np.ndarray, free_memory: np.ndarray, shapes: Shapes
 ) -> np.ndarray:
     """(rows, shapes): F_n(m) in GPU thousandths for each row n and shape m."""
-    needs, index, count = _needs(shapes.gpu)
+    needs, index, count = shapes.needs()
     state = _state(free, needs)
     return _fragments(
         state.usable, state.fit_fragment, state.total, _resources_fit(free_cpu, free_memory, shapes),
@@ -318,7 +326,7 @@ def placement(
     pods take wholly free devices, all alike; pods without GPUs change only cpu and memory.
     """
     rows, width = free.shape
-    needs, index, count = _needs(shapes.gpu)
+    needs, index, count = shapes.needs()
     state = _state(free, needs)
     fit_before = _resources_fit(free_cpu, free_memory, shapes)
     before = _fragments(state.usable, state.fit_fragment, state.total, fit_before, shapes, index, count)

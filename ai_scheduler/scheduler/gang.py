@@ -106,7 +106,8 @@ class GangScheduler:
     def schedule(self, qp: QueuedPod, gang: Gang, framework: Framework) -> int:
         """Try the gang that `qp` belongs to; returns how many bindings were started."""
         started = time.perf_counter()
-        placed, outcome = self._schedule(qp, gang, framework)
+        with framework.learning_held():  # the members score alike on either path (gang_shapes.py)
+            placed, outcome = self._schedule(qp, gang, framework)
         self.holding = []  # the attempt ended: every member it took is binding or back in the queue
         self.metrics.gang_attempt_duration.labels(outcome).observe(time.perf_counter() - started)
         return placed

@@ -29,7 +29,10 @@ PER_NODE for the pod, and every member has the same key (everything the PER_NODE
 the pod: requests, scoring requests, the managed-GPU request, host ports, and each static plugin's
 signature). Pod (anti-)affinity, topology spread, volumes, existing pods' anti-affinity, or a
 plugin that does not say how it reads the cluster: the gang takes the per-member path. Both paths
-give the same decisions (tests/unit/scheduler/test_gang_shapes.py compares them on random gangs).
+give the same decisions (tests/unit/scheduler/test_gang_shapes.py compares them on random gangs). A
+score that learns from the pods it scores (the fragmentation scores' pod shapes) is told of each
+member on either path (`ScorePlugin.learn`) and keeps what it measures against for the whole attempt
+(`Framework.learning_held`), so that scoring a shape once reads as scoring each member.
 
 One difference in time only: the GPU filter's staleness of a node's GPU report is judged when the
 shape is made, not again for each member of the same attempt (milliseconds apart).

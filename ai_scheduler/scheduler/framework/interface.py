@@ -214,12 +214,22 @@ class ScorePlugin:
         scores = self.score(pod, cache, np.array([row], dtype=np.intp), static)
         return None if scores is None else int(scores[0])
 
+    def learn(self, pod: PodRecord, cache: SchedulerCache) -> None:
+        """Count the pod in what the plugin learns from the pods it scores (the fragmentation scores' pod
+        shapes): called in every cycle that reaches the scores, before them, on either gang path."""
+
+    def hold(self, held: bool) -> None:
+        """While held (a gang's attempt: `Framework.learning_held`), what the plugin learns does not move
+        its scores, so that the attempt's members score alike whether the gang fast path scores their
+        shape once or each member's cycle scores it."""
+
 
 class DevicePreference(ScorePlugin):
     """A score plugin that also ranks the devices of the chosen node for a GPU share.
 
     Called once per placed pod, after the node is chosen and before the DevicePicker picks, with the
-    row the scores chose; the state is the one `score` saw in the same cycle."""
+    row the scores chose; the state is the one `score` saw in the same cycle (or, on the gang fast path,
+    the row's state as that member's cycle sees it: the answer must read only the pod and that row)."""
 
     def preferred_device(self, pod: PodRecord, cache: SchedulerCache, row: int) -> int | None:
         """The device the share should take on `row`, or None to leave it to the DevicePicker."""

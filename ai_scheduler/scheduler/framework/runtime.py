@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -182,6 +183,8 @@ class Framework:
         self.dra = next((f for f in self.filters if isinstance(f, DynamicResources)), None)
         # The filters with a PreFilter of their own (most have none), asked once per cycle in their order.
         self.prefilters = [f for f in self.filters if type(f).prefilter is not FilterPlugin.prefilter]
+        # The scores that learn from the pods they score (ScorePlugin.learn), told of each pod first.
+        self.learners = [s for s in self.scores if type(s).learn is not ScorePlugin.learn]
         # The plugins whose verdicts are cached per pod signature (StaticResults), filters first.
         self.static_plugins: list[StaticFilterPlugin | StaticScorePlugin] = [
             plugin
@@ -404,6 +407,8 @@ class Framework:
             return Decision(None, total, reasons=reasons, evaluated=looked_at, failure=self.dra.failure)
         if rows.size == 0:
             return Decision(None, total, reasons=reasons, evaluated=looked_at)
+        for learner in self.learners:
+            learner.learn(pod, cache)
         scores = via.score(pod, rows) if via is not None else self.score(pod, rows)
         best = int(scores.max())
         ties = (scores == best).nonzero()[0]
@@ -431,6 +436,18 @@ class Framework:
             gpu_uuids=gpu_uuids,
             claims=claims,
         )
+
+    @contextlib.contextmanager
+    def learning_held(self) -> Iterator[None]:
+        """A gang's attempt: what the scores learn from its members does not move their scores until it
+        ends (ScorePlugin.hold), so both gang paths give the same decisions."""
+        for learner in self.learners:
+            learner.hold(True)
+        try:
+            yield
+        finally:
+            for learner in self.learners:
+                learner.hold(False)
 
     def score(self, pod: PodRecord, rows: np.ndarray) -> np.ndarray:
         """The weighted sum of the score plugins' scores for `rows`."""

@@ -18,7 +18,7 @@ from builders import make_node, make_pod
 
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.config import parse_config
+from ai_scheduler.config import default_config, parse_config
 from ai_scheduler.log import JsonLogger, NullStream
 from ai_scheduler.queue import QueuedPod
 from ai_scheduler.scheduler.core import SchedulerCore
@@ -142,12 +142,18 @@ def _gangs(rng: random.Random, count: int) -> list[dict[str, Any]]:
     return pods
 
 
-def _run(seed: int, shapes: bool) -> tuple[Recorded, Any, int, int]:
-    """(the outbox, the tie-break's random state, the search's next start row, gangs with one shape)."""
+def _run(seed: int, shapes: bool, learned: bool = False) -> tuple[Recorded, Any, int, int]:
+    """(the outbox, the tie-break's random state, the search's next start row, gangs with one shape);
+    `learned`: the default scores and FGDScoreCoupled, a score that learns pod shapes as it scores."""
     rng = random.Random(seed)
     nodes, running = _cluster(rng)
     gangs = _gangs(rng, len(nodes) // 2)
+    scores = [{"name": s.name, "weight": s.weight,
+               **({"resources": dict(s.resources)} if s.resources else {})}
+              for s in default_config().profiles[0].scores]
+    profiles = [{"scores": [*scores, {"name": "FGDScoreCoupled", "weight": 10}]}] if learned else []
     config = parse_config({
+        **({"profiles": profiles} if profiles else {}),
         "scheduling": {
             "percentageOfNodesToScore": rng.choice([0, 20, 50, 100]),
             "tieBreak": rng.choice(["random", "nodeOrder"]),
@@ -185,10 +191,14 @@ def _run(seed: int, shapes: bool) -> tuple[Recorded, Any, int, int]:
     return recorded[0], framework.rng.getstate(), framework.next_start, shaped
 
 
+@pytest.mark.parametrize("learned", [False, True], ids=["default", "learned-shapes"])
 @pytest.mark.parametrize("seed", range(12))
-def test_the_fast_path_places_as_a_cycle_per_member_does(seed: int) -> None:
-    fast, fast_rng, fast_start, shaped = _run(seed, shapes=True)
-    slow, slow_rng, slow_start, _ = _run(seed, shapes=False)
+def test_the_fast_path_places_as_a_cycle_per_member_does(seed: int, learned: bool) -> None:
+    """Learned shapes too: FGDScoreCoupled counts every member it sees and takes no new snapshot of what
+    it learned within a gang's attempt (Framework.learning_held), so that the fast path, which scores a
+    shape once, and the per-member path, which scores each member, score alike."""
+    fast, fast_rng, fast_start, shaped = _run(seed, shapes=True, learned=learned)
+    slow, slow_rng, slow_start, _ = _run(seed, shapes=False, learned=learned)
     assert fast.placed == slow.placed
     assert fast.reasons == slow.reasons
     assert fast.evicted == slow.evicted

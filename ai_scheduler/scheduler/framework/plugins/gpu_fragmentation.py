@@ -70,6 +70,13 @@ thousand observations behind once the distribution is settled (its half-life is 
 drops every kept evaluation; a target given up front never changes. Each row's figures are sums of its
 own terms only (`weigh`), so a row evaluated alone or with others gives the same figure to the bit, and
 the same decisions (tests/unit/cache/test_fragmentation.py compares both pod by pod).
+
+Gangs. The framework tells the plugin of every pod that reaches the scores (`learn`, which counts it),
+whichever path scores it, and a gang's attempt holds the snapshot (`hold`: no new one until the attempt
+ends): the gang fast path scores a member shape once for all its members, the per-member path once per
+member, and both must score alike (tests/unit/scheduler/test_gang_shapes.py). For the same reason
+`preferred_device` reads the chosen row's evaluation (kept, or made then) rather than what the last
+scoring found: on the fast path that scoring was another member's.
 """
 
 from __future__ import annotations
@@ -201,9 +208,13 @@ class GpuFragmentation(DevicePreference):
         self._next_snapshot = 0
         self._evaluations = Evaluations()
         self._seen: OrderedDict[str, None] = OrderedDict()
-        # The last scoring's rows and the device a share would take on each (Placement.device), for
-        # `preferred_device` in the same cycle.
-        self._devices: tuple[str, np.ndarray, np.ndarray] | None = None
+        self._held = False  # a gang's attempt: no new snapshot of the learned shapes (`hold`)
+
+    def learn(self, pod: PodRecord, cache: SchedulerCache) -> None:
+        self.observe(pod, pod_shape(pod, cache.gpus.largest_device))
+
+    def hold(self, held: bool) -> None:
+        self._held = held
 
     def observe(self, pod: PodRecord, shape: PodShape) -> None:
         """Count the pod in the learned distribution, once per uid."""
@@ -224,13 +235,13 @@ class GpuFragmentation(DevicePreference):
 
     def shapes_for(self, shape: PodShape) -> Shapes:
         """The target shapes when given, else a snapshot of the learned ones (taken again once a quarter
-        of the observations so far, at least 1 and at most `refresh`, came after it; see the module), or
-        the pod's own before any history."""
+        of the observations so far, at least 1 and at most `refresh`, came after it, but not while held;
+        see the module), or the pod's own before any history."""
         if self.target is not None:
             return self.target
         if not len(self.distribution):
             return Shapes.of([shape])
-        if self._snapshot is None or self._observed >= self._next_snapshot:
+        if self._snapshot is None or (self._observed >= self._next_snapshot and not self._held):
             self._snapshot = self.distribution.shapes()
             self._next_snapshot = self._observed + min(max(self._observed // 4, 1), self.refresh)
             self._evaluations.clear()
@@ -346,18 +357,20 @@ class GpuFragmentation(DevicePreference):
     ) -> np.ndarray | None:
         if rows.shape[0] == 0:
             return np.zeros(0, dtype=np.int64)
-        result = self.evaluate(pod, cache, rows)
-        self._devices = (pod.uid, rows, result.device)
-        return normalize(result.delta)
+        return normalize(self.evaluate(pod, cache, rows).delta)
+
+    def devices(self, result: Placement) -> np.ndarray:
+        """Per row of an evaluation, the device a share would take (NO_DEVICE for other pods)."""
+        return result.device
 
     def preferred_device(self, pod: PodRecord, cache: SchedulerCache, row: int) -> int | None:
-        """The device where the share's fragmentation grows least on `row`, as this cycle's scoring found
-        (None for whole devices, pods without GPUs, or a row it did not score)."""
-        if self._devices is None or self._devices[0] != pod.uid:
+        """The device where the share's fragmentation grows least on `row` (None for whole devices and
+        pods without GPUs): the row's evaluation, kept from this cycle's scoring or made now, so that it
+        reads only the pod and the row, whichever path scored it (the gang fast path too)."""
+        request, _ = gpu_request(pod)
+        if request is None or request.count:  # only a share takes one device of the score's choosing
             return None
-        _, rows, devices = self._devices
-        hits = np.flatnonzero(rows == row)
-        device = int(devices[hits[0]]) if hits.size else NO_DEVICE
+        device = int(self.devices(self.evaluate(pod, cache, np.array([row], dtype=np.intp)))[0])
         return None if device == NO_DEVICE else device
 
 
@@ -412,13 +425,16 @@ class FgdScore(GpuFragmentation):
         if rows.shape[0] == 0:
             return np.zeros(0, dtype=np.int64)
         result = self.evaluate(pod, cache, rows)
-        device = result.device
-        if result.per_device is not None:
-            per_device = sigmoid_scores(result.before[:, None], result.per_device)
-            device = np.where(device != NO_DEVICE, np.argmax(per_device, axis=1), NO_DEVICE)
-        self._devices = (pod.uid, rows, device)
         scores: np.ndarray = np.maximum(sigmoid_scores(result.before, result.after), 0)
         return scores
+
+    def devices(self, result: Placement) -> np.ndarray:
+        """FGD's device: the first of the best truncated score (not the least fragmentation)."""
+        if result.per_device is None:
+            return result.device
+        per_device = sigmoid_scores(result.before[:, None], result.per_device)
+        device: np.ndarray = np.where(result.device != NO_DEVICE, np.argmax(per_device, axis=1), NO_DEVICE)
+        return device
 
 
 class FgdScoreCoupled(FgdScore):
