@@ -416,7 +416,7 @@ def stranding(
         need = per_gpu > 0
         if need.any():
             per = np.where(need, per_gpu, 1.0)[None, :]
-            short = np.clip(whole * per - np.maximum(free, 0)[:, None], 0, None) / per
+            short = np.maximum(whole * per - np.maximum(free, 0)[:, None], 0.0) / per
             stranded = np.maximum(stranded, np.where(need[None, :], np.minimum(short, whole), 0.0))
     out: np.ndarray = weigh(stranded, reserve.weight) * MILLI
     return out

@@ -209,6 +209,7 @@ class GpuFragmentation(DevicePreference):
         self._evaluations = Evaluations()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._held = False  # a gang's attempt: no new snapshot of the learned shapes (`hold`)
+        self._derived: tuple[Shapes, Reserve, tuple[np.ndarray, np.ndarray]] | None = None  # `_of_shapes`
 
     def learn(self, pod: PodRecord, cache: SchedulerCache) -> None:
         self.observe(pod, pod_shape(pod, cache.gpus.largest_device))
@@ -279,15 +280,19 @@ class GpuFragmentation(DevicePreference):
         free_memory: np.ndarray,
     ) -> Placement:
         result = placement(free, free_cpu, free_memory, shapes, shape, share_need(pod, cache, rows))
-        if self.couple_cpu:
-            reserve = whole_gpu_reserve(shapes)
-            if reserve.any:
-                self._couple(result, free, free_cpu, free_memory, shape, reserve)
-        if self.islands:
-            ks, probs = multi_gpu_shapes(shapes)
-            if ks.shape[0]:
-                self._split(result, cache, rows, free, shape, ks, probs)
+        reserve, (ks, probs) = self._of_shapes(shapes)
+        if self.couple_cpu and reserve.any:
+            self._couple(result, free, free_cpu, free_memory, shape, reserve)
+        if self.islands and ks.shape[0]:
+            self._split(result, cache, rows, free, shape, ks, probs)
         return result
+
+    def _of_shapes(self, shapes: Shapes) -> tuple[Reserve, tuple[np.ndarray, np.ndarray]]:
+        """The whole-GPU shapes' reserve and the multi-GPU shapes of `shapes`, worked out once per
+        snapshot (every evaluation against it reads them)."""
+        if self._derived is None or self._derived[0] is not shapes:
+            self._derived = (shapes, whole_gpu_reserve(shapes), multi_gpu_shapes(shapes))
+        return self._derived[1], self._derived[2]
 
     @staticmethod
     def _split(
