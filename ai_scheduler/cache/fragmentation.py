@@ -39,6 +39,7 @@ simulator's metrics (`fragmentation`, the cluster total in GPU thousandths).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -64,14 +65,30 @@ class Shapes:
     memory: np.ndarray
     gpu: np.ndarray
     prob: np.ndarray
-    _needs: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    # What every evaluation against these shapes reads of them, worked out once (the arrays are not
+    # changed once made): `needs`, `reserve`, `multi_gpu`.
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def needs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The shapes' distinct per-device needs, each shape's index into them and its device count
-        (`_needs`), worked out once: the arrays are not changed once made."""
-        if self._needs is None:
-            self._needs = _needs(self.gpu)
-        return self._needs
+        """The shapes' distinct per-device needs, each shape's index into them and its device count."""
+        if "needs" not in self._derived:
+            self._derived["needs"] = _needs(self.gpu)
+        needs: tuple[np.ndarray, np.ndarray, np.ndarray] = self._derived["needs"]
+        return needs
+
+    def reserve(self) -> Reserve:
+        """`whole_gpu_reserve` of these shapes."""
+        if "reserve" not in self._derived:
+            self._derived["reserve"] = whole_gpu_reserve(self)
+        reserve: Reserve = self._derived["reserve"]
+        return reserve
+
+    def multi_gpu(self) -> tuple[np.ndarray, np.ndarray]:
+        """`multi_gpu_shapes` of these shapes."""
+        if "multi_gpu" not in self._derived:
+            self._derived["multi_gpu"] = multi_gpu_shapes(self)
+        multi: tuple[np.ndarray, np.ndarray] = self._derived["multi_gpu"]
+        return multi
 
     @classmethod
     def of(cls, shapes: list[PodShape], weights: list[float] | None = None) -> Shapes:

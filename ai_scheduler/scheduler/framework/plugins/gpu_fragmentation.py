@@ -96,13 +96,11 @@ from ai_scheduler.cache.fragmentation import (
     Shapes,
     free_thousandths,
     island_counts,
-    multi_gpu_shapes,
     placement,
     share_thousandths,
     split_islands,
     stranding,
     take_whole,
-    whole_gpu_reserve,
 )
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import PodRecord
@@ -209,7 +207,6 @@ class GpuFragmentation(DevicePreference):
         self._evaluations = Evaluations()
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._held = False  # a gang's attempt: no new snapshot of the learned shapes (`hold`)
-        self._derived: tuple[Shapes, Reserve, tuple[np.ndarray, np.ndarray]] | None = None  # `_of_shapes`
 
     def learn(self, pod: PodRecord, cache: SchedulerCache) -> None:
         self.observe(pod, pod_shape(pod, cache.gpus.largest_device))
@@ -280,19 +277,15 @@ class GpuFragmentation(DevicePreference):
         free_memory: np.ndarray,
     ) -> Placement:
         result = placement(free, free_cpu, free_memory, shapes, shape, share_need(pod, cache, rows))
-        reserve, (ks, probs) = self._of_shapes(shapes)
-        if self.couple_cpu and reserve.any:
-            self._couple(result, free, free_cpu, free_memory, shape, reserve)
-        if self.islands and ks.shape[0]:
-            self._split(result, cache, rows, free, shape, ks, probs)
+        if self.couple_cpu:
+            reserve = shapes.reserve()
+            if reserve.any:
+                self._couple(result, free, free_cpu, free_memory, shape, reserve)
+        if self.islands:
+            ks, probs = shapes.multi_gpu()
+            if ks.shape[0]:
+                self._split(result, cache, rows, free, shape, ks, probs)
         return result
-
-    def _of_shapes(self, shapes: Shapes) -> tuple[Reserve, tuple[np.ndarray, np.ndarray]]:
-        """The whole-GPU shapes' reserve and the multi-GPU shapes of `shapes`, worked out once per
-        snapshot (every evaluation against it reads them)."""
-        if self._derived is None or self._derived[0] is not shapes:
-            self._derived = (shapes, whole_gpu_reserve(shapes), multi_gpu_shapes(shapes))
-        return self._derived[1], self._derived[2]
 
     @staticmethod
     def _split(
