@@ -83,3 +83,19 @@ def peak_rss_mib(pid: int | None = None) -> float:
 
 def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# The default profile's scores before FGDScoreCoupled became its GPU packing (issue 21): GPUBinpack, with
+# NodeResourcesGPUAware scoring every pod, and ties broken at random. The packing benchmarks place it
+# beside today's default.
+BINPACK_DEFAULT_SCORES: list[dict[str, Any]] = [
+    {"name": "NodeResourcesGPUAware", "weight": 1},
+    {"name": "NodeAffinity", "weight": 2},
+    {"name": "TaintToleration", "weight": 3},
+    {"name": "GPUBinpack", "weight": 3},
+    {"name": "GPUAvoidance", "weight": 2},
+    {"name": "PodTopologySpread", "weight": 2},
+    {"name": "InterPodAffinity", "weight": 2},
+    {"name": "DynamicResources", "weight": 2},
+]
+BINPACK_DEFAULT_TIE_BREAK = "random"

@@ -12,15 +12,17 @@ Two workloads:
   6,212 GPUs, 8,152 pods), a new one per seed, inflated with our own random clones; medians.
 
 The trace simulator (`ai_scheduler.tracesim`) places the pods once each in file order under
-profiles that differ in their scores and tie-breaks (the default-based ones and the two
-coupled-node-order ones keep the adaptive percentageOfNodesToScore; the others score every feasible
-node, as FGD's `percentageOfNodesToScore: 100`):
+profiles that differ in their scores and tie-breaks (the two defaults and the two coupled-node-order
+ones keep the adaptive percentageOfNodesToScore; the others score every feasible node, as FGD's
+`percentageOfNodesToScore: 100`):
 
 - random: no score, ties broken at random (a feasible node drawn uniformly; FGD's Random also draws
   the device of a share at random, ours takes the best-fitting one);
 - best-fit: GPUBinpack alone (gpushare's rule: the device with the least room that fits; FGD's
   BestFit scores free cpu and GPU together);
-- default: the shipped default profile;
+- default: the shipped default profile (FGDScoreCoupled 10 as its GPU packing, ties by node order);
+- binpack-default: the default before that (GPUBinpack 3, NodeResourcesGPUAware scoring GPU pods too,
+  random ties: `common.BINPACK_DEFAULT_SCORES`);
 - fgd: FGD as its artifact runs it (`FGDScore`): the target workload's typical pods taken up front
   from the original pods (the simulator hands them to the plugin), the score sigmoid(fragmentation
   decrease in GPUs) x 100 truncated, cpu and memory fit among the filters, and ties to the node that
@@ -32,15 +34,11 @@ node, as FGD's `percentageOfNodesToScore: 100`):
   Open-Gpu-Share filter, which checks GPUs alone): pods may overcommit cpu and memory; ties at random;
 - fgd-coupled: GPUFragmentationCoupled (FGD with cpu and memory kept beside free GPUs) with
   GPUBinpack as the device choice's companion, ties by node order;
-- default-coupled: the shipped default profile with GPUFragmentationCoupled (weight 3) added to its
-  scores, everything else as shipped (random ties, adaptive percentageOfNodesToScore);
 - coupled-node-order: GPUFragmentationCoupled alone (shapes learned online, nothing up front), ties
   by node order, adaptive percentageOfNodesToScore;
 - fgd-coupled-node-order: FGDScoreCoupled alone (FGD's absolute score, not normalised, over the
   coupled measure, shapes learned online: PER_NODE), ties by node order, adaptive
   percentageOfNodesToScore;
-- default-coupled-node-order: the shipped default profile with GPUFragmentationCoupled (weight 30)
-  added to its scores and ties by node order, everything else as shipped.
 
 For each seed it reports FGD's `alloc@100` and `alloc@130` (allocated GPU thousandths over
 capacity, at the samples where the arrived GPU request is 100% and 130% of the capacity), the
@@ -72,9 +70,9 @@ from typing import Any
 
 import numpy as np
 import orjson
+from common import BINPACK_DEFAULT_SCORES, BINPACK_DEFAULT_TIE_BREAK
 
 from ai_scheduler.config import Config, default_config, parse_config
-from ai_scheduler.config.schema import ScoreSpec
 from ai_scheduler.trace import inflate, openb, read_cluster, read_workload, total_gpus
 from ai_scheduler.trace.cluster import NodeSpec
 from ai_scheduler.trace.records import TraceJob
@@ -87,6 +85,7 @@ POLICIES: dict[str, tuple[list[dict[str, Any]], str]] = {
     "random": ([], "random"),
     "best-fit": ([{"name": "GPUBinpack", "weight": 1}], "random"),
     "default": ([], "default"),
+    "binpack-default": (BINPACK_DEFAULT_SCORES, BINPACK_DEFAULT_TIE_BREAK),
     "fgd": ([{"name": "FGDScore", "weight": 1}], "nodeOrder"),
     "fgd-random-ties": ([{"name": "FGDScore", "weight": 1}], "random"),
     "fgd-gpu-filter": ([{"name": "FGDScore", "weight": 1}], "random"),
@@ -94,35 +93,21 @@ POLICIES: dict[str, tuple[list[dict[str, Any]], str]] = {
         [{"name": "GPUFragmentationCoupled", "weight": 10}, {"name": "GPUBinpack", "weight": 1}],
         "nodeOrder",
     ),
-    "default-coupled": ([], "default"),
     "coupled-node-order": ([{"name": "GPUFragmentationCoupled", "weight": 1}], "nodeOrder"),
     "fgd-coupled-node-order": ([{"name": "FGDScoreCoupled", "weight": 1}], "nodeOrder"),
-    "default-coupled-node-order": ([], "default"),
 }
-# Added to the default profile's scores, its scheduling settings unchanged (shapes learned online);
-# default-coupled-node-order weighs it more and breaks ties by node order.
-DEFAULT_COUPLED = ScoreSpec("GPUFragmentationCoupled", 3)
-DEFAULT_COUPLED_NODE_ORDER = ScoreSpec("GPUFragmentationCoupled", 30)
 
 
 # Profiles whose filters leave out NodeResourcesFit: GPUs only, as FGD's Open-Gpu-Share filter checks.
 GPU_FILTER_ONLY = frozenset({"fgd-gpu-filter"})
 # Profiles that keep the default's adaptive percentageOfNodesToScore (the others score every node).
-ADAPTIVE = frozenset({"coupled-node-order", "fgd-coupled-node-order"})
+ADAPTIVE = frozenset({"coupled-node-order", "fgd-coupled-node-order", "binpack-default"})
 
 
 def policy_config(name: str) -> Config:
     scores, tie_break = POLICIES[name]
     if tie_break == "default":
-        config = default_config()
-        if name == "default":
-            return config
-        extra = DEFAULT_COUPLED if name == "default-coupled" else DEFAULT_COUPLED_NODE_ORDER
-        profile = replace(config.profiles[0], scores=(*config.profiles[0].scores, extra))
-        config = replace(config, profiles=(profile, *config.profiles[1:]))
-        if name == "default-coupled":
-            return config
-        return replace(config, scheduling=replace(config.scheduling, tie_break="nodeOrder"))
+        return default_config()
     filters = [f for f in DEFAULT_FILTERS if name not in GPU_FILTER_ONLY or f != "NodeResourcesFit"]
     percentage = 0 if name in ADAPTIVE else 100
     return parse_config({

@@ -12,8 +12,10 @@ how many whole 8-GPU and 4-GPU (one NVLink island) pods would still fit.
 96 cores) next to CPU-only nodes (64 cores), and a mix of CPU-only pods, small
 GPU pods (1-2 GPUs) and large ones (8 GPUs with 64-80 cores). It compares
 whole profiles that differ only in their resource scorer: the default
-(NodeResourcesGPUAware: spread on CPU nodes, pack on GPU nodes), the default
-before issue 13 (NodeResourcesLeastAllocated), and NodeResourcesMostAllocated;
+(NodeResourcesGPUAware: spread on CPU nodes, pack on GPU nodes; GPU pods left to
+FGDScoreCoupled), the default before issue 13 (NodeResourcesLeastAllocated), and
+NodeResourcesMostAllocated; and the default before FGDScoreCoupled
+(`binpack-default`: GPUBinpack, NodeResourcesGPUAware scoring GPU pods too);
 each with ties among the best nodes broken at random and by node order
 (scheduling.tieBreak). Counted: pods placed and refused by kind, the large
 pods refused while some node still had 8 free GPUs (stranded: its cpu or
@@ -34,6 +36,7 @@ import time
 from typing import Any
 
 import orjson
+from common import BINPACK_DEFAULT_SCORES
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.gpus import (
@@ -194,7 +197,10 @@ def large_workload(count: int, rng: random.Random) -> list[Request]:
 
 def profile_scores(name: str) -> list[ScorePlugin]:
     """The default profile's scores, or those with the old default's resource scorer (LeastAllocated, before
-    issue 13) or with MostAllocated in its place."""
+    issue 13) or with MostAllocated in its place, or the binpack default's (`common.BINPACK_DEFAULT_SCORES`:
+    GPUBinpack, before FGDScoreCoupled)."""
+    if name == "binpack-default":
+        return build_scores(parse_config({"profiles": [{"scores": BINPACK_DEFAULT_SCORES}]}).profiles[0])
     scores = build_scores(default_config().profiles[0])
     if name == "new-default":
         return scores
@@ -277,7 +283,7 @@ def main_large(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict[str, Any]]] = {}
     for seed in range(args.seeds):
         requests = large_workload(args.pods, random.Random(seed))
-        for profile in ("old-default", "new-default", "most-allocated"):
+        for profile in ("binpack-default", "old-default", "new-default", "most-allocated"):
             for tie_break in ("random", "nodeOrder"):
                 runs.setdefault(f"{profile}/{tie_break}", []).append(
                     place_large(profile, tie_break, args, requests, seed)

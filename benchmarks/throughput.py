@@ -695,7 +695,7 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
     from ai_scheduler.scheduler.core import build_frameworks
 
     config = default_config()
-    scheduling: dict[str, Any] = {"tieBreak": args.tie_break}
+    scheduling: dict[str, Any] = {"tieBreak": args.tie_break or config.scheduling.tie_break}
     if args.percentage_of_nodes_to_score is not None:
         scheduling["percentageOfNodesToScore"] = args.percentage_of_nodes_to_score
     scores = [
@@ -733,7 +733,7 @@ def in_process(args: argparse.Namespace) -> dict[str, Any]:
         "pods": args.pods,
         "percentage_of_nodes_to_score": config.scheduling.percentage_of_nodes_to_score,
         "resource_score": args.resource_score,
-        "tie_break": args.tie_break,
+        "tie_break": config.scheduling.tie_break,
         "pods_per_s": round(args.pods / total, 1),
         "decision_ms": {k: round(v, 4) for k, v in percentiles(durations).items()},
         "peak_rss_mib": round(peak_rss_mib(), 1),
@@ -806,7 +806,8 @@ def main() -> None:
         help="with --in-process: the default profile's resource scorer (default: the default's)",
     )
     parser.add_argument(
-        "--tie-break", default="random", choices=("random", "nodeOrder"), help="with --in-process"
+        "--tie-break", choices=("random", "nodeOrder"),
+        help="with --in-process: scheduling.tieBreak (default: the config's)",
     )
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", action="store_true", help="print only the JSON result")

@@ -90,6 +90,12 @@ class Shapes:
         multi: tuple[np.ndarray, np.ndarray] = self._derived["multi_gpu"]
         return multi
 
+    def same(self, other: Shapes) -> bool:
+        """The same shapes in the same order with the same probabilities (to the bit): every evaluation
+        against one is the same against the other."""
+        return all(np.array_equal(getattr(self, name), getattr(other, name))
+                   for name in ("gpu", "cpu", "memory", "prob"))
+
     @classmethod
     def of(cls, shapes: list[PodShape], weights: list[float] | None = None) -> Shapes:
         """Shapes from a list (equally likely unless `weights` are given)."""

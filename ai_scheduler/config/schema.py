@@ -216,7 +216,7 @@ DEFAULT_SCORES: tuple[ScoreSpec, ...] = (
     ScoreSpec("NodeResourcesGPUAware", 1, DEFAULT_SCORE_RESOURCES),
     ScoreSpec("NodeAffinity", 2),
     ScoreSpec("TaintToleration", 3),
-    ScoreSpec("GPUBinpack", 3),
+    ScoreSpec("FGDScoreCoupled", 10),
     ScoreSpec("GPUAvoidance", 2),
     ScoreSpec("PodTopologySpread", 2),
     ScoreSpec("InterPodAffinity", 2),
@@ -252,7 +252,11 @@ class Profile(Section):
         "Score plugins; a node's score is the weighted sum of their normalised scores. "
         "NodeResourcesLeastAllocated spreads, NodeResourcesMostAllocated bin-packs; NodeResourcesGPUAware "
         "(the default) bin-packs on GPU nodes and spreads on the others, so that a GPU node's cpu and memory "
-        "stay next to its free GPUs (a pod of 8 GPUs and 64 cores still finds them); "
+        "stay next to its free GPUs (a pod of 8 GPUs and 64 cores still finds them); in a profile that "
+        "weighs a fragmentation score it leaves GPU pods to that score. FGDScoreCoupled (the default's GPU "
+        "packing): FGD's fragmentation gradient over pod shapes learned online, with cpu and memory kept "
+        "beside free GPUs and NVLink islands whole; GPUFragmentation, GPUFragmentationCoupled and FGDScore "
+        "are its variants (docs/users/gpus.md). "
         "NodeResourcesBalancedAllocation prefers nodes whose resources stay evenly used (in "
         "kube-scheduler's default profile, not in ours: it costs about 0.08 ms per decision at 5,000 "
         "nodes). GPUBinpack: GPU pods fill partly used GPUs and nodes first, keeping whole nodes free for "
@@ -299,7 +303,9 @@ class SchedulingSettings(Section):
     tie_break: Annotated[str, Choice(TIE_BREAKS), Doc(
         "Among the nodes of the best score: random picks one at random (kube-scheduler's way, spreading "
         "the load of equal nodes); nodeOrder the first in the scheduler's node table, so that pods that tie "
-        "keep landing on the same nodes.")] = "random"
+        "keep landing on the same nodes (the default: with the default's fragmentation score, a fixed "
+        "first-fit order among equally good nodes keeps the nodes late in the table whole for large "
+        "pods).")] = "nodeOrder"
     gang_schedule_timeout_seconds: Annotated[float, POSITIVE, Doc(
         "A gang (pod group) that has not been placed whole within this many seconds of its first attempt "
         "times out: its reservations are released, an event says so, and it backs off for longer after "

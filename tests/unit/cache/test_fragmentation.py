@@ -438,3 +438,40 @@ def test_fgd_score_coupled_is_per_node_and_keeps_cpu_for_eight_gpu_pods() -> Non
         assert together is not None and together.tolist() == alone
     scores = plugin.score(cpu_pod("c4", "4"), cache, rows, StaticResults(cache))
     assert scores is not None and scores[0] < scores[2]
+
+
+@pytest.mark.parametrize("name", ["FGDScoreCoupled", "GPUFragmentation"])
+def test_a_row_whose_state_was_evaluated_before_is_not_evaluated_again(name: str) -> None:
+    """Evaluations kept by row state (kept_evaluations.py's `by_state`): once one row holds a state that
+    another row held when it was evaluated, its figures are those of that evaluation, to the bit, with no
+    new evaluation; a state not seen before is evaluated."""
+    cache = cluster(*[gpu_node(f"g{i}", gpus=8, cpu=96) for i in range(4)])
+    plugin = SCORES[name](1, {})
+    fresh = SCORES[name](1, {})
+    assert isinstance(plugin, GpuFragmentation) and isinstance(fresh, GpuFragmentation)
+    fresh.keep = False
+    evaluated: list[int] = []
+    evaluate = plugin._evaluate
+
+    def counted(pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, *rest: object) -> object:
+        evaluated.extend(rows.tolist())
+        return evaluate(pod, cache, rows, *rest)  # type: ignore[arg-type]
+
+    plugin._evaluate = counted  # type: ignore[method-assign,assignment]
+    rows = rows_of(cache, "g0", "g1", "g2", "g3")
+    member = whole_pod("m", 1, cpu="4")
+    for i, pod in enumerate([member, share_pod("s", "0.5")]):
+        for other in (plugin, fresh):
+            other.observe(pod, pod_shape(pod, cache.gpus.largest_device))
+        evaluated.clear()
+        plugin.evaluate(pod, cache, rows)
+        assert evaluated == rows.tolist()  # every row, once
+        for node in ("g1", "g2"):  # g1 and g2 come to hold the same state, one after the other
+            cache.assume(whole_pod(f"taken{i}-{node}", 2, cpu="8"), node, (2 * i, 2 * i + 1))
+            evaluated.clear()
+            kept = plugin.evaluate(pod, cache, rows)
+            assert evaluated == ([int(rows[1])] if node == "g1" else [])
+            alone = fresh.evaluate(pod, cache, rows)
+            assert kept.before.tobytes() == alone.before.tobytes()
+            assert kept.after.tobytes() == alone.after.tobytes()
+            assert kept.device.tolist() == alone.device.tolist()

@@ -60,7 +60,7 @@ def test_defaults_match_the_spec() -> None:
                 ScoreSpec("NodeResourcesGPUAware", 1, {"cpu": 1, "memory": 1, "nvidia.com/gpu": 1}),
                 ScoreSpec("NodeAffinity", 2, {}),
                 ScoreSpec("TaintToleration", 3, {}),
-                ScoreSpec("GPUBinpack", 3, {}),
+                ScoreSpec("FGDScoreCoupled", 10, {}),
                 ScoreSpec("GPUAvoidance", 2, {}),
                 ScoreSpec("PodTopologySpread", 2, {}),
                 ScoreSpec("InterPodAffinity", 2, {}),
@@ -76,7 +76,7 @@ def test_defaults_match_the_spec() -> None:
         unschedulable_flush_seconds=300,
         event_repeat_seconds=300,
         percentage_of_nodes_to_score=0,
-        tie_break="random",
+        tie_break="nodeOrder",
         backfill=True,
         priority_refresh_seconds=5,
     )

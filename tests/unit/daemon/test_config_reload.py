@@ -309,7 +309,7 @@ CASES: dict[str, Case] = {
         ((lambda s, _: {f.percentage for f in s.frameworks.values()}, lambda c, p: {value_at(c, p)}),),
     ),
     "scheduling.tieBreak": Case(
-        "nodeOrder",
+        "random",
         (
             (
                 lambda s, _: {f.stable_ties for f in s.frameworks.values()},

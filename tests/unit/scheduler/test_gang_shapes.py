@@ -144,16 +144,20 @@ def _gangs(rng: random.Random, count: int) -> list[dict[str, Any]]:
 
 def _run(seed: int, shapes: bool, learned: bool = False) -> tuple[Recorded, Any, int, int]:
     """(the outbox, the tie-break's random state, the search's next start row, gangs with one shape);
-    `learned`: the default scores and FGDScoreCoupled, a score that learns pod shapes as it scores."""
+    `learned`: the default scores, with FGDScoreCoupled, a score that learns pod shapes as it scores;
+    else the default's scores with GPUBinpack in its place (scores that learn nothing)."""
     rng = random.Random(seed)
     nodes, running = _cluster(rng)
     gangs = _gangs(rng, len(nodes) // 2)
     scores = [{"name": s.name, "weight": s.weight,
                **({"resources": dict(s.resources)} if s.resources else {})}
               for s in default_config().profiles[0].scores]
-    profiles = [{"scores": [*scores, {"name": "FGDScoreCoupled", "weight": 10}]}] if learned else []
+    assert any(s["name"] == "FGDScoreCoupled" for s in scores)
+    if not learned:
+        binpack = {"name": "GPUBinpack", "weight": 3}
+        scores = [binpack if s["name"] == "FGDScoreCoupled" else s for s in scores]
     config = parse_config({
-        **({"profiles": profiles} if profiles else {}),
+        "profiles": [{"scores": scores}],
         "scheduling": {
             "percentageOfNodesToScore": rng.choice([0, 20, 50, 100]),
             "tieBreak": rng.choice(["random", "nodeOrder"]),

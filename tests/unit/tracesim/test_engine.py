@@ -219,9 +219,10 @@ def test_higher_priority_preempts_on_a_full_cluster() -> None:
     assert high.start is not None and 10.0 <= high.start < 11.0
     assert high.end == high.start + 50.0
     # The victim's first run ended early and its stale departure is ignored: it runs again, whole.
-    assert (low.start, low.end, low.node) == (200.0, 300.0, "c1")
+    # Ties by node order (the default): the filler takes c0, the victim is preempted on c1.
+    assert (low.start, low.end, low.node) == (200.0, 300.0, "c0")
     assert [(name, node) for name, node, _ in simulation.placements] == [
-        ("default/filler", "c1"), ("default/low", "c0"), ("default/high", "c0"), ("default/low", "c1"),
+        ("default/filler", "c0"), ("default/low", "c1"), ("default/high", "c1"), ("default/low", "c0"),
     ]
 
 

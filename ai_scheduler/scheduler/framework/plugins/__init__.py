@@ -90,8 +90,24 @@ def build_filters(config: Config, profile: Profile) -> list[FilterPlugin]:
     return [FILTERS[name](config, profile) for name in profile.filters]
 
 
+# The scores that place GPU pods by GPU fragmentation, cpu and memory included for the coupled ones.
+FRAGMENTATION_SCORES = frozenset(
+    {"GPUFragmentation", "GPUFragmentationCoupled", "FGDScore", "FGDScoreCoupled"}
+)
+
+
 def build_scores(profile: Profile) -> list[ScorePlugin]:
-    return [SCORES[spec.name](spec.weight, spec.resources) for spec in profile.scores]
+    """The profile's score plugins. NodeResourcesGPUAware leaves GPU pods to a fragmentation score when
+    the profile weighs one (as the GPU filter reads GPUSpread from the profile): that score keeps cpu
+    and memory beside free GPUs already, and a second opinion on GPU pods only reorders its ties."""
+    fragmentation = any(spec.name in FRAGMENTATION_SCORES and spec.weight > 0 for spec in profile.scores)
+    plugins: list[ScorePlugin] = []
+    for spec in profile.scores:
+        if spec.name == "NodeResourcesGPUAware":
+            plugins.append(GpuAwareAllocation(spec.weight, spec.resources, gpu_pods=not fragmentation))
+        else:
+            plugins.append(SCORES[spec.name](spec.weight, spec.resources))
+    return plugins
 
 
 def reads_workloads(profile: Profile) -> bool:

@@ -67,9 +67,14 @@ observation decays every count), so the plugin measures against a snapshot of th
 it takes again once a quarter of the observations so far came after it, at least every observation and
 at most every `refresh` (1,024): exactly the learned shapes while few pods are known, at most about a
 thousand observations behind once the distribution is settled (its half-life is 2,000). A new snapshot
-drops every kept evaluation; a target given up front never changes. Each row's figures are sums of its
-own terms only (`weigh`), so a row evaluated alone or with others gives the same figure to the bit, and
-the same decisions (tests/unit/cache/test_fragmentation.py compares both pod by pod).
+drops every kept evaluation unless it is the same as the last (the same shapes with the same
+probabilities to the bit: a workload of one shape, say); a target given up front never changes. Each
+row's figures are sums of its own terms only (`weigh`), so a row evaluated alone or with others gives
+the same figure to the bit, and the same decisions (tests/unit/cache/test_fragmentation.py compares
+both pod by pod). After a placement, the row that moved usually holds a state that another row held
+when it was evaluated (nodes of one kind, used alike): for a few rows at a time the plugin also keeps
+evaluations by the row's state itself (`row_key`; kept_evaluations.py's `by_state`), which makes a gang
+member's rescoring on the fast path a lookup instead of dozens of numpy calls.
 
 Gangs. The framework tells the plugin of every pod that reaches the scores (`learn`, which counts it),
 whichever path scores it, and a gang's attempt holds the snapshot (`hold`: no new one until the attempt
@@ -111,7 +116,7 @@ from ai_scheduler.scheduler.framework.interface import (
     StaticResults,
 )
 from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU, gpu_nodes, wants_gpus
-from ai_scheduler.scheduler.framework.plugins.kept_evaluations import Evaluations
+from ai_scheduler.scheduler.framework.plugins.kept_evaluations import FEW_ROWS, Evaluations
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
 SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice
@@ -163,6 +168,15 @@ def row_state(
     free_cpu = cache.allocatable[rows, 0] - cache.requested[rows, 0]
     free_memory = cache.allocatable[rows, 1] - cache.requested[rows, 1]
     return free, free_cpu, free_memory
+
+
+def row_key(cache: SchedulerCache, row: int) -> tuple[bytes, ...]:
+    """Everything an evaluation reads of `row` (`row_state`, `share_need`, the islands), as bytes: two
+    rows with the same key evaluate alike (kept_evaluations.py's `by_state`)."""
+    g = cache.gpus
+    return (g.share_free[row].tobytes(), g.whole_free[row].tobytes(), g.total[row].tobytes(),
+            g.island[row].tobytes(), g.managed[row].tobytes(), cache.allocatable[row].tobytes(),
+            cache.requested[row].tobytes())
 
 
 def share_need(pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> np.ndarray | None:
@@ -240,9 +254,11 @@ class GpuFragmentation(DevicePreference):
         if not len(self.distribution):
             return Shapes.of([shape])
         if self._snapshot is None or (self._observed >= self._next_snapshot and not self._held):
-            self._snapshot = self.distribution.shapes()
+            snapshot = self.distribution.shapes()
             self._next_snapshot = self._observed + min(max(self._observed // 4, 1), self.refresh)
-            self._evaluations.clear()
+            if self._snapshot is None or not snapshot.same(self._snapshot):
+                self._evaluations.clear()  # what they were measured against changed
+            self._snapshot = snapshot
         return self._snapshot
 
     def evaluate(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> Placement:
@@ -258,11 +274,27 @@ class GpuFragmentation(DevicePreference):
                cache.gpus.largest_device)
         width = device_width(cache)
         versions = cache.row_version
-        kept, stale = self._evaluations.stale(key, rows, cache, versions, width)
+        evaluations = self._evaluations
+        kept, stale = evaluations.stale(key, rows, cache, versions, width)
         if stale.any():
             sub = rows[stale]
-            part = self._evaluate(pod, cache, sub, shapes, shape, *row_state(cache, sub, width))
-            kept.store(sub, versions[sub], part)
+            states: list[tuple[bytes, ...]] = []
+            if sub.shape[0] <= FEW_ROWS:  # a few rows: those whose state was evaluated before are kept
+                missed = []
+                for row in sub.tolist():
+                    state = row_key(cache, row)
+                    found = evaluations.by_state(key, state)
+                    if found is None:
+                        missed.append(row)
+                        states.append(state)
+                    else:
+                        kept.store_one(row, int(versions[row]), found)
+                sub = np.array(missed, dtype=np.intp)
+            if sub.shape[0]:
+                part = self._evaluate(pod, cache, sub, shapes, shape, *row_state(cache, sub, width))
+                kept.store(sub, versions[sub], part)
+                for row, state in zip(sub.tolist(), states, strict=False):
+                    evaluations.keep_by_state(key, state, kept.row(row))
         return kept.placement(rows)
 
     def _evaluate(

@@ -8,6 +8,16 @@ or GPUs change), so the plugin reads the state of, and evaluates again, only the
 moved since. The plugin drops them all when the shapes it measures against change (`clear`); a new
 width of the evaluation (more devices per node) or another cache drops them too. Plain arrays and no
 knowledge of the scores: what an evaluation is stays in the plugin.
+
+A row's version says that its state moved, not what it moved to. After one placement (the next pod's
+cycle, or a gang's next member on the fast path) the one row that moved usually holds a state that
+another row held before: nodes of one kind, used alike. So for a few rows at a time (`FEW_ROWS`: the
+one-row rescoring of gang_shapes.py and the cycle after a placement) the plugin also keeps evaluations
+by the row's state itself (`by_state`: the bytes of what the evaluation reads of the row, as
+`row_key` gives them), at most BY_STATE of them, the least recently used dropped first, and cleared
+with the rest. Reading a row's key costs a few microseconds; evaluating it, dozens of numpy calls. The
+same state gives the same figures to the bit (an evaluation reads nothing else of the table), so a
+decision is the same whichever way its figures were found.
 """
 
 from __future__ import annotations
@@ -20,8 +30,12 @@ import numpy as np
 from ai_scheduler.cache.fragmentation import MILLI, NO_DEVICE, Placement
 
 KEPT_SHAPES = 64  # pod shapes whose evaluations are kept (the least recently used dropped first)
+FEW_ROWS = 4  # rows to evaluate at most for which evaluations by state are looked up (`by_state`)
+BY_STATE = 8192  # evaluations kept by row state (the least recently used dropped first)
 
 PodKey = tuple[int, int, int, int, int]  # cpu, memory, GPU thousandths, share memory, largest device
+# One row's evaluation: before, after, the device a share takes, and per device for shares.
+RowEvaluation = tuple[float, float, int, np.ndarray | None]
 
 
 @dataclass(slots=True)
@@ -64,6 +78,16 @@ class Evaluated:
         per_device = None if self.per_device is None else self.per_device[rows]
         return Placement(self.before[rows], self.after[rows], self.device[rows], per_device)
 
+    def store_one(self, row: int, stamp: int, evaluation: RowEvaluation) -> None:
+        self.stamp[row] = stamp
+        self.before[row], self.after[row], self.device[row], per_device = evaluation
+        if self.per_device is not None and per_device is not None:
+            self.per_device[row] = per_device
+
+    def row(self, row: int) -> RowEvaluation:
+        per_device = None if self.per_device is None else self.per_device[row].copy()
+        return float(self.before[row]), float(self.after[row]), int(self.device[row]), per_device
+
 
 class Evaluations:
     """Kept evaluations per pod shape (at most KEPT_SHAPES), each valid at the row versions it was made."""
@@ -73,9 +97,23 @@ class Evaluations:
         # The cache whose row versions the stamps are, and the width (devices per row) evaluated at.
         self._cache: object = None
         self._width = -1
+        self._by_state: OrderedDict[tuple[PodKey, tuple[bytes, ...]], RowEvaluation] = OrderedDict()
 
     def clear(self) -> None:
         self._kept.clear()
+        self._by_state.clear()
+
+    def by_state(self, key: PodKey, state: tuple[bytes, ...]) -> RowEvaluation | None:
+        """The evaluation of pod shape `key` on a row whose state is `state` (`row_key`), if kept."""
+        found = self._by_state.get((key, state))
+        if found is not None:
+            self._by_state.move_to_end((key, state))
+        return found
+
+    def keep_by_state(self, key: PodKey, state: tuple[bytes, ...], evaluation: RowEvaluation) -> None:
+        self._by_state[(key, state)] = evaluation
+        if len(self._by_state) > BY_STATE:
+            self._by_state.popitem(last=False)
 
     def stale(
         self, key: PodKey, rows: np.ndarray, cache: object, versions: np.ndarray, width: int
@@ -83,7 +121,7 @@ class Evaluations:
         """The kept evaluation of `key` and which of `rows` it must evaluate again: `versions` is the
         cache's `row_version` (every row of its table), `width` the devices per row evaluated."""
         if cache is not self._cache or width != self._width:
-            self._kept.clear()
+            self.clear()
             self._cache, self._width = cache, width
         size = versions.shape[0]
         kept = self._kept.get(key)

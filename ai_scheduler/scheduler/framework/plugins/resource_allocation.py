@@ -25,8 +25,14 @@ import numpy as np
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.records import PodRecord
-from ai_scheduler.scheduler.framework.interface import MAX_NODE_SCORE, PER_NODE, ScorePlugin, StaticResults
-from ai_scheduler.scheduler.framework.plugins.gpu import gpu_node, gpu_nodes
+from ai_scheduler.scheduler.framework.interface import (
+    MAX_NODE_SCORE,
+    NO_OPINION,
+    PER_NODE,
+    ScorePlugin,
+    StaticResults,
+)
+from ai_scheduler.scheduler.framework.plugins.gpu import gpu_node, gpu_nodes, wants_gpus
 
 ALWAYS_SCORED = frozenset({"cpu", "memory", "ephemeral-storage"})
 
@@ -202,6 +208,27 @@ class GpuAwareAllocation(_ResourceAllocation):
     """
 
     name = "NodeResourcesGPUAware"
+
+    def __init__(self, weight: int, resources: Mapping[str, int], *, gpu_pods: bool = True) -> None:
+        super().__init__(weight, resources)
+        # False: no opinion on pods that ask for GPUs (a fragmentation score in the profile places them;
+        # plugins.build_scores).
+        self.gpu_pods = gpu_pods
+
+    def locality(self, pod: PodRecord, cache: SchedulerCache) -> str:
+        return PER_NODE if self.gpu_pods or not wants_gpus(pod) else NO_OPINION
+
+    def score(
+        self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray, static: StaticResults
+    ) -> np.ndarray | None:
+        if not self.gpu_pods and wants_gpus(pod):
+            return None
+        return super().score(pod, cache, rows, static)
+
+    def score_one(self, pod: PodRecord, cache: SchedulerCache, row: int, static: StaticResults) -> int | None:
+        if not self.gpu_pods and wants_gpus(pod):
+            return None
+        return super().score_one(pod, cache, row, static)
 
     def _scores(
         self,
