@@ -50,6 +50,14 @@ run's wall time.
     python benchmarks/fgd_packing.py --seeds 3 --policies default fgd fgd-coupled
     python benchmarks/fgd_packing.py --seeds 10 --nvlink-island 4
 
+`--residue` also says, per policy and seed, where the GPUs that are not allocated at the end sit:
+wholly free devices, and the free part of devices that shares use, by what those devices hold (the
+share sizes on one device, e.g. `810` for a device with one 0.81-GPU share and nothing else), the
+most wasteful holdings first. On openb at 130% no device is left wholly free; what is left is the
+free part beside shares.
+
+    python benchmarks/fgd_packing.py --trace ../shared/traces/openb --seeds 1 --policies default --residue
+
 `--nvlink-island 4` splits the 8-GPU nodes into two NVLink islands of four (as on DGX-1-like
 machines; openb's own nodes are one island each) and also reports, of the multi-GPU pods placed, the
 share whose devices span islands (reaching each other over PCIe only).
@@ -72,6 +80,7 @@ import numpy as np
 import orjson
 from common import BINPACK_DEFAULT_SCORES, BINPACK_DEFAULT_TIE_BREAK
 
+from ai_scheduler.cache.fragmentation import MILLI
 from ai_scheduler.config import Config, default_config, parse_config
 from ai_scheduler.trace import inflate, openb, read_cluster, read_workload, total_gpus
 from ai_scheduler.trace.cluster import NodeSpec
@@ -159,6 +168,52 @@ def split_share(result: SimResult, island: dict[str, int]) -> float | None:
     return sum(1 for p in multi if len({d // island[p.node] for d in p.devices}) > 1) / len(multi)
 
 
+def residue(result: SimResult, nodes: list[NodeSpec], top: int = 8) -> dict[str, Any]:
+    """Where the GPUs not allocated at the end sit (see the module): wholly free devices, the free part of
+    devices that shares use, and the holdings (share sizes on one device) that leave the most free."""
+    held: dict[tuple[str, int], list[int]] = {}
+    whole = 0
+    for pod in result.pods:
+        if not pod.node or not pod.devices:
+            continue
+        if pod.gpu_milli >= MILLI:
+            whole += len(pod.devices)
+        else:
+            held.setdefault((pod.node, pod.devices[0]), []).append(pod.gpu_milli)
+    devices = sum(n.gpus for n in nodes)
+    by_holding: dict[str, list[int]] = {}
+    for shares in held.values():
+        key = "+".join(str(share) for share in sorted(shares, reverse=True))
+        by_holding.setdefault(key, []).append(MILLI - sum(shares))
+    ranked = sorted(by_holding.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return {
+        "free_whole_gpus": devices - whole - len(held),
+        "free_beside_shares_gpus": round(sum(MILLI - sum(v) for v in held.values()) / MILLI, 2),
+        "share_devices": len(held),
+        **offline_packing([share for shares in held.values() for share in shares]),
+        "holdings": [{"shares": key, "devices": len(free), "free_gpus": round(sum(free) / MILLI, 2)}
+                     for key, free in ranked],
+    }
+
+
+def offline_packing(shares: list[int]) -> dict[str, Any]:
+    """The same shares packed knowing them all up front: largest first, each onto the device with the
+    least free part that holds it (best-fit decreasing), a new device when none does. The free part
+    left beside them is what a packing of these shares could leave at best, give or take: a reference,
+    not a bound the online placements could reach (they come in FGD's order, one at a time)."""
+    free = np.full(len(shares), MILLI + 1, dtype=np.int64)  # MILLI + 1: a device not opened yet
+    opened = 0
+    for share in sorted(shares, reverse=True):
+        room = np.where(free[:opened] >= share, free[:opened], MILLI + 1)
+        best = int(room.argmin()) if opened else 0
+        if not opened or room[best] > MILLI:
+            best, opened = opened, opened + 1
+            free[best] = MILLI
+        free[best] -= share
+    return {"offline_share_devices": opened,
+            "offline_free_beside_shares_gpus": round(int(free[:opened].sum()) / MILLI, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", type=Path, metavar="DIR",
@@ -166,6 +221,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--inflate", type=float, default=1.3, help="synthetic workload only")
     parser.add_argument("--policies", nargs="+", choices=sorted(POLICIES), default=list(POLICIES))
+    parser.add_argument("--residue", action="store_true",
+                        help="also print where the unallocated GPUs sit at the end (see above)")
     parser.add_argument("--nvlink-island", type=int, default=0,
                         help="devices per NVLink island on the 8-GPU nodes (default: as openb, one island)")
     args = parser.parse_args()
@@ -188,6 +245,9 @@ def main() -> None:
                        "wall_s": round(result.wall_seconds, 2)}
                 rows[name].append(row)
                 print(orjson.dumps(row).decode(), flush=True)
+                if args.residue:
+                    print(orjson.dumps({"policy": name, "seed": seed, **residue(result, nodes)}).decode(),
+                          flush=True)
     average = statistics.fmean if args.trace else statistics.median
     what = (f"openb trace, FGD's order for seeds {FIRST_SEED}..{FIRST_SEED + args.seeds - 1}; means"
             if args.trace else f"synthetic openb-shaped workload, inflated to {args.inflate:.0%}; medians")

@@ -90,11 +90,17 @@ class Shapes:
         multi: tuple[np.ndarray, np.ndarray] = self._derived["multi_gpu"]
         return multi
 
-    def same(self, other: Shapes) -> bool:
-        """The same shapes in the same order with the same probabilities (to the bit): every evaluation
-        against one is the same against the other."""
-        return all(np.array_equal(getattr(self, name), getattr(other, name))
-                   for name in ("gpu", "cpu", "memory", "prob"))
+    def distance(self, other: Shapes) -> float:
+        """The total variation distance between the two distributions: half the sum over all shapes of
+        either of the difference in probability (0 for the same shapes with the same probabilities, 1
+        for distributions with no shape in common). A few dozen shapes, once per snapshot."""
+        mine: dict[tuple[int, int, int], float] = dict(zip(self.keys(), self.prob.tolist(), strict=True))
+        theirs: dict[tuple[int, int, int], float] = dict(zip(other.keys(), other.prob.tolist(), strict=True))
+        keys = mine.keys() | theirs.keys()
+        return 0.5 * sum(abs(mine.get(key, 0.0) - theirs.get(key, 0.0)) for key in keys)
+
+    def keys(self) -> list[tuple[int, int, int]]:
+        return list(zip(self.gpu.tolist(), self.cpu.tolist(), self.memory.tolist(), strict=True))
 
     @classmethod
     def of(cls, shapes: list[PodShape], weights: list[float] | None = None) -> Shapes:
@@ -404,6 +410,19 @@ class Reserve:
     cpu: np.ndarray
     memory: np.ndarray
     weight: np.ndarray
+    # For cpu and memory, where some shape needs it: the need per GPU as a (1, K) row (1 where a shape
+    # needs none, so that the division is defined) and, unless every shape needs it, which shapes do.
+    parts: tuple[tuple[np.ndarray, np.ndarray | None, int], ...] = field(
+        init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parts = []
+        for column, per_gpu in enumerate((self.cpu, self.memory)):
+            need = per_gpu > 0
+            if need.any():
+                per = np.where(need, per_gpu, 1.0)[None, :]
+                parts.append((per, None if need.all() else need[None, :], column))
+        object.__setattr__(self, "parts", tuple(parts))
 
     @property
     def any(self) -> bool:
@@ -434,13 +453,19 @@ def stranding(
     enough for the most demanding shape strands nothing; one that keeps enough only for the light
     shapes strands part of its GPUs, by how much of the workload would find them short."""
     whole = whole_free[:, None].astype(np.float64)  # (R, 1)
-    stranded = np.zeros((whole_free.shape[0], reserve.weight.shape[0]))  # (R, K)
-    for per_gpu, free in ((reserve.cpu, free_cpu), (reserve.memory, free_memory)):
-        need = per_gpu > 0
-        if need.any():
-            per = np.where(need, per_gpu, 1.0)[None, :]
-            short = np.maximum(whole * per - np.maximum(free, 0)[:, None], 0.0) / per
-            stranded = np.maximum(stranded, np.where(need[None, :], np.minimum(short, whole), 0.0))
+    stranded: np.ndarray | None = None  # (R, K), every entry at least 0
+    for per, need, column in reserve.parts:
+        free = free_cpu if column == 0 else free_memory
+        short = whole * per
+        short -= np.maximum(free, 0)[:, None]
+        np.maximum(short, 0.0, out=short)
+        short /= per
+        np.minimum(short, whole, out=short)
+        if need is not None:  # 0 for the shapes that do not need it
+            short *= need
+        stranded = short if stranded is None else np.maximum(stranded, short, out=stranded)
+    if stranded is None:
+        return np.zeros(whole_free.shape[0])
     out: np.ndarray = weigh(stranded, reserve.weight) * MILLI
     return out
 

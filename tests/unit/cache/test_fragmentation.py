@@ -475,3 +475,34 @@ def test_a_row_whose_state_was_evaluated_before_is_not_evaluated_again(name: str
             assert kept.before.tobytes() == alone.before.tobytes()
             assert kept.after.tobytes() == alone.after.tobytes()
             assert kept.device.tolist() == alone.device.tolist()
+
+
+def test_distance_between_shape_distributions() -> None:
+    a, b, c = PodShape(1000, 0, 1000), PodShape(2000, 0, 500), PodShape(4000, 0, 0)
+    first = Shapes.of([a, b])
+    assert first.distance(Shapes.of([b, a])) == 0.0  # the same shapes in another order
+    assert first.distance(Shapes.of([c])) == 1.0  # no shape in common
+    assert first.distance(Shapes.of([a, b], [3.0, 1.0])) == pytest.approx(0.25)
+    assert first.distance(Shapes.of([a, c])) == pytest.approx(0.5)
+
+
+def test_the_snapshot_of_learned_shapes_moves_only_when_they_moved_more_than_the_tolerance() -> None:
+    """The plugin measures against a snapshot of the learned shapes; at each point where it would take a
+    new one, it does only when the learned distribution moved more than `tolerance` (total variation)
+    from the snapshot, and only then drops its kept evaluations."""
+    cache = cluster(gpu_node("g0", gpus=8), gpu_node("g1", gpus=8))
+    rows = rows_of(cache, "g0", "g1")
+    plugin = SCORES["FGDScoreCoupled"](1, {})
+    assert isinstance(plugin, GpuFragmentation) and plugin.tolerance == pytest.approx(0.05)
+    plugin.refresh = 1  # a snapshot point at every observation
+    for i in range(40):
+        plugin.evaluate(whole_pod(f"a{i}", 1, cpu="4"), cache, rows)
+    snapshot = plugin._snapshot
+    assert snapshot is not None and len(snapshot) == 1
+    plugin.evaluate(whole_pod("a-more", 1, cpu="4"), cache, rows)  # the same single shape: no move
+    assert plugin._snapshot is snapshot
+    plugin.evaluate(share_pod("b0", "0.5"), cache, rows)  # a new shape, 1/42 of the pods: within 0.05
+    assert plugin._snapshot is snapshot
+    for i in range(1, 6):  # 6/47 of the pods: more than 0.05 moved
+        plugin.evaluate(share_pod(f"b{i}", "0.5"), cache, rows)
+    assert plugin._snapshot is not snapshot and len(plugin._snapshot) == 2

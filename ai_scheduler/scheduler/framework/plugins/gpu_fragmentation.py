@@ -121,6 +121,7 @@ from ai_scheduler.scheduler.framework.plugins.kept_evaluations import FEW_ROWS, 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
 SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice
 REFRESH = 1024  # observations between two snapshots of the learned shapes, at most (`shapes_for`)
+TOLERANCE = 0.05  # a new snapshot is taken only when the learned shapes moved more than this (`distance`)
 
 
 def pod_shape(pod: PodRecord, largest_device: int = 0) -> PodShape:
@@ -205,6 +206,7 @@ class GpuFragmentation(DevicePreference):
         half_life: float = 2000.0,
         cpu_only_penalty: float = 0.1,
         refresh: int = REFRESH,
+        tolerance: float = TOLERANCE,
         keep: bool = True,
     ) -> None:
         super().__init__(weight)
@@ -214,6 +216,7 @@ class GpuFragmentation(DevicePreference):
         self.distribution = ShapeDistribution(max_shapes=max_shapes, half_life=half_life)
         self.target: Shapes | None = None  # a target workload given up front (`set_target`)
         self.refresh = max(refresh, 1)
+        self.tolerance = tolerance
         self.keep = keep  # keep evaluations per row state (False: evaluate every row for every pod)
         self._observed = 0
         self._snapshot: Shapes | None = None  # the learned shapes measured against (`shapes_for`)
@@ -256,9 +259,9 @@ class GpuFragmentation(DevicePreference):
         if self._snapshot is None or (self._observed >= self._next_snapshot and not self._held):
             snapshot = self.distribution.shapes()
             self._next_snapshot = self._observed + min(max(self._observed // 4, 1), self.refresh)
-            if self._snapshot is None or not snapshot.same(self._snapshot):
+            if self._snapshot is None or snapshot.distance(self._snapshot) > self.tolerance:
+                self._snapshot = snapshot
                 self._evaluations.clear()  # what they were measured against changed
-            self._snapshot = snapshot
         return self._snapshot
 
     def evaluate(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> Placement:
@@ -315,7 +318,9 @@ class GpuFragmentation(DevicePreference):
                 self._couple(result, free, free_cpu, free_memory, shape, reserve)
         if self.islands:
             ks, probs = shapes.multi_gpu()
-            if ks.shape[0]:
+            # A row whose devices are one island (its id, the lowest device index, is 0) splits nothing:
+            # its term is 0 before and after, so rows that are all such need no figures of islands.
+            if ks.shape[0] and bool((cache.gpus.island[rows] > 0).any()):
                 self._split(result, cache, rows, free, shape, ks, probs)
         return result
 
