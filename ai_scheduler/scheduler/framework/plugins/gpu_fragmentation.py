@@ -115,8 +115,8 @@ from ai_scheduler.scheduler.framework.interface import (
     DevicePreference,
     StaticResults,
 )
-from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU, gpu_nodes, wants_gpus
-from ai_scheduler.scheduler.framework.plugins.kept_evaluations import FEW_ROWS, Evaluations
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU, gpu_node, gpu_nodes, wants_gpus
+from ai_scheduler.scheduler.framework.plugins.kept_evaluations import FEW_ROWS, Evaluations, PodKey
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
 SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice
@@ -267,14 +267,9 @@ class GpuFragmentation(DevicePreference):
     def evaluate(self, pod: PodRecord, cache: SchedulerCache, rows: np.ndarray) -> Placement:
         """Expected fragmentation of `rows` before and after the pod (with the coupling, when on): kept
         per row state (see the module), evaluated for the rows whose state moved."""
-        shape = pod_shape(pod, cache.gpus.largest_device)
-        self.observe(pod, shape)
-        shapes = self.shapes_for(shape)
+        key, shape, shapes = self._measured(pod, cache)
         if not self.keep:
             return self._evaluate(pod, cache, rows, shapes, shape, *row_state(cache, rows))
-        request, _ = gpu_request(pod)
-        key = (shape.cpu, shape.memory, shape.gpu, request.memory if request is not None else 0,
-               cache.gpus.largest_device)
         width = device_width(cache)
         versions = cache.row_version
         evaluations = self._evaluations
@@ -299,6 +294,34 @@ class GpuFragmentation(DevicePreference):
                 for row, state in zip(sub.tolist(), states, strict=False):
                     evaluations.keep_by_state(key, state, kept.row(row))
         return kept.placement(rows)
+
+    def _measured(self, pod: PodRecord, cache: SchedulerCache) -> tuple[PodKey, PodShape, Shapes]:
+        """The pod's key for kept evaluations, its shape (counted in the learned ones) and the shapes
+        measured against."""
+        shape = pod_shape(pod, cache.gpus.largest_device)
+        self.observe(pod, shape)
+        shapes = self.shapes_for(shape)
+        request, _ = gpu_request(pod)
+        key = (shape.cpu, shape.memory, shape.gpu, request.memory if request is not None else 0,
+               cache.gpus.largest_device)
+        return key, shape, shapes
+
+    def evaluate_one(self, pod: PodRecord, cache: SchedulerCache, row: int) -> tuple[float, float]:
+        """`evaluate` of one row, (before, after): read in Python numbers when the row's evaluation is kept
+        at its version or by its state (a gang member's rescoring, gang_shapes.py), else evaluated."""
+        if self.keep:
+            key, _, _ = self._measured(pod, cache)
+            versions = cache.row_version
+            kept = self._evaluations.kept(key, cache, versions.shape[0], device_width(cache))
+            version = int(versions[row])
+            if int(kept.stamp[row]) != version:
+                found = self._evaluations.by_state(key, row_key(cache, row))
+                if found is not None:
+                    kept.store_one(row, version, found)
+            if int(kept.stamp[row]) == version:
+                return float(kept.before[row]), float(kept.after[row])
+        result = self.evaluate(pod, cache, np.array([row], dtype=np.intp))
+        return float(result.before[0]), float(result.after[0])
 
     def _evaluate(
         self,
@@ -505,3 +528,12 @@ class FgdScoreCoupled(FgdScore):
             assert gpu_scores is not None
             scores[has_gpus] = gpu_scores
         return scores
+
+    def score_one(self, pod: PodRecord, cache: SchedulerCache, row: int, static: StaticResults) -> int | None:
+        """`score` of one row: its kept evaluation read in Python numbers (`evaluate_one`), the score by
+        the same arrays arithmetic as `sigmoid_scores` (so the same integer as `score`)."""
+        if not wants_gpus(pod) and not gpu_node(cache, row, cache.allocatable[row].tolist()):
+            self.observe(pod, pod_shape(pod, cache.gpus.largest_device))
+            return NO_CHANGE
+        before, after = self.evaluate_one(pod, cache, row)
+        return max(int(sigmoid_scores(np.array([before]), np.array([after]))[0]), 0)

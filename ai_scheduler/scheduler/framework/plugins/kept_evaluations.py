@@ -120,10 +120,15 @@ class Evaluations:
     ) -> tuple[Evaluated, np.ndarray]:
         """The kept evaluation of `key` and which of `rows` it must evaluate again: `versions` is the
         cache's `row_version` (every row of its table), `width` the devices per row evaluated."""
+        kept = self.kept(key, cache, versions.shape[0], width)
+        stale: np.ndarray = kept.stamp[rows] != versions[rows]
+        return kept, stale
+
+    def kept(self, key: PodKey, cache: object, size: int, width: int) -> Evaluated:
+        """The kept evaluation of `key` over a table of `size` rows (see `stale`)."""
         if cache is not self._cache or width != self._width:
             self.clear()
             self._cache, self._width = cache, width
-        size = versions.shape[0]
         kept = self._kept.get(key)
         if kept is None:
             kept = Evaluated.empty(size, width, share=0 < key[2] < MILLI)
@@ -133,5 +138,4 @@ class Evaluations:
         else:
             self._kept.move_to_end(key)
             kept.grow(size)
-        stale: np.ndarray = kept.stamp[rows] != versions[rows]
-        return kept, stale
+        return kept
