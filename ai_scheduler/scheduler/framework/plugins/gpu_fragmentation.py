@@ -67,8 +67,9 @@ observation decays every count), so the plugin measures against a snapshot of th
 it takes again once a quarter of the observations so far came after it, at least every observation and
 at most every `refresh` (1,024): exactly the learned shapes while few pods are known, at most about a
 thousand observations behind once the distribution is settled (its half-life is 2,000). A new snapshot
-drops every kept evaluation unless it is the same as the last (the same shapes with the same
-probabilities to the bit: a workload of one shape, say); a target given up front never changes. Each
+is taken only when the learned shapes moved more than `tolerance` (5%, total variation,
+`Shapes.distance`) from the one measured against, and only then drops every kept evaluation; a target
+given up front never changes. Each
 row's figures are sums of its own terms only (`weigh`), so a row evaluated alone or with others gives
 the same figure to the bit, and the same decisions (tests/unit/cache/test_fragmentation.py compares
 both pod by pod). After a placement, the row that moved usually holds a state that another row held
@@ -116,7 +117,12 @@ from ai_scheduler.scheduler.framework.interface import (
     StaticResults,
 )
 from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU, gpu_node, gpu_nodes, wants_gpus
-from ai_scheduler.scheduler.framework.plugins.kept_evaluations import FEW_ROWS, Evaluations, PodKey
+from ai_scheduler.scheduler.framework.plugins.kept_evaluations import (
+    FEW_ROWS,
+    Evaluated,
+    Evaluations,
+    PodKey,
+)
 
 ROUNDING = 1e-3  # thousandths of a GPU: increases closer than a millionth of a GPU tie
 SEEN_UIDS = 4096  # pods remembered so that a pod scored again is not counted twice
@@ -280,13 +286,10 @@ class GpuFragmentation(DevicePreference):
             if sub.shape[0] <= FEW_ROWS:  # a few rows: those whose state was evaluated before are kept
                 missed = []
                 for row in sub.tolist():
-                    state = row_key(cache, row)
-                    found = evaluations.by_state(key, state)
-                    if found is None:
+                    state = self._by_state(key, kept, cache, row, int(versions[row]))
+                    if state is not None:
                         missed.append(row)
                         states.append(state)
-                    else:
-                        kept.store_one(row, int(versions[row]), found)
                 sub = np.array(missed, dtype=np.intp)
             if sub.shape[0]:
                 part = self._evaluate(pod, cache, sub, shapes, shape, *row_state(cache, sub, width))
@@ -314,14 +317,22 @@ class GpuFragmentation(DevicePreference):
             versions = cache.row_version
             kept = self._evaluations.kept(key, cache, versions.shape[0], device_width(cache))
             version = int(versions[row])
-            if int(kept.stamp[row]) != version:
-                found = self._evaluations.by_state(key, row_key(cache, row))
-                if found is not None:
-                    kept.store_one(row, version, found)
-            if int(kept.stamp[row]) == version:
+            if int(kept.stamp[row]) == version or self._by_state(key, kept, cache, row, version) is None:
                 return float(kept.before[row]), float(kept.after[row])
         result = self.evaluate(pod, cache, np.array([row], dtype=np.intp))
         return float(result.before[0]), float(result.after[0])
+
+    def _by_state(
+        self, key: PodKey, kept: Evaluated, cache: SchedulerCache, row: int, version: int
+    ) -> tuple[bytes, ...] | None:
+        """Take `row`'s evaluation kept by its state, if there is one (None), else its state (`row_key`),
+        for the evaluation to come to be kept under."""
+        state = row_key(cache, row)
+        found = self._evaluations.by_state(key, state)
+        if found is None:
+            return state
+        kept.store_one(row, version, found)
+        return None
 
     def _evaluate(
         self,
