@@ -309,7 +309,8 @@ class SchedulingSettings(Section):
     gang_schedule_timeout_seconds: Annotated[float, POSITIVE, Doc(
         "A gang (pod group) that has not been placed whole within this many seconds of its first attempt "
         "times out: its reservations are released, an event says so, and it backs off for longer after "
-        "each timeout. A PodGroup's spec.scheduleTimeoutSeconds overrides it.")] = 60.0
+        "each timeout (its members wait that out in the queue). A PodGroup's spec.scheduleTimeoutSeconds "
+        "overrides it.")] = 60.0
     gang_topology_labels: Annotated[tuple[str, ...], LabelKeys(), Doc(
         "Node labels that define placement domains, narrowest first (e.g. a rack label, then "
         "topology.kubernetes.io/zone). A gang is placed inside one domain when one can hold it, and spread "
@@ -331,7 +332,7 @@ class SchedulingSettings(Section):
         "gang that has waited this many seconds since its creation (0: at once).")] = 300.0
     queueing_hints: Annotated[bool, Boolean(), Doc(
         "Queueing hints: a pod that did not fit is retried when room is freed only if it may fit where the "
-        "room was freed, and a pod alike to one that just failed, with nothing freed since, repeats that "
+        "room was freed (a gang that fit nowhere: only if one of its members may), and a pod alike to one that just failed, with nothing freed since, repeats that "
         "failure without running the filters (equivalentTo in its decision line). The same decisions as "
         "retrying every pod, far fewer filter runs under a standing queue; no pod gets a hint while "
         "reservation is on.")] = False

@@ -24,6 +24,12 @@ it would then still be in activeQ, i.e. neither its place nor the end of the
 drain was popped since), so that its backoff, its timestamp, and every decision
 after, are those of a queue that retries every pod on every such event.
 
+A gang's members are tried together (popping one takes the others), so they move together: a member
+waits with a `UnitHint` naming its gang, and `move_freed` moves all of the gang's members or none: all
+when one of them may fit where room was freed (or any of them still backs off), else each is retried
+virtually, its retry pending (`_pending`) while activeQ has not yet popped the place of the member that
+the queue without hints would pop first (that pop would take the rest along).
+
 A StrictFIFO queue's pods behind its head (scheduler/strict_fifo.py) are `park`ed: back in the
 unschedulable set without the attempt counted, until the head leaves (`delete`, which `done` calls,
 or `release`) moves them back, or `move_all` or the flush does, as for any unschedulable pod; room
@@ -98,11 +104,25 @@ class QueuedPod:
     reason: str = ""  # last unschedulable reason (for logs / status)
     popped_move_cycle: int = 0
     backoff_base: int = 0  # attempts when a user last asked for a retry now: backoff counts from here
+    not_before: float = 0.0  # clock() before which its backoff does not end (its gang backs off: `requeue`)
     # Unschedulable with a queueing hint: what makes pods alike for `move_freed` (None: moved by every event).
     hint: Any = None
     # The last virtual retry: (its instant, the pops of that instant before it, attempts and last_failure
-    # before it); pending while the pod would still wait in activeQ for that retry (`_pending`).
-    virtual: tuple[float, int, int, float] | None = None
+    # before it, and for a unit's member the activeQ key of the member that would be popped first, else
+    # None: the pod's own); pending while the pod would still wait in activeQ for that retry (`_pending`).
+    virtual: tuple[float, int, int, float, tuple[Any, ...] | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UnitHint:
+    """The hint of a pod tried only together with others (a gang's member): `unit` names them (the gang),
+    `hint` is the member's own (what `move_freed`'s `fits` is asked about), and `size` how many members
+    were put back with it. `move_freed` moves a unit whole or not at all, and only a unit whose `size`
+    members all wait unschedulable with it is retried virtually (see the module's docstring)."""
+
+    unit: str
+    hint: Any
+    size: int
 
 
 def _spec_changed(old: PodRecord, new: PodRecord) -> bool:
@@ -345,13 +365,17 @@ class SchedulingQueue:
         if self._state.get(uid) == IN_FLIGHT:
             self.delete(uid)
 
-    def requeue(self, qp: QueuedPod, *, unschedulable: bool, reason: str = "", hint: Any = None) -> bool:
+    def requeue(
+        self, qp: QueuedPod, *, unschedulable: bool, reason: str = "", hint: Any = None, not_before: float = 0.0
+    ) -> bool:
         """Put back a pod whose attempt failed; False when it is no longer in flight, so nothing was done.
 
         An unschedulable pod waits for a cluster event, unless one already came
         while it was in flight (move-request cycle): that event may have made it
         fit, so it only backs off. Errors (e.g. a failed binding) always back off.
-        `hint`: see `move_freed` (None: the pod is moved by every event).
+        `hint`: see `move_freed` (None: the pod is moved by every event). `not_before`: its backoff lasts
+        at least until then (a gang that timed out backs off as a whole: retrying a member sooner would
+        only find the gang still backing off).
         """
         uid = qp.pod.uid
         if self._entries.get(uid) is not qp or self._state[uid] != IN_FLIGHT:
@@ -362,6 +386,7 @@ class SchedulingQueue:
         qp.reason = reason
         qp.virtual = None
         qp.hint = hint if unschedulable else None
+        qp.not_before = not_before
         if unschedulable and qp.popped_move_cycle == self._move_cycle:
             self._unschedulable[uid] = qp
             self._state[uid] = UNSCHEDULABLE
@@ -419,6 +444,7 @@ class SchedulingQueue:
         verdicts: dict[Any, bool] = {}
         moved: list[QueuedPod] = []
         kept: list[QueuedPod] = []
+        units: dict[str, list[QueuedPod]] = {}
         for qp in self._unschedulable.values():
             hint = qp.hint
             if hint is None:
@@ -428,6 +454,9 @@ class SchedulingQueue:
                 if parked:
                     moved.append(qp)
                 continue
+            if type(hint) is UnitHint:
+                units.setdefault(hint.unit, []).append(qp)
+                continue
             fit = verdicts.get(hint)
             if fit is None:
                 fit = verdicts[hint] = fits(qp.pod)
@@ -436,18 +465,63 @@ class SchedulingQueue:
                 moved.append(qp)
             elif not pending:  # still in activeQ as a queue without hints sees it: nothing moves it
                 kept.append(qp)
+        kept_units = [m for m in units.values() if self._unit_moves(m, verdicts, fits, now, moved)]
         for qp in moved:
             self._leave(qp)
             self._move_out(qp, event)
         popped = len(self._popped(now))
         for qp in kept:  # the retry it would get now, failed: one more attempt; last in the set, as after one
-            qp.virtual = (now, popped, qp.attempts, qp.last_failure)
-            qp.attempts += 1
-            qp.last_failure = qp.timestamp = now
-            uid = qp.pod.uid
-            del self._unschedulable[uid]
-            self._unschedulable[uid] = qp
+            self._retry_virtually(qp, now, popped, None)
+        for members in kept_units:  # the unit's attempt (its first member's pop) would take them all
+            first = min((*self._sort_key(m), m.last_failure, m.seq, m.pod.uid) for m in members)
+            for qp in members:
+                self._retry_virtually(qp, now, popped, first)
         return len(moved)
+
+    def _unit_moves(
+        self,
+        members: list[QueuedPod],
+        verdicts: dict[Any, bool],
+        fits: Callable[[PodRecord], bool],
+        now: float,
+        moved: list[QueuedPod],
+    ) -> bool:
+        """A unit's part of `_move_hinted`: its members go to `moved` (all of them) when one may fit, when
+        one still backs off, or when the queue does not hold all of them unschedulable with the hint;
+        True when they are to be retried virtually instead; False too when their virtual retry is still
+        pending (as a queue without hints would hold them: in activeQ, where nothing moves them). Moving
+        is always what a queue without hints does, so whatever is unsure moves."""
+        hint = members[0].hint
+        whole = len(members) == hint.size and all(m.hint.size == hint.size for m in members)
+        fit = not whole
+        for qp in members:
+            if fit:
+                break
+            fit = verdicts.get(qp.hint)
+            if fit is None:
+                fit = verdicts[qp.hint] = fits(qp.pod)
+        pendings = {m.virtual is not None and self._pending(m, now) for m in members}
+        pending = True in pendings
+        if fit or len(pendings) > 1 or (not pending and any(self._backoff_deadline(m) > now for m in members)):
+            moved.extend(members)
+            return False
+        return not pending
+
+    def _retry_virtually(self, qp: QueuedPod, now: float, popped: int, first: tuple[Any, ...] | None) -> None:
+        """The retry the pod would get now, failed: one more attempt, last in the unschedulable set as after
+        one (`first`: a unit's key, see `QueuedPod.virtual`)."""
+        qp.virtual = (now, popped, qp.attempts, qp.last_failure, first)
+        qp.attempts += 1
+        qp.last_failure = qp.timestamp = now
+        uid = qp.pod.uid
+        del self._unschedulable[uid]
+        self._unschedulable[uid] = qp
+
+    def drop_hint(self, uid: str) -> None:
+        """The pod is moved by every event again (its gang timed out: its next attempt backs off)."""
+        qp = self._entries.get(uid)
+        if qp is not None:
+            qp.hint = None
 
     def unhint(self) -> None:
         """Every unschedulable pod is moved by every event again (what made hints safe no longer holds)."""
@@ -486,7 +560,7 @@ class SchedulingQueue:
             return True
         if None in since:
             return False
-        key = (*self._sort_key(qp), virtual[3], qp.seq, qp.pod.uid)
+        key = virtual[4] if virtual[4] is not None else (*self._sort_key(qp), virtual[3], qp.seq, qp.pod.uid)
         return all(popped is not None and popped < key for popped in since)
 
     def move_matching(self, event: str, wants: Callable[[PodRecord], bool]) -> int:
@@ -631,7 +705,7 @@ class SchedulingQueue:
         self._nonempty.set()
 
     def _backoff_deadline(self, qp: QueuedPod) -> float:
-        return qp.last_failure + self.backoff_duration(qp.attempts - qp.backoff_base)
+        return max(qp.last_failure + self.backoff_duration(qp.attempts - qp.backoff_base), qp.not_before)
 
     def _push_active_or_backoff(self, qp: QueuedPod, event: str) -> None:
         """Into backoffQ while the backoff since the last failure runs, else straight to activeQ."""

@@ -22,7 +22,8 @@ reloads reach every component through `reconfigure`.
 Queueing hints (`queueing_hints`, off by default: see below) let a pod leaving a node retry
 only the waiting pods that may fit there, with the decisions of a queue that
 retries them all (scheduling_queue.py says how); `hint_of` says which failed
-pods may wait so, and `fits_row` whether one may fit on a node. They give the
+pods may wait so, and `fits_row` whether one may fit on a node. A gang whose attempt
+failed for room alone waits so too, its members as one unit (gang.py, `_hints`). They give the
 same placements as retrying every pod (tests/unit/queue/test_queueing_hints.py; Philly and
 Helios slices of 500 and 1,000 jobs on 24 nodes, reservation off). With them, a
 pod with a hint that fails where an equivalent pod failed at the same room
@@ -159,10 +160,10 @@ class SchedulerCore:
         """Queueing hints and equivalent pods on or off; off, the pods waiting with a hint lose it."""
         cycle = self.cycle
         if on:
-            cycle.hint_of = self.hint_of
+            cycle.hint_of = self.gang_scheduler.hint_of = self.hint_of
             self.handlers.hint = self.fits_row
         elif cycle.hint_of is not None:
-            cycle.hint_of = None
+            cycle.hint_of = self.gang_scheduler.hint_of = None
             self.handlers.hint = None
             self.queue.unhint()
 

@@ -17,6 +17,11 @@ gangs whole, every member nominated; its Unschedulable message ends with the
 `preemption:` part, as a single pod's does. It is placed whole on a later
 attempt, once the victims are gone.
 
+Timeouts: a gang not placed whole within its timeout backs off (`check_timeouts`: 1 s, 2 s, 4 s, ...
+up to 300 s), and its members wait that out in the queue's backoff (`requeue`'s `not_before`), so it
+is tried once when the backoff ends, not once per member backoff meanwhile. With queueing hints, a
+gang whose attempt failed for room alone waits for room where one of its members may fit (`_hints`).
+
 Placement domains: with topology labels configured, the gang is first tried
 inside one domain (narrowest label first, smallest domain that can hold it
 first); only if no single domain can hold it is it spread, unless its
@@ -32,7 +37,7 @@ take a full cycle each; the decisions are the same either way.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,7 +45,7 @@ import numpy as np
 from ai_scheduler.cache.gangs import NATIVE, Gang
 from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.config import SchedulingSettings
-from ai_scheduler.queue import QueuedPod
+from ai_scheduler.queue import QueuedPod, UnitHint
 from ai_scheduler.scheduler.framework.runtime import Decision, Framework, resourceless
 from ai_scheduler.scheduler.gang_preemption import GangPreemptor
 from ai_scheduler.scheduler.gang_shapes import MemberShape
@@ -92,6 +97,9 @@ class GangScheduler:
         self._preempted = False  # the attempt in progress preempted: no starvation reservation for it
         # Identical members filtered and scored once (gang_shapes.py); False: a full cycle per member.
         self.shapes = True
+        # Queueing hints (set by the core; None: off): a member's own hint (the core's `hint_of`).
+        self.hint_of: Callable[[PodRecord], Any] | None = None
+        self._any_placed = False  # a member of the attempt in progress was placed (and maybe released)
 
     @property
     def settings(self) -> SchedulingSettings:
@@ -175,7 +183,7 @@ class GangScheduler:
         self._blocked = () if blocked is None or current is None else (
             (blocked, f"node(s) reserved for {current.holder}"),
         )
-        self._preempted = False
+        self._preempted = self._any_placed = False
         outcome = self._place_in_domains(gang, members, needed, framework)
         if outcome is None:
             if self.reserving() and not self._preempted:
@@ -276,6 +284,7 @@ class GangScheduler:
             if decision.node is None:
                 first_failure = first_failure or decision
                 continue
+            self._any_placed = True
             self.binder.reserve(member.pod, decision)
             if shape is not None:
                 shape.placed(member.pod, self.cache.row_of(decision.node))
@@ -322,7 +331,7 @@ class GangScheduler:
                 reason += f": {first_failure.message}"
             masks = [mask for domains in self._domain_masks().values() for _, mask in domains]
             reason += self._preempt(gang, members, needed, framework, masks)
-            self._wait(gang, members, reason, gang.min_member - needed, needed)
+            self._wait(gang, members, reason, gang.min_member - needed, needed, hints=self._hints(gang, members))
             return None
         placements, failure = self._try(gang, members, needed, framework, None, shape)
         if placements:
@@ -338,8 +347,24 @@ class GangScheduler:
                 f"{placed + gang.min_member - needed} scheduled, {remaining} remaining ({reason})"
             )
         reason += preemption
-        self._wait(gang, members, reason, gang.min_member - needed, needed)
+        self._wait(gang, members, reason, gang.min_member - needed, needed, hints=self._hints(gang, members))
         return None
+
+    def _hints(self, gang: Gang, members: list[QueuedPod]) -> list[UnitHint] | None:
+        """The members' queueing hints after an attempt that failed for room alone, else None.
+
+        Room alone: no member was placed anywhere (so the attempt scored nothing and taught the scores
+        nothing), it preempted nothing, no nodes were held for others, and each member may wait for room on
+        one node (the core's `hint_of`). Rows only lose room between two events that free some, so until
+        room is freed on a node where a member may fit (`SchedulingQueue.move_freed` asks), an attempt
+        would try the same members the same way and fail the same; the members wait as one unit."""
+        hint_of = self.hint_of
+        if hint_of is None or self._any_placed or self._preempted or self.reserving() or self._blocked:
+            return None
+        own = [hint_of(m.pod) for m in members]
+        if any(h is None for h in own):
+            return None
+        return [UnitHint(gang.key, h, len(members)) for h in own]
 
     def _preempt(
         self,
@@ -384,11 +409,15 @@ class GangScheduler:
         needed: int,
         *,
         backoff: bool = False,
+        hints: list[UnitHint] | None = None,
     ) -> None:
-        """Nothing reserved: every member goes back, unschedulable, and says why."""
+        """Nothing reserved: every member goes back, unschedulable (with its hint: `_hints`), and says why."""
         nodes = self.cache.node_count
-        for member in members:
-            self.queue.requeue(member, unschedulable=not backoff, reason=reason)
+        for i, member in enumerate(members):
+            hint = hints[i] if hints is not None else None
+            # Backing off after a timeout: not tried again before the gang's backoff ends.
+            self.queue.requeue(member, unschedulable=not backoff, reason=reason, hint=hint,
+                               not_before=gang.not_before if backoff else 0.0)
             self.feedback.unschedulable(member.pod, reason)
             self.log_decision(
                 member,
@@ -552,7 +581,10 @@ class GangScheduler:
                 self._involved(gang), "Warning", "Timeout", message, component=self._profile(gang)
             )
             # A waiting gang holds nothing, so its timeout frees no room: pods that only room could help
-            # are retried virtually (move_unfreed), with the decisions that retrying them gives.
+            # are retried virtually (move_unfreed), with the decisions that retrying them gives. Not the
+            # gang's own members: their next attempt backs off (`not_before`), which a virtual retry is not.
+            for uid in gang.members:
+                self.queue.drop_hint(uid)
             self.queue.move_unfreed("GangTimeout")
 
     def bind_failed(self, pod: PodRecord, message: str) -> None:

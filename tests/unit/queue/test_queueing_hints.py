@@ -9,7 +9,8 @@ GPU shares, pods that fit only one kind of node, and gangs that need more than o
 default config (starvation reservations, backfill) and with reservations off. With the hints, a pod
 that fails as an equivalent pod failed at the same room version repeats that failure without the filters
 (schedule_one.py): the same placements again, on these workloads and on the sample Philly and Helios
-traces under a standing queue.
+traces under a standing queue. A gang whose attempt failed for room alone waits with a hint too, its
+members as one unit (`UnitHint`): moved together, or retried virtually together.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ from typing import Any
 
 import orjson
 import pytest
+from builders import Pod
 from paths import DATA
 
 from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.config import Config, parse_config
+from ai_scheduler.cache.records import PodRecord
 from ai_scheduler.log import JsonLogger
+from ai_scheduler.queue import QueuedPod, SchedulingQueue, UnitHint
+from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.framework.runtime import Framework
 from ai_scheduler.trace import NodeSpec, TraceJob, read_workload
 from ai_scheduler.tracesim.engine import Simulation
@@ -109,64 +114,82 @@ def test_hints_give_the_same_placements_pod_by_pod(seed: int, reservation: bool)
     assert sum(bool(pod.node) for pod in without.pods) > len(jobs) * 9 // 10
 
 
-def test_hints_spare_attempts() -> None:
-    """Without reservations the hints leave pods untried that could not fit (else they would be moot)."""
+def test_hints_spare_attempts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without reservations the hints leave pods untried that could not fit (else they would be moot),
+    gangs' attempts too."""
+    gang_attempts = {"n": 0}
+    schedule = GangScheduler.schedule
+
+    def counted(self: GangScheduler, *args: Any) -> int:
+        gang_attempts["n"] += 1
+        return schedule(self, *args)
+
+    monkeypatch.setattr(GangScheduler, "schedule", counted)
     cfg = config(reservation=False)
     jobs = workload(1)
     _, without = simulate(cfg, jobs, hints=False)
+    tried_without, gang_attempts["n"] = gang_attempts["n"], 0
     _, with_hints = simulate(cfg, jobs, hints=True)
     assert sum(pod.attempts for pod in with_hints.pods) < sum(pod.attempts for pod in without.pods)
+    assert gang_attempts["n"] < tried_without, (gang_attempts["n"], tried_without)  # equal without UnitHint
 
 
-def test_equivalent_pods_repeat_a_failure_without_the_filters(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pods alike to one that just failed, with nothing freed since, fail without a filter run; their
-    decision lines say whose attempt they repeat, with its message; the placements stay the same as with
-    every failure run in full (a room version that never repeats)."""
-    runs = {"filters": 0}
-    schedule = Framework.schedule
-
-    def counted(self: Framework, *args: Any, **kwargs: Any) -> Any:
-        runs["filters"] += 1
-        return schedule(self, *args, **kwargs)
-
-    def run() -> tuple[SimResult, list[dict[str, Any]], int]:
-        runs["filters"] = 0
-        log = io.BytesIO()
-        result = Simulation(config(reservation=False), cluster(), workload(2), Mode.TIMED,
-                            queueing_hints=True, logger=JsonLogger(stream=log, level="info")).run()
-        lines = [orjson.loads(line) for line in log.getvalue().splitlines()]
-        return result, [line for line in lines if line.get("event") == "decision"], runs["filters"]
-
-    monkeypatch.setattr(Framework, "schedule", counted)
-    result, decisions, filters = run()
-    repeats = [line for line in decisions if "equivalentTo" in line]
-    assert len(repeats) > 10 and all(line["result"] == "unschedulable" for line in repeats)
-    # Each repeat names a pod (another, or itself retried with nothing freed) whose attempt ran in full
-    # before it, and says why as that attempt did.
-    full_run: dict[str, str] = {}
-    for line in decisions:
-        if "equivalentTo" in line:
-            assert full_run[line["equivalentTo"]].startswith("0/8 nodes are available:")
-            assert line["message"] == full_run[line["equivalentTo"]]
-        elif line["result"] == "unschedulable":
-            full_run[line["uid"]] = line["message"]
-    assert sum(line["equivalentTo"] != line["uid"] for line in repeats) > 10
-    fresh = iter(range(10**9))
-    monkeypatch.setattr(SchedulerCache, "room_version", lambda self: (next(fresh),))
-    full, full_decisions, full_filters = run()
-    assert not any("equivalentTo" in line for line in full_decisions)
-    assert len(full_decisions) == len(decisions)
-    assert filters == full_filters - len(repeats)
-    assert [(p.name, p.node, p.start) for p in result.pods] == [(p.name, p.node, p.start) for p in full.pods]
+def unit_in_queue(size: int, clock: list[float]) -> tuple[SchedulingQueue, list[QueuedPod]]:
+    """A queue holding `size` members of one gang, tried at clock[0] and put back unschedulable as a unit."""
+    queue = SchedulingQueue(clock=lambda: clock[0])
+    for i in range(size):
+        queue.add(Pod.bare(f"g-{i}").uid().container("c", "i").phase("Pending").record())
+    held = [qp for qp in iter(queue.pop_nowait, None)]
+    for qp in held:
+        queue.requeue(qp, unschedulable=True, reason="no room", hint=UnitHint("ns/g", "shape", size))
+    return queue, held
 
 
-@pytest.mark.parametrize("sample", ["trace_philly.csv", "trace_helios.csv"])
-def test_hints_change_no_placement_on_the_sample_traces(sample: str) -> None:
+def test_a_gang_that_failed_for_room_waits_as_one_unit() -> None:
+    """The members of a gang that fit nowhere wait with one unit's hints: room freed where no member fits
+    retries them virtually, all together; room where one fits moves them all (one verdict per hint)."""
+    clock = [100.0]
+    queue, held = unit_in_queue(3, clock)
+    clock[0] = 110.0  # past the members' backoff
+    assert queue.move_freed("AssignedPodDelete", lambda pod: False) == 0
+    assert [qp.attempts for qp in held] == [2, 2, 2] and queue.pop_nowait() is None
+    clock[0] = 300.0
+    asked: list[str] = []
+
+    def fits(pod: PodRecord) -> bool:
+        asked.append(pod.name)
+        return True
+
+    assert queue.move_freed("AssignedPodDelete", fits) == 3
+    assert asked == ["g-0"]
+    assert sorted(qp.pod.name for qp in iter(queue.pop_nowait, None)) == ["g-0", "g-1", "g-2"]
+
+
+@pytest.mark.parametrize("change", ["deleted", "hint dropped"])
+def test_a_unit_not_whole_in_the_queue_moves_on_every_event(change: str) -> None:
+    """A unit whose members do not all wait with its hint (one was deleted; a timeout dropped one's hint)
+    moves as a queue without hints would move it: whatever is unsure moves."""
+    clock = [100.0]
+    queue, held = unit_in_queue(3, clock)
+    if change == "deleted":
+        queue.delete(held[2].pod.uid)
+    else:
+        queue.drop_hint(held[2].pod.uid)
+    clock[0] = 110.0
+    assert queue.move_freed("AssignedPodDelete", lambda pod: False) == (2 if change == "deleted" else 3)
+    assert [qp.attempts for qp in held] == [1, 1, 1]
+
+
+@pytest.mark.parametrize(("sample", "nodes", "gangs"), [("trace_philly.csv", 2, False),
+                                                       ("trace_helios.csv", 2, False),
+                                                       ("trace_philly.csv", 3, True)])
+def test_hints_change_no_placement_on_the_sample_traces(sample: str, nodes: int, gangs: bool) -> None:
     """The sample Philly and Helios traces' lone jobs on two 8-GPU nodes, too few for them (a standing
-    queue; the gangs, which take no hints, would keep the simulation busy for days of waiting)."""
-    jobs = [job for job in read_workload(DATA / sample).jobs if not job.gang]
+    queue), and the Philly sample with its gangs (multi-node jobs) on three."""
+    jobs = [job for job in read_workload(DATA / sample).jobs if gangs or not job.gang]
+    assert not gangs or sum(bool(job.gang) for job in jobs) >= 8
     nodes = [NodeSpec(name=f"n{i}", cpu=64_000, memory=512 * Gi, gpus=8, gpu_model="V100-32GB",
-                      gpu_memory=32 * Gi, managed=True) for i in range(2)]
+                      gpu_memory=32 * Gi, managed=True) for i in range(nodes)]
     cfg = parse_config({"scheduling": {"reservation": False, "backfill": False}})
     without = Simulation(cfg, nodes, jobs, Mode.TIMED, queueing_hints=False).run()
     with_hints = Simulation(cfg, nodes, jobs, Mode.TIMED, queueing_hints=True).run()

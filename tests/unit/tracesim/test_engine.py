@@ -5,6 +5,7 @@ hand from the mode's definition (engine.py's docstring), not read back from the 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from paths import DATA
 
 from ai_scheduler.cli import main
 from ai_scheduler.config import Config
+from ai_scheduler.log import JsonLogger
 from ai_scheduler.trace import NodeSpec, TraceJob, read_workload
 from ai_scheduler.tracesim.engine import Simulation
 from ai_scheduler.tracesim.records import Mode, SimResult
@@ -264,6 +266,24 @@ def test_timed_gang_waits_for_room_for_all_members() -> None:
     assert start is not None and solo.end is not None
     assert start >= solo.end  # two nodes were free before: not enough
     assert {sample.allocated_gpu_milli for sample in result.samples} <= {0, 1000, 3000}
+
+
+def test_a_gang_that_timed_out_is_not_tried_again_before_its_backoff_ends() -> None:
+    """A gang that cannot fit times out again and again while small jobs come and go; after each timeout
+    its members wait out the gang's backoff (1 s, 2 s, 4 s, ... up to 300 s) in the queue: one attempt
+    finds it backing off (the one that follows the timeout at once), not one per member backoff."""
+    nodes = [gpu_node("n0", gpus=2)]
+    jobs = [job(f"big-{i}", 0.0, 100.0, gpus=2, gang="big", gang_size=2) for i in range(2)]
+    jobs += [job(f"small-{k}", 20.0 * k, 15.0, gpus=1) for k in range(200)]
+    log = io.BytesIO()
+    simulation = Simulation(fast_config(), nodes, jobs, Mode.TIMED, logger=JsonLogger(stream=log, level="info"))
+    simulation.run()
+    lines = [orjson.loads(line) for line in log.getvalue().splitlines()]
+    timeouts = [line for line in lines if line.get("event") == "gang.timed_out"]
+    backing_off = [line for line in lines if line.get("event") == "decision" and line.get("pod") == "default/big-0"
+                   and "backing off after timing out" in line.get("message", "")]
+    assert len(timeouts) >= 5 and max(line["backoff_s"] for line in timeouts) >= 32
+    assert 0 < len(backing_off) <= len(timeouts)
 
 
 # --------------------------------------------------------------------------- placement mode
