@@ -227,16 +227,7 @@ class Tenancy:
 
         Message as `exceeds quota of group vision: nvidia.com/gpu 16/16` (in use / limit).
         """
-        config = self.config
-        limits = []
-        if tenant.user in config.users:
-            limits.append(("user", tenant.user, config.users[tenant.user].max))
-        if tenant.group in config.groups:
-            limits.append(("group", tenant.group, config.groups[tenant.group].max))
-        queue = config.queue(tenant.queue) if config.queues else None
-        if queue is not None:
-            limits.append(("queue", tenant.queue, queue.quota))
-        for kind, name, limit in limits:
+        for kind, name, limit in self._limits(tenant):
             used = self.usage.get((kind, name), {})
             over = [
                 f"{resource} {show_amount(resource, used.get(resource, 0))}/{show_amount(resource, cap)}"
@@ -246,6 +237,23 @@ class Tenancy:
             if over:
                 return f"exceeds quota of {kind} {name}: {', '.join(over)}"
         return ""
+
+    def unlimited(self, tenant: Tenant) -> bool:
+        """Whether no max applies to the tenant (its user, group and queue): no quota ever refuses it."""
+        return not any(limit for _, _, limit in self._limits(tenant))
+
+    def _limits(self, tenant: Tenant) -> list[tuple[str, str, Mapping[str, int]]]:
+        """The maxima that apply to the tenant: (kind, name, max) of its user, group and queue."""
+        config = self.config
+        limits: list[tuple[str, str, Mapping[str, int]]] = []
+        if tenant.user in config.users:
+            limits.append(("user", tenant.user, config.users[tenant.user].max))
+        if tenant.group in config.groups:
+            limits.append(("group", tenant.group, config.groups[tenant.group].max))
+        queue = config.queue(tenant.queue) if config.queues else None
+        if queue is not None:
+            limits.append(("queue", tenant.queue, queue.quota))
+        return limits
 
     def used(self, kind: str, name: str) -> dict[str, int]:
         return dict(self.usage.get((kind, name), {}))

@@ -30,6 +30,12 @@ when one of them may fit where room was freed (or any of them still backs off), 
 virtually, its retry pending (`_pending`) while activeQ has not yet popped the place of the member that
 the queue without hints would pop first (that pop would take the rest along).
 
+The cycle's equivalence of identical pods (schedule_one.py) reaches into activeQ too: when a pod with a
+hint fails where nothing was freed since (a repeat, or the failure it records), the pods with that hint
+that an event put back in activeQ would each fail the same when popped. `take_alike` retries them
+virtually at once instead, each pending until activeQ pops past the place it had there, so that a room
+freed before that (a preemption's victims leaving) undoes the retry as it would for any virtual one.
+
 A StrictFIFO queue's pods behind its head (scheduler/strict_fifo.py) are `park`ed: back in the
 unschedulable set without the attempt counted, until the head leaves (`delete`, which `done` calls,
 or `release`) moves them back, or `move_all` or the flush does, as for any unschedulable pod; room
@@ -222,6 +228,9 @@ class SchedulingQueue:
         self._in_flight = 0
         self._gated: set[str] = set()  # uids of our pods waiting for their schedulingGates to go
         self._parked: dict[str, set[str]] = {}  # per StrictFIFO head: the uids parked behind it (`park`)
+        # Active pods that an event put back after a failure with a single pod's hint, by that hint, in the
+        # order they came (`take_alike`).
+        self._active_hinted: dict[Any, dict[str, None]] = {}
 
         self._seq = 0
         # The active keys popped at the current instant of the clock, in order (None: activeQ was found
@@ -339,6 +348,8 @@ class SchedulingQueue:
         uid = key[-1]
         del self._active_key[uid]
         qp = self._entries[uid]
+        if qp.hint is not None:
+            self._unindex(qp)
         self._set_state(uid, ACTIVE, IN_FLIGHT)
         self._popped(self._clock()).append(key)
         self._in_flight += 1
@@ -523,6 +534,52 @@ class SchedulingQueue:
         if qp is not None:
             qp.hint = None
 
+    def take_alike(self, hint: Any, reason: str, alike: Callable[[QueuedPod], bool]) -> int:
+        """A pod with `hint` just failed (for `reason`) where an attempt of any pod with it would fail the
+        same until room is freed: the active pods an event put back with it, that `alike` says the cycle
+        would try as that pod (not dropped, not parked, no quota that could refuse them first), fail so now.
+
+        Each is retried virtually (see the module's docstring): one more attempt, failed now, unschedulable
+        with its hint and the reason, pending until activeQ pops past the key it had there. Returns how
+        many were taken."""
+        uids = self._active_hinted.pop(hint, None)
+        if not uids:
+            return 0
+        now = self._clock()
+        popped = len(self._popped(now))
+        left: dict[str, None] = {}
+        taken = 0
+        for uid in uids:
+            qp = self._entries[uid]
+            if not alike(qp):
+                left[uid] = None
+                continue
+            key = self._active_key.pop(uid)
+            self._active.remove(key)
+            self._count(uid, ACTIVE, -1)
+            qp.virtual = (now, popped, qp.attempts, qp.last_failure, key)
+            qp.attempts += 1
+            qp.last_failure = qp.timestamp = now
+            qp.reason = reason
+            self._unschedulable[uid] = qp
+            self._state[uid] = UNSCHEDULABLE
+            self._count(uid, UNSCHEDULABLE, +1)
+            self._incoming(UNSCHEDULABLE, SCHEDULE_ATTEMPT_FAILURE)
+            taken += 1
+        if left:
+            self._active_hinted[hint] = left
+        if taken and not self._closed:
+            self._flush_timer.arm(now + self._unschedulable_flush)
+        return taken
+
+    def _unindex(self, qp: QueuedPod) -> None:
+        """The pod leaves activeQ: out of `_active_hinted`."""
+        alike = self._active_hinted.get(qp.hint)
+        if alike is not None:
+            alike.pop(qp.pod.uid, None)
+            if not alike:
+                del self._active_hinted[qp.hint]
+
     def unhint(self) -> None:
         """Every unschedulable pod is moved by every event again (what made hints safe no longer holds)."""
         for qp in self._unschedulable.values():
@@ -699,6 +756,9 @@ class SchedulingQueue:
         key = (*self._sort_key(qp), qp.timestamp, qp.seq, uid)
         self._active_key[uid] = key
         self._active.add(key)
+        hint = qp.hint
+        if hint is not None and hint is not PARKED and type(hint) is not UnitHint:
+            self._active_hinted.setdefault(hint, {})[uid] = None
         self._state[uid] = ACTIVE
         self._count(uid, ACTIVE, +1)
         self._incoming(ACTIVE, event)
@@ -732,6 +792,8 @@ class SchedulingQueue:
         self._count(uid, state, -1)
         if state == ACTIVE:
             self._active.remove(self._active_key.pop(uid))
+            if qp.hint is not None:
+                self._unindex(qp)
         elif state == BACKOFF:
             self._backoff.remove(self._backoff_key.pop(uid))
         elif state == UNSCHEDULABLE:

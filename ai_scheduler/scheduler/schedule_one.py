@@ -34,7 +34,10 @@ room, nodes, namespaces or DRA objects could turn a failure into a fit, and plac
 So that failure is repeated without running the filters and PostFilter again: the same requeue with the
 same hint, the same reason on the pod and the same decision line, which names the pod whose attempt it
 repeats (`equivalentTo`; its node counts are that attempt's). Under a standing queue of like pods most
-attempts are such repeats (benchmarks/standing_queue.py measures what that saves).
+attempts are such repeats (benchmarks/standing_queue.py measures what that saves). The pods with the
+same hint that an event put back in activeQ are not even popped for it: each would repeat the failure
+when its turn came, so they are retried virtually at once (`SchedulingQueue.take_alike`, with
+`_fails_alike` saying which would take this path), with no decision line of their own.
 
 Every attempt writes one `decision` log line with what a replay needs. The CycleState goes with the
 attempt to each of its parts that reads the pod's derived data (the StrictFIFO check, PostFilter, the
@@ -130,17 +133,11 @@ class SchedulingCycle:
     # ------------------------------------------------------------------ one cycle
     def schedule_one(self, qp: QueuedPod) -> None:
         """One cycle: a lone pod, or the whole gang the popped pod belongs to."""
-        state = self.cache.pod_state(qp.pod.uid)
-        pod = state.record if state is not None else qp.pod
-        framework = self.frameworks().get(pod.scheduler_name)
-        if (
-            framework is None
-            or not pod.pending
-            or pod.gated
-            or (state is not None and (state.assumed or state.node))
-        ):
-            self.queue.delete(pod.uid)
+        tried = self._to_try(qp)
+        if tried is None:
+            self.queue.delete(qp.pod.uid)
             return
+        pod, framework = tried
         cycle = CycleState(pod, self.tenancy, qp, self.priorities.sort_key)
         strict = self.strict.queue_of(cycle)
         if strict is None:
@@ -153,6 +150,39 @@ class SchedulingCycle:
         self._own_error = False
         self._attempt(qp, cycle, framework)
         self.strict.tried(qp, strict, blocks=not self._own_error)
+
+    def _to_try(self, qp: QueuedPod) -> tuple[PodRecord, Framework] | None:
+        """The pod as the cache holds it, and its profile's Framework; None when it is no longer ours to
+        place (bound, assumed, gated, finished, of a profile that went away)."""
+        state = self.cache.pod_state(qp.pod.uid)
+        pod = state.record if state is not None else qp.pod
+        framework = self.frameworks().get(pod.scheduler_name)
+        if (
+            framework is None
+            or not pod.pending
+            or pod.gated
+            or (state is not None and (state.assumed or state.node))
+        ):
+            return None
+        return pod, framework
+
+    def _fails_alike(self, qp: QueuedPod, hint: Any) -> bool:
+        """Whether the waiting pod `qp`, popped now, would repeat the failure held for `hint` (while the room
+        version stays): tried (`_to_try`), not parked behind a StrictFIFO head, no gang, no quota that could
+        refuse it first, no node kept off for it, and the same hint."""
+        tried = self._to_try(qp)
+        if tried is None or self.hint_of is None or self.settings.current.scheduling.reservation:
+            return False
+        pod = tried[0]
+        tenant = self.tenancy.tenant_of(pod)
+        return (
+            not tenant.error
+            and self.tenancy.unlimited(tenant)
+            and not self.strict.is_strict(tenant.queue)
+            and self.gangs.gang_of(pod) is None
+            and not (self.preemptor is not None and self.preemptor.avoid(pod))
+            and self.hint_of(pod) == hint
+        )
 
     def _attempt(self, qp: QueuedPod, cycle: CycleState, framework: Framework) -> None:
         pod = cycle.pod
@@ -197,14 +227,18 @@ class SchedulingCycle:
         if self.preemptor is not None:
             verdict = self.preemptor.post_filter(pod, framework, decision, cycle)
             plan, decision.post_filter = verdict.plan, verdict.message
+        held = False
         if plan is not None or decision.error:
             hint = None
         elif hint is not None and room == self.cache.room_version():
             if len(self._failures) > MAX_EQUIVALENCE_CLASSES:
                 self._failures.clear()
             self._failures[hint] = (room, decision, pod.uid)
+            held = True
         self._own_error = bool(decision.error)
         self._unschedulable(qp, pod, decision, hint, {}, cycle)
+        if held:
+            self.queue.take_alike(hint, decision.message, lambda waiting: self._fails_alike(waiting, hint))
         if decision.error or self.preemptor is None:
             return
         if plan is not None:
@@ -255,6 +289,7 @@ class SchedulingCycle:
         decision = copy.copy(earlier)
         decision.duration = 0.0
         self._unschedulable(qp, pod, decision, hint, {"equivalentTo": uid}, cycle)
+        self.queue.take_alike(hint, decision.message, lambda waiting: self._fails_alike(waiting, hint))
 
     def bound(self, pod: PodRecord, _node: str) -> None:
         """The binder's report of a binding that succeeded."""

@@ -50,12 +50,16 @@ class StrictFifo:
 
     def queue_of(self, cycle: CycleState) -> str | None:
         """The pod's queue when that queue is StrictFIFO, else None (nothing to check)."""
+        name = cycle.tenant.queue
+        return name if self.is_strict(name) else None
+
+    def is_strict(self, queue: str) -> bool:
+        """Whether the queue named so is StrictFIFO."""
         config = self.settings.current
         if not config.queues:
-            return None
-        name = cycle.tenant.queue
-        spec = config.queue(name)
-        return name if spec is not None and spec.queueing_strategy == STRICT_FIFO else None
+            return False
+        spec = config.queue(queue)
+        return spec is not None and spec.queueing_strategy == STRICT_FIFO
 
     def head_before(self, cycle: CycleState, queue: str) -> QueuedPod | None:
         """The head the attempt's pod must wait behind: its queue's head when it still waits, is not the

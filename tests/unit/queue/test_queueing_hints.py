@@ -180,6 +180,61 @@ def test_a_unit_not_whole_in_the_queue_moves_on_every_event(change: str) -> None
     assert [qp.attempts for qp in held] == [1, 1, 1]
 
 
+def test_equivalent_pods_repeat_a_failure_without_the_filters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pods alike to one that just failed, with nothing freed since, fail without a filter run; their
+    decision lines say whose attempt they repeat, with its message; those waiting in activeQ are retried
+    virtually at once (`take_alike`: no filter run, no decision line); the placements stay the same as
+    with every failure run in full (a room version that never repeats)."""
+    runs = {"filters": 0, "taken": 0}
+    take_alike = SchedulingQueue.take_alike
+
+    def taken(self: SchedulingQueue, *args: Any) -> int:
+        count = take_alike(self, *args)
+        runs["taken"] += count
+        return count
+
+    monkeypatch.setattr(SchedulingQueue, "take_alike", taken)
+    schedule = Framework.schedule
+
+    def counted(self: Framework, *args: Any, **kwargs: Any) -> Any:
+        runs["filters"] += 1
+        return schedule(self, *args, **kwargs)
+
+    def run() -> tuple[SimResult, list[dict[str, Any]], int]:
+        runs["filters"] = runs["taken"] = 0
+        log = io.BytesIO()
+        result = Simulation(config(reservation=False), cluster(), workload(2), Mode.TIMED,
+                            queueing_hints=True, logger=JsonLogger(stream=log, level="info")).run()
+        lines = [orjson.loads(line) for line in log.getvalue().splitlines()]
+        return result, [line for line in lines if line.get("event") == "decision"], runs["filters"] + runs["taken"]
+
+    monkeypatch.setattr(Framework, "schedule", counted)
+    result, decisions, filters = run()
+    alike = runs["taken"]
+    assert alike > 10
+    filters -= alike
+    repeats = [line for line in decisions if "equivalentTo" in line]
+    assert len(repeats) > 10 and all(line["result"] == "unschedulable" for line in repeats)
+    # Each repeat names a pod (another, or itself retried with nothing freed) whose attempt ran in full
+    # before it, and says why as that attempt did.
+    full_run: dict[str, str] = {}
+    for line in decisions:
+        if "equivalentTo" in line:
+            assert full_run[line["equivalentTo"]].startswith("0/8 nodes are available:")
+            assert line["message"] == full_run[line["equivalentTo"]]
+        elif line["result"] == "unschedulable":
+            full_run[line["uid"]] = line["message"]
+    assert sum(line["equivalentTo"] != line["uid"] for line in repeats) > 5
+    fresh = iter(range(10**9))
+    monkeypatch.setattr(SchedulerCache, "room_version", lambda self: (next(fresh),))
+    full, full_decisions, full_filters = run()
+    assert not any("equivalentTo" in line for line in full_decisions) and not runs["taken"]
+    assert len(full_decisions) == len(decisions) + alike
+    assert filters == full_filters - len(repeats) - alike
+    assert [(p.name, p.node, p.start) for p in result.pods] == [(p.name, p.node, p.start) for p in full.pods]
+
+
+
 @pytest.mark.parametrize(("sample", "nodes", "gangs"), [("trace_philly.csv", 2, False),
                                                        ("trace_helios.csv", 2, False),
                                                        ("trace_philly.csv", 3, True)])
