@@ -60,7 +60,7 @@ class PodInfo:
         self.amounts_at = PURE  # the DRA state's version `amounts` were built at (PURE: no claims)
         self.containers: tuple[ExtendedContainer, ...] = ()
         self.gang_shape: tuple[Any, Hashable] | None = None  # (framework, key)
-        self.hint: tuple[Any, ...] | None = None
+        self.hint: int | None = None
 
     def __repr__(self) -> str:
         return f"PodInfo(tenant={self.tenant}, amounts={self.amounts})"

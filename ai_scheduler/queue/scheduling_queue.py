@@ -237,6 +237,7 @@ class SchedulingQueue:
         # empty): whether a pod retried virtually then would have been popped already (`_pending`).
         self._instant = -1.0
         self._instant_pops: list[tuple[Any, ...] | None] = []
+        self._instant_end = -1  # where in `_instant_pops` activeQ was last found empty (-1: not yet)
         self._move_cycle = 0
         self._closed = False
         self._nonempty = asyncio.Event()
@@ -342,7 +343,9 @@ class SchedulingQueue:
     def pop_nowait(self) -> QueuedPod | None:
         """The best active pod, or None if there is none (or the queue is closed)."""
         if self._closed or not self._active:
-            self._popped(self._clock()).append(None)
+            popped = self._popped(self._clock())
+            self._instant_end = len(popped)
+            popped.append(None)
             return None
         key = self._active.pop(0)
         uid = key[-1]
@@ -603,6 +606,7 @@ class SchedulingQueue:
         if now != self._instant:
             self._instant = now
             self._instant_pops = []
+            self._instant_end = -1
         return self._instant_pops
 
     def _pending(self, qp: QueuedPod, now: float) -> bool:
@@ -612,11 +616,12 @@ class SchedulingQueue:
         virtual = qp.virtual
         if virtual is None or virtual[0] != now:
             return False
-        since = self._popped(now)[virtual[1]:]
+        popped = self._popped(now)
+        if self._instant_end >= virtual[1]:  # activeQ was found empty since: the drain passed it
+            return False
+        since = popped[virtual[1]:]
         if not since:
             return True
-        if None in since:
-            return False
         key = virtual[4] if virtual[4] is not None else (*self._sort_key(qp), virtual[3], qp.seq, qp.pod.uid)
         return all(popped is not None and popped < key for popped in since)
 

@@ -37,6 +37,7 @@ benchmarks turn them on (benchmarks/runtime_policies.py).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from collections.abc import Callable
@@ -81,6 +82,25 @@ def build_frameworks(config: Config, cache: SchedulerCache, rng: random.Random) 
             tie_break=config.scheduling.tie_break,
         )
     return frameworks
+
+
+HINT_SHAPES = 65_536  # distinct queueing-hint shapes numbered before `hint_number` starts again
+_hint_numbers: dict[tuple[Any, ...], int] = {}
+_hint_count = itertools.count()
+
+
+def hint_number(shape: tuple[Any, ...]) -> int:
+    """The number of a queueing hint's shape, the same for every core of the process (a pod's PodInfo keeps
+    it, whichever core asked): the queue looks hints up per waiting pod and event, and a tuple hashes anew
+    each time. Past HINT_SHAPES shapes the table starts again with new numbers, so a shape numbered before
+    is only unlike the same shape numbered after (an equivalence missed: a full attempt instead); a number
+    never stands for two shapes."""
+    if len(_hint_numbers) > HINT_SHAPES:
+        _hint_numbers.clear()
+    number = _hint_numbers.get(shape)
+    if number is None:
+        number = _hint_numbers[shape] = next(_hint_count)
+    return number
 
 
 class SchedulerCore:
@@ -167,7 +187,7 @@ class SchedulerCore:
             self.handlers.hint = None
             self.queue.unhint()
 
-    def hint_of(self, pod: PodRecord) -> tuple[Any, ...] | None:
+    def hint_of(self, pod: PodRecord) -> int | None:
         """What makes pods alike for the filters (the queue asks `fits_row` once per distinct value), when
         a pod that did not fit may wait for room on a node alone; None when other things may let it fit
         or its retries may do something: pod affinity, spread, ports, volumes, claims, a nomination, a
@@ -184,13 +204,14 @@ class SchedulerCore:
         if info.hint is None:  # what is read of the pod alone, once per pod version (its PodInfo)
             gpu = tuple(sorted(
                 (k, v) for k, v in pod.annotations.items() if k.startswith("ai-scheduler.io/gpu-")))
-            info.hint = (
+            shape = (
                 pod.scheduler_name, pod.namespace, tuple(sorted(pod.requests.items())), gpu,
                 tuple(sorted(pod.labels.items())), tuple(sorted(pod.node_selector.items())),
                 tuple(t.identity() for t in pod.tolerations), repr(pod.affinity), pod.priority,
                 # not the filters' but PostFilter's: its verdict ends the reason a repeat reads
                 pod.preempts,
             )
+            info.hint = hint_number(shape)
         return info.hint
 
     def fits_row(self, pod: PodRecord, row: int) -> bool:

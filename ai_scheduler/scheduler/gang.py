@@ -544,6 +544,7 @@ class GangScheduler:
     def check_timeouts(self) -> None:
         """A gang not placed whole within its timeout: release, tell, back off longer each time."""
         now = self._clock()
+        timed_out: list[Gang] = []
         for gang in list(self.registry.attempting.values()):
             if gang.first_attempt is None:
                 continue
@@ -580,12 +581,18 @@ class GangScheduler:
             self.feedback.event(
                 self._involved(gang), "Warning", "Timeout", message, component=self._profile(gang)
             )
-            # A waiting gang holds nothing, so its timeout frees no room: pods that only room could help
-            # are retried virtually (move_unfreed), with the decisions that retrying them gives. Not the
-            # gang's own members: their next attempt backs off (`not_before`), which a virtual retry is not.
+            timed_out.append(gang)
+        if not timed_out:
+            return
+        # A waiting gang holds nothing, so its timeout frees no room: pods that only room could help are
+        # retried virtually (move_unfreed), with the decisions that retrying them gives. Not the gangs' own
+        # members: their next attempt backs off (`not_before`), which a virtual retry is not. One move for
+        # every gang that timed out now: the same as one move per gang at this instant, since nothing is
+        # popped in between (a pod retried virtually by the first would be left pending by the next).
+        for gang in timed_out:
             for uid in gang.members:
                 self.queue.drop_hint(uid)
-            self.queue.move_unfreed("GangTimeout")
+        self.queue.move_unfreed("GangTimeout")
 
     def bind_failed(self, pod: PodRecord, message: str) -> None:
         gang = self.registry.gang_of(pod)
