@@ -116,6 +116,7 @@ class Tenancy:
         # reload starts a new one): only a change of the pod (a new record) or of the config changes one.
         self.epoch = object()
         self._shared_tenants: dict[Tenant, Tenant] = {}  # one object per distinct tenant
+        self._unlimited: dict[Tenant, bool] = {}  # `unlimited`, per tenant under this config
         # group -> spec.priority -> placed pods of the group with it (what preemption may take by priority).
         self._priorities: dict[str, dict[int, int]] = defaultdict(dict)
 
@@ -127,6 +128,7 @@ class Tenancy:
         self._priorities.clear()
         self.epoch = object()
         self._shared_tenants.clear()
+        self._unlimited.clear()
         for pod in placed:
             self.charge(pod)
 
@@ -240,7 +242,10 @@ class Tenancy:
 
     def unlimited(self, tenant: Tenant) -> bool:
         """Whether no max applies to the tenant (its user, group and queue): no quota ever refuses it."""
-        return not any(limit for _, _, limit in self._limits(tenant))
+        unlimited = self._unlimited.get(tenant)
+        if unlimited is None:
+            unlimited = self._unlimited[tenant] = not any(limit for _, _, limit in self._limits(tenant))
+        return unlimited
 
     def _limits(self, tenant: Tenant) -> list[tuple[str, str, Mapping[str, int]]]:
         """The maxima that apply to the tenant: (kind, name, max) of its user, group and queue."""

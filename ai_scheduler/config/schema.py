@@ -161,6 +161,12 @@ class FrozenMap(Mapping[str, _V_co]):
     def __getitem__(self, key: str) -> _V_co:
         return self._data[key]
 
+    def __contains__(self, key: object) -> bool:  # the dict's own: Mapping's goes through __getitem__
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._data)
 
@@ -332,7 +338,8 @@ class SchedulingSettings(Section):
         "gang that has waited this many seconds since its creation (0: at once).")] = 300.0
     queueing_hints: Annotated[bool, Boolean(), Doc(
         "Queueing hints: a pod that did not fit is retried when room is freed only if it may fit where the "
-        "room was freed (a gang that fit nowhere: only if one of its members may), and a pod alike to one that just failed, with nothing freed since, repeats that "
+        "room was freed (a gang that fit nowhere: only if one of its members may), and a pod alike to one "
+        "that just failed, with nothing freed since, repeats that "
         "failure without running the filters (equivalentTo in its decision line). The same decisions as "
         "retrying every pod, far fewer filter runs under a standing queue; no pod gets a hint while "
         "reservation is on.")] = False

@@ -380,7 +380,13 @@ class SchedulingQueue:
             self.delete(uid)
 
     def requeue(
-        self, qp: QueuedPod, *, unschedulable: bool, reason: str = "", hint: Any = None, not_before: float = 0.0
+        self,
+        qp: QueuedPod,
+        *,
+        unschedulable: bool,
+        reason: str = "",
+        hint: Any = None,
+        not_before: float = 0.0,
     ) -> bool:
         """Put back a pod whose attempt failed; False when it is no longer in flight, so nothing was done.
 
@@ -511,12 +517,14 @@ class SchedulingQueue:
         for qp in members:
             if fit:
                 break
-            fit = verdicts.get(qp.hint)
-            if fit is None:
-                fit = verdicts[qp.hint] = fits(qp.pod)
+            verdict = verdicts.get(qp.hint)
+            if verdict is None:
+                verdict = verdicts[qp.hint] = fits(qp.pod)
+            fit = verdict
         pendings = {m.virtual is not None and self._pending(m, now) for m in members}
         pending = True in pendings
-        if fit or len(pendings) > 1 or (not pending and any(self._backoff_deadline(m) > now for m in members)):
+        backing_off = not pending and any(self._backoff_deadline(m) > now for m in members)
+        if fit or len(pendings) > 1 or backing_off:
             moved.extend(members)
             return False
         return not pending

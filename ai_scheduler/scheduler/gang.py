@@ -331,7 +331,8 @@ class GangScheduler:
                 reason += f": {first_failure.message}"
             masks = [mask for domains in self._domain_masks().values() for _, mask in domains]
             reason += self._preempt(gang, members, needed, framework, masks)
-            self._wait(gang, members, reason, gang.min_member - needed, needed, hints=self._hints(gang, members))
+            hints = self._hints(gang, members)
+            self._wait(gang, members, reason, gang.min_member - needed, needed, hints=hints)
             return None
         placements, failure = self._try(gang, members, needed, framework, None, shape)
         if placements:
@@ -347,7 +348,8 @@ class GangScheduler:
                 f"{placed + gang.min_member - needed} scheduled, {remaining} remaining ({reason})"
             )
         reason += preemption
-        self._wait(gang, members, reason, gang.min_member - needed, needed, hints=self._hints(gang, members))
+        hints = self._hints(gang, members)
+        self._wait(gang, members, reason, gang.min_member - needed, needed, hints=hints)
         return None
 
     def _hints(self, gang: Gang, members: list[QueuedPod]) -> list[UnitHint] | None:

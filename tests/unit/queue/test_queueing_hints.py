@@ -25,12 +25,12 @@ from builders import Pod
 from paths import DATA
 
 from ai_scheduler.cache.cache import SchedulerCache
-from ai_scheduler.config import Config, parse_config
 from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.config import Config, parse_config
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import QueuedPod, SchedulingQueue, UnitHint
-from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.scheduler.framework.runtime import Framework
+from ai_scheduler.scheduler.gang import GangScheduler
 from ai_scheduler.trace import NodeSpec, TraceJob, read_workload
 from ai_scheduler.tracesim.engine import Simulation
 from ai_scheduler.tracesim.records import Mode, SimResult
@@ -206,7 +206,8 @@ def test_equivalent_pods_repeat_a_failure_without_the_filters(monkeypatch: pytes
         result = Simulation(config(reservation=False), cluster(), workload(2), Mode.TIMED,
                             queueing_hints=True, logger=JsonLogger(stream=log, level="info")).run()
         lines = [orjson.loads(line) for line in log.getvalue().splitlines()]
-        return result, [line for line in lines if line.get("event") == "decision"], runs["filters"] + runs["taken"]
+        decisions = [line for line in lines if line.get("event") == "decision"]
+        return result, decisions, runs["filters"] + runs["taken"]
 
     monkeypatch.setattr(Framework, "schedule", counted)
     result, decisions, filters = run()
@@ -235,16 +236,16 @@ def test_equivalent_pods_repeat_a_failure_without_the_filters(monkeypatch: pytes
 
 
 
-@pytest.mark.parametrize(("sample", "nodes", "gangs"), [("trace_philly.csv", 2, False),
+@pytest.mark.parametrize(("sample", "count", "gangs"), [("trace_philly.csv", 2, False),
                                                        ("trace_helios.csv", 2, False),
                                                        ("trace_philly.csv", 3, True)])
-def test_hints_change_no_placement_on_the_sample_traces(sample: str, nodes: int, gangs: bool) -> None:
+def test_hints_change_no_placement_on_the_sample_traces(sample: str, count: int, gangs: bool) -> None:
     """The sample Philly and Helios traces' lone jobs on two 8-GPU nodes, too few for them (a standing
     queue), and the Philly sample with its gangs (multi-node jobs) on three."""
     jobs = [job for job in read_workload(DATA / sample).jobs if gangs or not job.gang]
     assert not gangs or sum(bool(job.gang) for job in jobs) >= 8
     nodes = [NodeSpec(name=f"n{i}", cpu=64_000, memory=512 * Gi, gpus=8, gpu_model="V100-32GB",
-                      gpu_memory=32 * Gi, managed=True) for i in range(nodes)]
+                      gpu_memory=32 * Gi, managed=True) for i in range(count)]
     cfg = parse_config({"scheduling": {"reservation": False, "backfill": False}})
     without = Simulation(cfg, nodes, jobs, Mode.TIMED, queueing_hints=False).run()
     with_hints = Simulation(cfg, nodes, jobs, Mode.TIMED, queueing_hints=True).run()

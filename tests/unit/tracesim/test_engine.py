@@ -276,12 +276,13 @@ def test_a_gang_that_timed_out_is_not_tried_again_before_its_backoff_ends() -> N
     jobs = [job(f"big-{i}", 0.0, 100.0, gpus=2, gang="big", gang_size=2) for i in range(2)]
     jobs += [job(f"small-{k}", 20.0 * k, 15.0, gpus=1) for k in range(200)]
     log = io.BytesIO()
-    simulation = Simulation(fast_config(), nodes, jobs, Mode.TIMED, logger=JsonLogger(stream=log, level="info"))
+    logger = JsonLogger(stream=log, level="info")
+    simulation = Simulation(fast_config(), nodes, jobs, Mode.TIMED, logger=logger)
     simulation.run()
     lines = [orjson.loads(line) for line in log.getvalue().splitlines()]
     timeouts = [line for line in lines if line.get("event") == "gang.timed_out"]
-    backing_off = [line for line in lines if line.get("event") == "decision" and line.get("pod") == "default/big-0"
-                   and "backing off after timing out" in line.get("message", "")]
+    decisions = [line for line in lines if line.get("event") == "decision" and line["pod"] == "default/big-0"]
+    backing_off = [line for line in decisions if "backing off after timing out" in line.get("message", "")]
     assert len(timeouts) >= 5 and max(line["backoff_s"] for line in timeouts) >= 32
     assert 0 < len(backing_off) <= len(timeouts)
 
