@@ -173,6 +173,7 @@ class SchedulerCore:
             cache, queue, gangs, self.budgets, self.reserver, out.reports, metrics, logger,
             lambda: self.frameworks, self.ready, finished=self.pod_finished,
         )
+        self._reclaim_seen: tuple[Config | None, bool] = (None, False)  # `_reclaims`, for this config
         self._hints_forced = queueing_hints  # the simulator's own choice, whatever the config says
         self._set_hints(queueing_hints or config.scheduling.queueing_hints)
 
@@ -198,7 +199,7 @@ class SchedulerCore:
             return None
         if pod.preempts:
             lowest = self.handlers.lowest_priority
-            if lowest is None or pod.priority > lowest or any(g.min for g in self.config.groups.values()):
+            if lowest is None or pod.priority > lowest or self._reclaims():
                 return None
         info = pod.info
         if info.hint is None:  # what is read of the pod alone, once per pod version (its PodInfo)
@@ -213,6 +214,14 @@ class SchedulerCore:
             )
             info.hint = hint_number(shape)
         return info.hint
+
+    def _reclaims(self) -> bool:
+        """Whether a group of the config in force has a min (that preemption may reclaim), asked once per
+        config object."""
+        config = self.config
+        if self._reclaim_seen[0] is not config:
+            self._reclaim_seen = (config, any(g.min for g in config.groups.values()))
+        return self._reclaim_seen[1]
 
     def fits_row(self, pod: PodRecord, row: int) -> bool:
         """Whether `pod` may fit on the node of `row` now (its profile's filters; no profile: yes)."""
