@@ -340,7 +340,8 @@ class SchedulingSettings(Section):
         "Queueing hints: a pod that did not fit is retried when room is freed only if it may fit where the "
         "room was freed (a gang that fit nowhere: only if one of its members may), and a pod alike to one "
         "that just failed, with nothing freed since, repeats that "
-        "failure without running the filters (equivalentTo in its decision line). The same decisions as "
+        "failure without running the filters (equivalentTo in its decision line; those an event already put "
+        "back in the active queue fail so at once, without a line of their own). The same decisions as "
         "retrying every pod, far fewer filter runs under a standing queue; no pod gets a hint while "
         "reservation is on.")] = False
     api_request_timeout_seconds: Annotated[float, POSITIVE, Doc(

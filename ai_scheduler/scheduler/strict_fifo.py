@@ -50,6 +50,8 @@ class StrictFifo:
 
     def queue_of(self, cycle: CycleState) -> str | None:
         """The pod's queue when that queue is StrictFIFO, else None (nothing to check)."""
+        if not self.settings.current.queues:  # no queues configured: none is strict, no tenant to read
+            return None
         name = cycle.tenant.queue
         return name if self.is_strict(name) else None
 
