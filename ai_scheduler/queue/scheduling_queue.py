@@ -543,6 +543,8 @@ class SchedulingQueue:
         """The pod is moved by every event again (its gang timed out: its next attempt backs off)."""
         qp = self._entries.get(uid)
         if qp is not None:
+            if self._state[uid] == ACTIVE and qp.hint is not None:
+                self._unindex(qp)
             qp.hint = None
 
     def take_alike(self, hint: Any, reason: str, alike: Callable[[QueuedPod], bool]) -> int:
@@ -561,7 +563,9 @@ class SchedulingQueue:
         left: dict[str, None] = {}
         taken = 0
         for uid in uids:
-            qp = self._entries[uid]
+            qp = self._entries.get(uid)
+            if qp is None or self._state[uid] != ACTIVE:  # never so: leaving activeQ unindexes a pod
+                continue
             if not alike(qp):
                 left[uid] = None
                 continue

@@ -171,7 +171,8 @@ class SchedulingCycle:
         version stays): tried (`_to_try`), not parked behind a StrictFIFO head, no gang, no quota that could
         refuse it first, no node kept off for it, and the same hint."""
         tried = self._to_try(qp)
-        if tried is None or self.hint_of is None or self.settings.current.scheduling.reservation:
+        if (tried is None or self.hint_of is None or self.settings.current.scheduling.reservation
+                or self.reserver.current is not None):  # a reservation makes the attempt evaluate its key
             return False
         pod = tried[0]
         tenant = self.tenancy.tenant_of(pod)
