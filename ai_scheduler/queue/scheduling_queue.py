@@ -492,10 +492,12 @@ class SchedulingQueue:
         popped = len(self._popped(now))
         for qp in kept:  # the retry it would get now, failed: one more attempt; last in the set, as after one
             self._retry_virtually(qp, now, popped, None)
+            self._unschedulable[qp.pod.uid] = self._unschedulable.pop(qp.pod.uid)
         for members in kept_units:  # the unit's attempt (its first member's pop) would take them all
             first = min((*self._sort_key(m), m.last_failure, m.seq, m.pod.uid) for m in members)
             for qp in members:
                 self._retry_virtually(qp, now, popped, first)
+                self._unschedulable[qp.pod.uid] = self._unschedulable.pop(qp.pod.uid)
         return len(moved)
 
     def _unit_moves(
@@ -529,15 +531,14 @@ class SchedulingQueue:
             return False
         return not pending
 
-    def _retry_virtually(self, qp: QueuedPod, now: float, popped: int, first: tuple[Any, ...] | None) -> None:
-        """The retry the pod would get now, failed: one more attempt, last in the unschedulable set as after
-        one (`first`: a unit's key, see `QueuedPod.virtual`)."""
-        qp.virtual = (now, popped, qp.attempts, qp.last_failure, first)
+    @staticmethod
+    def _retry_virtually(qp: QueuedPod, now: float, popped: int, key: tuple[Any, ...] | None) -> None:
+        """The retry the pod would get now, failed: one more attempt, failed now (`key`: the activeQ key
+        its retry waits behind, see `QueuedPod.virtual`). The caller puts it last in the unschedulable set,
+        as after a real one."""
+        qp.virtual = (now, popped, qp.attempts, qp.last_failure, key)
         qp.attempts += 1
         qp.last_failure = qp.timestamp = now
-        uid = qp.pod.uid
-        del self._unschedulable[uid]
-        self._unschedulable[uid] = qp
 
     def drop_hint(self, uid: str) -> None:
         """The pod is moved by every event again (its gang timed out: its next attempt backs off)."""
@@ -572,9 +573,7 @@ class SchedulingQueue:
             key = self._active_key.pop(uid)
             self._active.remove(key)
             self._count(uid, ACTIVE, -1)
-            qp.virtual = (now, popped, qp.attempts, qp.last_failure, key)
-            qp.attempts += 1
-            qp.last_failure = qp.timestamp = now
+            self._retry_virtually(qp, now, popped, key)
             qp.reason = reason
             self._unschedulable[uid] = qp
             self._state[uid] = UNSCHEDULABLE

@@ -171,8 +171,7 @@ class SchedulingCycle:
         version stays): tried (`_to_try`), not parked behind a StrictFIFO head, no gang, no quota that could
         refuse it first, no node kept off for it, and the same hint."""
         tried = self._to_try(qp)
-        if (tried is None or self.hint_of is None or self.settings.current.scheduling.reservation
-                or self.reserver.current is not None):  # a reservation makes the attempt evaluate its key
+        if tried is None:
             return False
         pod = tried[0]
         tenant = self.tenancy.tenant_of(pod)
@@ -182,8 +181,15 @@ class SchedulingCycle:
             and not self.strict.is_strict(tenant.queue)
             and self.gangs.gang_of(pod) is None
             and not (self.preemptor is not None and self.preemptor.avoid(pod))
+            and self.hint_of is not None
             and self.hint_of(pod) == hint
         )
+
+    def _take_alike(self, hint: Any, message: str) -> None:
+        """The failure with `hint` just held or repeated: the alike pods waiting in activeQ fail so now
+        (`SchedulingQueue.take_alike`), unless a reservation is held (an attempt would evaluate its key)."""
+        if self.reserver.current is None and not self.settings.current.scheduling.reservation:
+            self.queue.take_alike(hint, message, lambda waiting: self._fails_alike(waiting, hint))
 
     def _attempt(self, qp: QueuedPod, cycle: CycleState, framework: Framework) -> None:
         pod = cycle.pod
@@ -239,7 +245,7 @@ class SchedulingCycle:
         self._own_error = bool(decision.error)
         self._unschedulable(qp, pod, decision, hint, {}, cycle)
         if held:
-            self.queue.take_alike(hint, decision.message, lambda waiting: self._fails_alike(waiting, hint))
+            self._take_alike(hint, decision.message)
         if decision.error or self.preemptor is None:
             return
         if plan is not None:
@@ -290,7 +296,7 @@ class SchedulingCycle:
         decision = copy.copy(earlier)
         decision.duration = 0.0
         self._unschedulable(qp, pod, decision, hint, {"equivalentTo": uid}, cycle)
-        self.queue.take_alike(hint, decision.message, lambda waiting: self._fails_alike(waiting, hint))
+        self._take_alike(hint, decision.message)
 
     def bound(self, pod: PodRecord, _node: str) -> None:
         """The binder's report of a binding that succeeded."""
