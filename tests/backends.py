@@ -145,6 +145,7 @@ RESOURCES = {
     "nodes": "/api/v1/nodes",
     "events": "/api/v1/events",
     "podgroups": "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+    "tasks": "/apis/ai-scheduler.io/v1alpha1/tasks",
     "podgroups.scheduling.k8s.io": "/apis/scheduling.k8s.io/v1beta1/podgroups",
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
@@ -406,6 +407,7 @@ class KubeCluster:
 
 # The workloads tests make whose controllers (or the tests, as they would) make pods: removed first.
 WORKLOAD_OWNERS = (
+    "ai-scheduler.io/v1alpha1/namespaces/{namespace}/tasks",
     "ray.io/v1/namespaces/{namespace}/rayclusters",
     "jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
     "leaderworkerset.x-k8s.io/v1/namespaces/{namespace}/leaderworkersets",

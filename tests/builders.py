@@ -12,7 +12,9 @@ own (`scheduling.k8s.io/v1beta1`, a `gang` or `basic` schedulingPolicy), whose m
 `spec.schedulingGroup` (`Pod(...).scheduling_group(name)`). GPUs: `gpu_nodes(count)` are device-plugin
 nodes (`nvidia.com/gpu` in allocatable); `Node(...).managed_gpus(report)` a node whose devices
 ai-scheduler assigns itself, from the node agent's report (`gpu_report(...)`, annotations of
-`ai_scheduler.cache.gpus`). Owners: `owner_ref(...)`, and `Pod(...).controlled_by(...)` for the
+`ai_scheduler.cache.gpus`). Tasks: `Task(name)` is ai-scheduler's
+(`ai-scheduler.io/v1alpha1`), its roles added by `.role(name, replicas, minimum, **make_pod's fields)`.
+Owners: `owner_ref(...)`, and `Pod(...).controlled_by(...)` for the
 controller reference a controller puts on the pods it makes.
 
 The objects of the other kinds (PodDisruptionBudgets, volumes, DRA's DeviceClasses, ResourceSlices and
@@ -57,6 +59,7 @@ __all__ = [
     "Node",
     "Pod",
     "PodGroup",
+    "Task",
     "claim_spec",
     "device_request",
     "gpu_nodes",
@@ -334,3 +337,28 @@ class NativePodGroup(_Wrapper):
         """Member `<name>-<i>` (in the group's namespace): `Pod(..., **fields).scheduling_group(name)`."""
         namespace = self._obj["metadata"]["namespace"]
         return Pod(f"{self.name}-{i}", namespace=namespace, **fields).scheduling_group(self.name)
+
+
+class Task(_Wrapper):
+    """A Task (`ai-scheduler.io/v1alpha1`, deploy/crds/ai-scheduler.io_tasks.yaml) with no role yet: add
+    them with `.role(...)`, the other spec fields with `.spec(...)`."""
+
+    def __init__(self, name: str, namespace: str = "default") -> None:
+        super().__init__({"apiVersion": "ai-scheduler.io/v1alpha1", "kind": "Task",
+                          "metadata": {"name": name, "namespace": namespace}, "spec": {"roles": []}})
+
+    def role(self, name: str, replicas: int = 1, minimum: int | None = None, **pod: Any) -> Self:
+        """One more role: its pod template is `make_pod(name, **pod)`'s labels, annotations and spec."""
+        made = make_pod(name, **pod)
+        meta = made["metadata"]
+        template = {"metadata": {k: meta[k] for k in ("labels", "annotations") if meta.get(k)},
+                    "spec": made["spec"]}
+        role: dict[str, Any] = {"name": name, "replicas": replicas, "template": template}
+        if minimum is not None:
+            role["minimum"] = minimum
+        self._obj["spec"]["roles"].append(role)
+        return self
+
+    def attributes(self, **fields: Any) -> Self:
+        """`spec.attributes` (kind, domain, framework, modelParameters, datasetSize, estimatedRunTime)."""
+        return self.spec(attributes=dict(fields))

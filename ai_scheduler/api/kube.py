@@ -121,6 +121,8 @@ PODGROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 NATIVE_PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
 # scheduler-plugins' Capacity Scheduling quotas, read as group quotas (config/elasticquota.py).
 ELASTICQUOTAS = ("scheduling.x-k8s.io", "v1alpha1", "elasticquotas")
+# ai-scheduler's Task (deploy/crds/ai-scheduler.io_tasks.yaml), run by daemon/tasks.py.
+TASKS = ("ai-scheduler.io", "v1alpha1", "tasks")
 
 # Lists come in pages of this many objects, each converted before the next is read, so that a list of
 # 50,000 pods never exists as one parsed document (about 10 KiB of Python objects per pod as parsed).
@@ -701,6 +703,20 @@ class KubeClient:
         return await self._call(self.custom.patch_namespaced_custom_object_status(
             *NATIVE_PODGROUPS[:2], namespace, NATIVE_PODGROUPS[2], name, patch, _preload_content=False,
             _content_type=MERGE_PATCH))
+
+    async def patch_task_status(self, namespace: str, name: str, patch: dict[str, Any]) -> ApiResult:
+        """Merge patch of a Task's status (`ai-scheduler.io/v1alpha1`; daemon/tasks.py)."""
+        return await self._call(self.custom.patch_namespaced_custom_object_status(
+            *TASKS[:2], namespace, TASKS[2], name, patch, _preload_content=False, _content_type=MERGE_PATCH))
+
+    async def create_task(self, task: dict[str, Any]) -> ApiResult:
+        namespace = (task.get("metadata") or {}).get("namespace") or "default"
+        return await self._call(self.custom.create_namespaced_custom_object(
+            *TASKS[:2], namespace, TASKS[2], task, _preload_content=False))
+
+    async def get_task(self, namespace: str, name: str) -> ApiResult:
+        return await self._call(self.custom.get_namespaced_custom_object(
+            *TASKS[:2], namespace, TASKS[2], name, _preload_content=False))
 
     async def create_pod_disruption_budget(self, budget: dict[str, Any]) -> ApiResult:
         namespace = (budget.get("metadata") or {}).get("namespace") or "default"

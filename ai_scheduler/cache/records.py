@@ -105,6 +105,12 @@ SPREAD_CONTROLLERS = frozenset(
     {("v1", "ReplicationController"), ("apps/v1", "ReplicaSet"), ("apps/v1", "StatefulSet")}
 )
 ESTIMATE_ANNOTATION = "ai-scheduler.io/estimated-runtime"  # the user's run-time estimate ("90m", "2h")
+# The task attributes the run-time model reads (prediction/features.py; docs/reference/contract.md): labels
+# a user or a Task's controller (cache/tasks.py) sets, and a Task's declared sizes (whole numbers).
+TASK_TYPE_LABEL = "ai-scheduler.io/task-type"
+WORKLOAD_CLASS_LABEL = "ai-scheduler.io/workload-class"
+MODEL_PARAMETERS_ANNOTATION = "ai-scheduler.io/model-parameters"
+DATASET_BYTES_ANNOTATION = "ai-scheduler.io/dataset-bytes"
 # A user's hold (`ai-scheduler status hold`): Kubernetes lets spec.schedulingGates only be removed after a
 # pod's creation, never added, so a pending pod is held by this annotation ("true"), which the scheduler
 # treats as one more scheduling gate; a pod may also be created with the scheduling gate of the same name.

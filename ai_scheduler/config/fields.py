@@ -385,6 +385,32 @@ class LabelKeys(Check):
         return "list of node label keys"
 
 
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+class NodeLabels(Check):
+    """Node label key -> value (a label selector's equality terms); empty: none."""
+
+    __slots__ = ()
+    null_is_default: ClassVar[bool] = True
+
+    def __call__(self, value: object) -> Mapping[str, str]:
+        from ai_scheduler.config.schema import FrozenMap
+
+        labels: dict[str, str] = {}
+        for key, item in mapping(value).items():
+            if not isinstance(key, str) or not _LABEL_KEY.match(key):
+                raise Invalid(f"must be a label key like topology.kubernetes.io/zone, got {show(key)}")
+            text = str(item).lower() if isinstance(item, bool) else item
+            if not isinstance(text, str | int) or len(str(text)) > 63 or not _LABEL_VALUE.match(str(text)):
+                raise Invalid(f"must be a label value (63 characters at most), got {show(item)}", (key,))
+            labels[key] = str(text)
+        return FrozenMap(labels)
+
+    def describe(self) -> str:
+        return "node label key -> value"
+
+
 class BindAddress(Check):
     __slots__ = ()
 

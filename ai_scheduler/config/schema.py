@@ -50,6 +50,7 @@ from ai_scheduler.config.fields import (
     LabelKeys,
     Name,
     Named,
+    NodeLabels,
     Nullable,
     Plugin,
     Plugins,
@@ -510,6 +511,38 @@ class QueueSpec(Section):
         "of the queue starts while one ahead of it waits (Kueue's).")] = "BestEffortFIFO"
 
 
+TASK_KINDS = ("training", "inference", "notebook", "batch")  # a Task's spec.attributes.kind (cache/tasks.py)
+TASK_DOMAINS = ("CV", "NLP", "speech", "RL", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRuleSpec(Section):
+    """An administrator's rule that turns what a Task declares into placement (cache/tasks.py): a Task
+    that matches every condition given (``kind``, ``domain``, at least ``min_model_parameters``, at least
+    ``min_gpus`` in all) has its pods prefer nodes with the ``prefer`` labels and avoid those with the
+    ``avoid`` labels (node affinity terms of ``weight``; with ``required``, terms its pods must meet).
+    The Task's status lists the rules applied (``systemAffinity``)."""
+
+    name: Annotated[str, DNS_LABEL, Doc(
+        "The rule's name, unique.", required="is required: the rule's name, a DNS-1123 label")]
+    kind: Annotated[str | None, Nullable(Choice(TASK_KINDS)), Doc(
+        "Tasks of this kind only (absent: any).", default="absent (any)")] = None
+    domain: Annotated[str | None, Nullable(Choice(TASK_DOMAINS)), Doc(
+        "Tasks of this domain only (absent: any).", default="absent (any)")] = None
+    min_model_parameters: Annotated[int, Integer(0, 10**18), Doc(
+        "Tasks that declare a model at least this large (parameters; 0: any).")] = 0
+    min_gpus: Annotated[int, Integer(0, 10**6), Doc(
+        "Tasks whose pods ask at least this many GPUs in all (0: any).")] = 0
+    prefer: Annotated[Mapping[str, str], NodeLabels(), Doc(
+        "Node labels the Task's pods prefer (each an `In` term).")] = field(default_factory=FrozenMap)
+    avoid: Annotated[Mapping[str, str], NodeLabels(), Doc(
+        "Node labels the Task's pods avoid (each a `NotIn` term).")] = field(default_factory=FrozenMap)
+    weight: Annotated[int, Integer(1, 100), Doc(
+        "The weight of the preferred term (1-100, as node affinity's).")] = 50
+    required: Annotated[bool, Boolean(), Doc(
+        "The terms are required of the pods instead of preferred.")] = False
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSpec(Section):
     """A group of users: a higher ``level`` is more important; ``share`` is its fair-share weight.
@@ -646,6 +679,13 @@ class Config(Section):
         "defaultQueue, else the queue \"default\".", preface=_TENANCY, example=[
             {"name": "prod", "level": 0, "weight": 1, "promoteAfterSeconds": 3600,
              "queueingStrategy": "BestEffortFIFO", "quota": {"nvidia.com/gpu": 16, "cpu": "64"}}])] = ()
+    task_rules: Annotated[tuple[TaskRuleSpec, ...], Entries("task rule"), Doc(
+        "Rules that turn a Task's declared attributes into node affinity for its pods "
+        "(docs/users/tasks.md), applied in order when the Task's pods are made.", example=[
+            {"name": "large-nlp-on-nvlink", "domain": "NLP", "minModelParameters": 10_000_000_000,
+             "prefer": {"ai-scheduler.io/nvlink": "full"}, "weight": 80},
+            {"name": "notebooks-off-gang-nodes", "kind": "notebook",
+             "avoid": {"ai-scheduler.io/pool": "large-gangs"}}])] = ()
     groups: Annotated[Mapping[str, GroupSpec], Named("group"), Doc(
         "Groups of users, by name.", example={
             "vision": {"level": 2, "share": 1, "min": {"nvidia.com/gpu": 8}, "max": {"nvidia.com/gpu": 16}}},
@@ -770,6 +810,7 @@ _PREDICTION_KEYS = file_keys(PredictionSettings)
 _SERVER_KEYS = file_keys(ServerSettings)
 _LEADER_ELECTION_KEYS = file_keys(LeaderElectionSettings)
 _QUEUE_KEYS = file_keys(QueueSpec)
+_TASK_RULE_KEYS = file_keys(TaskRuleSpec)
 _GROUP_KEYS = file_keys(GroupSpec)
 _USER_KEYS = file_keys(UserSpec)
 _NAMESPACE_KEYS = file_keys(NamespaceSpec)

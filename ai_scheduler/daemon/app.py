@@ -51,6 +51,7 @@ from ai_scheduler.daemon.health import ApiMonitor, HealthServer
 from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.daemon.leader import LeaderElector, Role, label_own_pod
 from ai_scheduler.daemon.reports import PodReports
+from ai_scheduler.daemon.tasks import TaskController
 from ai_scheduler.daemon.watches import Watches
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue.scheduling_queue import ACTIVE
@@ -129,6 +130,10 @@ class Scheduler:
         # Group quotas from ElasticQuota objects, under the config file's (config/elasticquota.py).
         self.elastic_quotas = ElasticQuotas()
         self.watches.watch_elastic_quotas(self._on_elastic_quota, self._on_elastic_quotas)
+        # Tasks (tasks.ai-scheduler.io), run through their whole life by the leader (daemon/tasks.py).
+        self.task_controller = TaskController(client, core, logger, metrics, lambda: self.expected,
+                                              lambda: self.config)
+        self.watches.add_informers(self.task_controller.informers(self.watches.informer))
         metrics.watch_state(StateCollector(core.queue.counts_by_queue, core.cache_sizes,
                                            lambda: self.binder.in_flight, core.gpu_allocation,
                                            core.queue.pending_counts, core.tenancy.quotas))
@@ -214,6 +219,7 @@ class Scheduler:
         self._spawn(self._forecasts(), "forecasts")
         gang_status = GangStatusWriter(self.client, self.gangs, self.log, self.metrics)
         self._spawn(gang_status.run(), "gang-status")
+        self._spawn(self.task_controller.run(), "tasks")
 
     async def _campaign(self) -> None:
         assert self.elector is not None

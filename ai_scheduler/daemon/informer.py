@@ -56,8 +56,11 @@ class Informer(Generic[T]):
         watch_timeout: tuple[int, int] = (300, 600),
         on_relist: Callable[[str, str], None] | None = None,
         optional: bool = False,
+        params: dict[str, Any] | None = None,
     ) -> None:
+        """`params`: the list's and the watch's query (`{"label_selector": KEY}`: some objects only)."""
         self.client = client
+        self.params = params or {}
         self.resource = resource
         self.on_event = on_event
         self.on_replace = on_replace
@@ -127,7 +130,7 @@ class Informer(Generic[T]):
 
     async def _list(self, reason: str) -> None:
         try:
-            items, version = await self.client.list_as(self.resource, self.convert)
+            items, version = await self.client.list_as(self.resource, self.convert, **self.params)
         except WatchBroken as exc:
             if not isinstance(exc, ResourceMissing) or not self.optional:
                 self.failing_since = self.failing_since or time.monotonic()
@@ -152,7 +155,8 @@ class Informer(Generic[T]):
         while True:
             timeout = random.randint(*self.watch_timeout)
             async for event in self.client.watch(
-                self.resource, self.resource_version, timeout_seconds=timeout, idle_timeout=self.watch_idle
+                self.resource, self.resource_version, timeout_seconds=timeout, idle_timeout=self.watch_idle,
+                **self.params,
             ):
                 kind: str = event.get("type") or ""
                 obj = event["object"]

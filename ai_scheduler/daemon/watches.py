@@ -96,6 +96,17 @@ class Watches:
         under the config's (config/elasticquota.py). Call before the informers start."""
         self.informers["elasticquotas"] = self._informer("elasticquotas", on_event, on_replace, optional=True)
 
+    def add_informers(self, informers: dict[str, Informer[Any]]) -> None:
+        """Informers of the daemon's other parts (the Task controller's: daemon/tasks.py), made with
+        `informer`. Call before the informers start."""
+        self.informers.update(informers)
+
+    def informer(self, resource: str, on_event: Callable[..., None], on_replace: Callable[..., None],
+                 **extra: Any) -> Informer[Any]:
+        """An informer of this daemon's client, its relists counted as the others' (Informer's keywords)."""
+        return Informer(self.client, resource, on_event, on_replace, self.log,
+                        on_relist=self.handlers.on_relist, **extra)
+
     def start_added(self, spawn: Callable[[Informer[Any]], None]) -> None:
         """From now on an informer added by `watch_optional` is started with `spawn`."""
         self._spawn = spawn
@@ -136,16 +147,7 @@ class Watches:
         optional: bool = False,
     ) -> Informer[Any]:
         extra: dict[str, Any] = {"convert": convert} if convert is not None else {}
-        return Informer(
-            self.client,
-            resource,
-            on_event,
-            on_replace,
-            self.log,
-            on_relist=self.handlers.on_relist,
-            optional=optional,
-            **extra,
-        )
+        return self.informer(resource, on_event, on_replace, optional=optional, **extra)
 
     def _add(
         self,

@@ -16,11 +16,10 @@ trace readers or the simulators, so the daemon and the offline command share it.
 (`features_of_job`) lives in tracesim/learn.py.
 """
 
+from ai_scheduler.cache.records import TASK_TYPE_LABEL, WORKLOAD_CLASS_LABEL
 from ai_scheduler.prediction.evaluate import Report, Sample, Score, evaluate, report_table, split_by_time
 from ai_scheduler.prediction.features import (
     REFERENCE_GPU_MEMORY,
-    TASK_TYPE_LABEL,
-    WORKLOAD_CLASS_LABEL,
     Features,
     features_of_pod,
     gpu_milli_of,

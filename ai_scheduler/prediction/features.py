@@ -20,12 +20,16 @@ from dataclasses import dataclass
 
 from ai_scheduler.cache.gangs import gang_ref
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
-from ai_scheduler.cache.records import ESTIMATE_ANNOTATION, PodRecord
+from ai_scheduler.cache.records import (  # the task attributes (docs/reference/contract.md)
+    DATASET_BYTES_ANNOTATION,
+    ESTIMATE_ANNOTATION,
+    MODEL_PARAMETERS_ANNOTATION,
+    TASK_TYPE_LABEL,
+    WORKLOAD_CLASS_LABEL,
+    PodRecord,
+)
 from ai_scheduler.quantity import parse_duration
 
-# The task attribute labels (docs/reference/contract.md, the task attributes); trace/pods.py writes them.
-TASK_TYPE_LABEL = "ai-scheduler.io/task-type"
-WORKLOAD_CLASS_LABEL = "ai-scheduler.io/workload-class"
 DEVICE_PLUGIN_GPU = "nvidia.com/gpu"
 MILLI = 1000
 REFERENCE_GPU_MEMORY = 80 * 2**30  # the device a `gpu-memory` share is counted against (an 80 GiB A100/H100)
@@ -48,6 +52,8 @@ class Features:
     gpu_milli: int = 0
     gang_size: int = 0
     name_stem: str = ""
+    model_parameters: float | None = None  # a Task's declared model size (annotation model-parameters)
+    dataset_bytes: float | None = None  # a Task's declared dataset size (annotation dataset-bytes)
     estimate: float | None = None
 
 
@@ -119,5 +125,12 @@ def features_of_pod(pod: PodRecord, user: str, group: str, *, gang_size: int | N
         gpu_milli=gpu,
         gang_size=gang_size,
         name_stem=name_stem(pod.name),
+        model_parameters=_whole(pod.annotations.get(MODEL_PARAMETERS_ANNOTATION)),
+        dataset_bytes=_whole(pod.annotations.get(DATASET_BYTES_ANNOTATION)),
         estimate=parse_duration(pod.annotations.get(ESTIMATE_ANNOTATION)),
     )
+
+
+def _whole(text: str | None) -> float | None:
+    """A declared size: a whole number of 0 or more, or None (absent or unreadable)."""
+    return float(text) if text is not None and text.isdigit() else None

@@ -23,8 +23,9 @@ Design:
   training (where it learns where such values go), values past the `MAX_CATEGORIES` most frequent (the
   estimator's bound on a categorical feature), and at prediction time anything new. Values are
   normalised (lower case, punctuation to '-') so that a trace's `Training` and a pod label's `training`
-  are one value. Numbers (cpu, memory, GPU thousandths, gang size, estimate) are used as they are; a
-  missing estimate is NaN, which the estimator routes on its own.
+  are one value. Numbers (cpu, memory, GPU thousandths, gang size, a Task's declared model and dataset
+  sizes, estimate) are used as they are; a missing size or estimate is NaN, which the estimator routes
+  on its own (a column no training job has a value in is a constant, which no tree splits on).
 - The two fitted estimators are exported to plain arrays (forest.py) and walked with numpy: one pod
   costs a fraction of a millisecond where scikit-learn's own tree-by-tree predict costs milliseconds, and
   `predict` also keeps recent predictions in a small cache keyed by the (frozen, hashable) features, since
@@ -54,9 +55,9 @@ from ai_scheduler.prediction.features import Features
 from ai_scheduler.prediction.forest import Forest, ForestError
 
 FORMAT = "ai-scheduler.run-time-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a Task's declared model and dataset sizes (model_parameters, dataset_bytes)
 CATEGORICAL = ("user", "group", "namespace", "task_type", "workload_class", "name_stem")
-NUMERIC = ("cpu", "memory", "gpu_milli", "gang_size", "estimate")
+NUMERIC = ("cpu", "memory", "gpu_milli", "gang_size", "model_parameters", "dataset_bytes", "estimate")
 UNKNOWN = math.nan  # the code of a value not in the vocabulary: a missing value
 MAX_CATEGORIES = 254  # codes 0..253: with the missing values' bin, within the estimator's 255 bins
 MIN_SECONDS = 1.0  # run times are floored here before the logarithm
@@ -234,9 +235,14 @@ def _matrix(vocabulary: dict[str, dict[str, int]], features: Sequence[Features])
         (users.get(category(f.user), UNKNOWN), groups.get(category(f.group), UNKNOWN),
          namespaces.get(category(f.namespace), UNKNOWN), task_types.get(category(f.task_type), UNKNOWN),
          classes.get(category(f.workload_class), UNKNOWN), stems.get(category(f.name_stem), UNKNOWN),
-         f.cpu, f.memory, f.gpu_milli, f.gang_size, math.nan if f.estimate is None else f.estimate)
+         f.cpu, f.memory, f.gpu_milli, f.gang_size, _number(f.model_parameters), _number(f.dataset_bytes),
+         _number(f.estimate))
         for f in features
     ], dtype=np.float64).reshape(len(features), len(CATEGORICAL) + len(NUMERIC))
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 def _vocabulary(value: Any) -> dict[str, dict[str, int]] | None:

@@ -17,6 +17,10 @@ Writes need no daemon API, only the pod and its annotations:
   may be created with it), each removal guarded by a `test` of what it removes;
 - `requeue`: a new value of `ai-scheduler.io/requeue-at` (now, RFC 3339 with milliseconds); the
   scheduler retries the pod at once, its backoff started over;
+- on a Task (`task/NAME`), each sets a field of the Task's spec that its controller acts on (a merge
+  patch; docs/users/tasks.md): `hold` sets `suspend: true` (its pods are removed, made again on
+  `release`, which sets it false), `requeue` sets `requeueAt` (a new run starts), `cancel` sets
+  `cancel: true` (its pods are deleted, phase Cancelled; the Task stays, with its record);
 - `cancel`: deletes the pod, or a whole gang: its PodGroup (if any) first, then every member found by
   the gang keys docs/users/gangs.md lists in the namespace. RBAC's answer for a verb is the same for
   every pod of a namespace, so a refusal comes on the first request, before anything is deleted.
@@ -28,9 +32,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ai_scheduler.api.kube import JSON_PATCH, ApiResult, KubeClient
+from ai_scheduler.api.kube import JSON_PATCH, MERGE_PATCH, ApiResult, KubeClient
 from ai_scheduler.cache.gangs import PODGROUP_API, gang_ref
 from ai_scheduler.cache.records import HOLD_ANNOTATION, HOLD_GATE, REQUEUE_ANNOTATION, PodRecord
+from ai_scheduler.cache.tasks import FINISHED, TASK_GROUP, TASK_PLURAL, TASK_VERSION
 from ai_scheduler.log import rfc3339
 
 VISIBILITY_VERSION = "visibility.ai-scheduler.io/v1alpha1"
@@ -54,9 +59,9 @@ def server_error(result: ApiResult) -> StatusError:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a write command names: `NAME` or `pod/NAME` (a pod), `gang/NAME` or `podgroup/NAME`."""
+    """What a write command names: `NAME` or `pod/NAME`, `gang/NAME` or `podgroup/NAME`, `task/NAME`."""
 
-    kind: str  # "pod" | "gang"
+    kind: str  # "pod" | "gang" | "task"
     name: str
 
     @classmethod
@@ -68,7 +73,9 @@ class Target:
             return cls("pod", name)
         if kind in ("gang", "gangs", "podgroup", "podgroups", "pg") and name:
             return cls("gang", name)
-        raise StatusError(f"cannot read {text!r}: give NAME, pod/NAME or gang/NAME")
+        if kind in ("task", "tasks", "tk") and name:
+            return cls("task", name)
+        raise StatusError(f"cannot read {text!r}: give NAME, pod/NAME, gang/NAME or task/NAME")
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.name}"
@@ -297,3 +304,32 @@ async def cancel(api: KubeClient, namespace: str, target: Target) -> list[Outcom
         else:
             raise server_error(result)
     return outcomes
+
+
+# ---------------------------------------------------------------------------------------------- Tasks
+TASK_SPEC_CHANGES: dict[str, tuple[dict[str, object], str]] = {
+    "hold": ({"suspend": True}, "held"),
+    "release": ({"suspend": False}, "released"),
+    "requeue": ({}, "requeued"),  # requeueAt: now, set below
+    "cancel": ({"cancel": True}, "cancelled"),
+}
+
+
+async def task_action(api: KubeClient, command: str, namespace: str, name: str) -> Outcome:
+    """Set the Task's spec field for `command` (hold, release, requeue, cancel); a finished Task refuses."""
+    path = f"/apis/{TASK_GROUP}/{TASK_VERSION}/namespaces/{namespace}/{TASK_PLURAL}/{name}"
+    result = await api.request("GET", path)
+    if not result.ok:
+        raise server_error(result)
+    phase = (result.body.get("status") or {}).get("phase")
+    if phase in FINISHED:
+        return Outcome("task", namespace, name, False,
+                       f"task {namespace}/{name} is already finished ({phase})")
+    change, done = TASK_SPEC_CHANGES[command]
+    spec: dict[str, object] = dict(change)
+    if command == "requeue":
+        spec["requeueAt"] = rfc3339(time.time())
+    result = await api.request("PATCH", path, body={"spec": spec}, content_type=MERGE_PATCH)
+    if not result.ok:
+        raise server_error(result)
+    return Outcome("task", namespace, name, True, done)

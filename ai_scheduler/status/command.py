@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="For a waiting pod (NAME or pod/NAME) or every waiting member of a gang (gang/NAME): "
         "its place in the queue, its priority factor by factor (as Slurm's sprio), its run-time estimate, "
         "the last reason it could not be placed and its expected start (as squeue --start).")
-    why.add_argument("target", metavar="POD|gang/NAME")
+    why.add_argument("target", metavar="POD|gang/NAME|task/NAME")
 
     commands.add_parser(
         "quota", parents=[common], help="your quota and your group's: used, min, max",
@@ -98,8 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in WRITES:
         summary, description = texts[name]
         command = commands.add_parser(name, parents=[common], help=summary, description=description)
-        command.add_argument("targets", metavar="POD|gang/NAME", nargs="+",
-                             help="NAME or pod/NAME for a pod, gang/NAME for every pod of a gang")
+        command.add_argument("targets", metavar="POD|gang/NAME|task/NAME", nargs="+",
+                             help="NAME or pod/NAME for a pod, gang/NAME for every pod of a gang, "
+                                  "task/NAME for a Task (its spec's suspend, requeueAt or cancel)")
 
 
 def plugin_main(argv: list[str] | None = None) -> int:
@@ -164,6 +165,9 @@ async def _write(api: KubeClient, command: str, namespace: str, targets: list[Ta
     outcomes: list[Outcome] = []
     try:
         for target in targets:
+            if target.kind == "task":
+                outcomes.append(await actions.task_action(api, command, namespace, target.name))
+                continue
             if command == "cancel":
                 outcomes += await actions.cancel(api, namespace, target)
                 continue

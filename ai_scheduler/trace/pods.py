@@ -17,14 +17,12 @@ from typing import Any
 
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL
 from ai_scheduler.cache.gpus import GPU_COUNT_ANNOTATION, GPU_FRACTION_ANNOTATION, GPU_MEMORY_ANNOTATION
-from ai_scheduler.cache.records import ESTIMATE_ANNOTATION
+from ai_scheduler.cache.records import ESTIMATE_ANNOTATION, TASK_TYPE_LABEL, WORKLOAD_CLASS_LABEL
 from ai_scheduler.cache.tenancy import QUEUE_LABEL, USER_LABEL
 from ai_scheduler.sim.objects import make_pod
 from ai_scheduler.trace.cluster import GPU_PRODUCT_LABEL
 from ai_scheduler.trace.records import TraceJob
 
-TASK_TYPE_LABEL = "ai-scheduler.io/task-type"
-WORKLOAD_CLASS_LABEL = "ai-scheduler.io/workload-class"
 _INVALID = re.compile(r"[^a-z0-9-]+")
 
 

@@ -4,10 +4,11 @@ The scheduler runs with a token of its own ServiceAccount (deploy/), through one
 path that writes: binding, Scheduled and FailedScheduling events (created, then aggregated by a patch),
 the PodScheduled condition, a gang's PodGroup status (scheduler-plugins' and a Kubernetes PodGroup's),
 the GPU annotations written before binding, a preemption (the victim's DisruptionTarget condition, its
-deletion, the preemptor's nomination), VolumeBinding's PreBind (a volume's claimRef, a claim's
-selected-node annotation), and DynamicResources' PreBind (a ResourceClaim's finalizer, allocation and
-reservation; the claim of an extended resource). The kinds that give inferred gangs their minimum are all
-served (a minimal CRD where no test installed one), so that each is listed and watched. The API
+deletion, the preemptor's nomination), a Task's pods and status, VolumeBinding's PreBind (a volume's
+claimRef, a claim's selected-node annotation), and DynamicResources' PreBind (a ResourceClaim's
+finalizer, allocation and reservation; the claim of an extended resource). The kinds that give inferred
+gangs their minimum are all served (a minimal CRD where no test installed one), so that each is listed
+and watched. The API
 server's audit log then lists every verb the scheduler used: each must be granted and none refused, and
 each granted verb must have been used, so that the role stays the least the scheduler needs.
 """
@@ -25,6 +26,7 @@ from backends import Cluster, KubeCluster
 from builders import (
     NVIDIA_DRIVER,
     NativePodGroup,
+    Task,
     make_claim_template,
     make_device_class,
     make_gpu_slice,
@@ -190,6 +192,11 @@ async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
         make_pod("rbac-extended", gpus=1, node_selector=on_dra)])
     await wait_for(lambda: node_of(cluster, "rbac-claimant") and node_of(cluster, "rbac-extended"),
                    what="the DRA pods bound")
+
+    # A Task: its pods made by the scheduler, its status written.
+    assert (await api.create_task(Task("rbac-task").role("main", 1, cpu="100m").obj())).ok
+    await wait_for(lambda: ((cluster.store.get("tasks", "default", "rbac-task") or {}).get("status") or {})
+                   .get("phase") == "Running", what="the Task running")
 
     calls = list(used(cluster.audit_events()))
     assert sorted({call for call, code in calls if code == 403}) == [], "refused: the ClusterRole lacks these"

@@ -37,12 +37,13 @@ from e2e.test_e2e_visibility import Gateway, KubeGateway, gateway, visibility_co
 
 __all__ = ["gateway", "gpu_cluster", "waiting"]  # fixtures, shared with test_e2e_visibility
 USER = "system:serviceaccount:team-a:alice"
-# What a team's member is given (real backend): pods and PodGroups of their own namespace, the queue's
-# view of it; in team-b only a look at the pods.
+# What a team's member is given (real backend): pods, PodGroups and Tasks of their own namespace, the
+# queue's view of it; in team-b only a look at the pods.
 OWN_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch", "delete"]},
     {"apiGroups": ["scheduling.x-k8s.io"], "resources": ["podgroups"], "verbs": ["get", "list", "delete"]},
     {"apiGroups": ["visibility.ai-scheduler.io"], "resources": ["pendingpods"], "verbs": ["get", "list"]},
+    {"apiGroups": ["ai-scheduler.io"], "resources": ["tasks"], "verbs": ["get", "list", "create", "patch"]},
 ]
 READ_RULES = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
 

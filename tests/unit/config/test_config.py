@@ -361,7 +361,8 @@ def test_unknown_factor_message_reads_as_specified() -> None:
 
 
 def test_the_examples_in_default_yaml_comments_are_valid() -> None:
-    """default.yaml documents queues, groups, users and namespaces with commented examples: they must work."""
+    """default.yaml documents queues, task rules, groups, users and namespaces with commented examples: they
+    must work."""
     examples: dict[str, Any] = {}
     lines: list[str] = []
     text = (ROOT / "ai_scheduler" / "config" / "default.yaml").read_text()
@@ -371,8 +372,13 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
         elif lines and not line.startswith("#"):
             examples[line.split(":")[0]] = yaml.safe_load("".join(lines))
             lines = []
-    assert set(examples) == {"queues", "groups", "users", "namespaces"}
+    assert set(examples) == {"queues", "taskRules", "groups", "users", "namespaces"}
     config = parse_config(examples)
+    first = config.task_rules[0]
+    assert (first.name, first.domain, first.min_model_parameters, dict(first.prefer), first.weight) == (
+        "large-nlp-on-nvlink", "NLP", 10_000_000_000, {"ai-scheduler.io/nvlink": "full"}, 80)
+    assert (config.task_rules[1].kind, dict(config.task_rules[1].avoid)) == (
+        "notebook", {"ai-scheduler.io/pool": "large-gangs"})
     assert config.queues == (QueueSpec("prod", 0, 1, {"nvidia.com/gpu": 16, "cpu": 64_000}, 3600.0),)
     assert config.groups == {"vision": GroupSpec("vision", 2, 1, {"nvidia.com/gpu": 8},
                                                  {"nvidia.com/gpu": 16})}
@@ -387,7 +393,8 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
     # unknown keys, at every level we define
     ({"shedulerName": "x"}, "", "unknown key 'shedulerName' (did you mean 'schedulerName'?); expected one of "
                                 "schedulerName, profiles, scheduling, gpu, prediction, server, "
-                                "leaderElection, queues, groups, users, namespaces, policies, activePolicy"),
+                                "leaderElection, queues, taskRules, groups, users, namespaces, policies, "
+                                "activePolicy"),
     ({"profiles": [{"filter": []}]}, "profiles[0]", "unknown key 'filter' (did you mean 'filters'?)"),
     ({"profiles": [{"scores": [{"name": "NodeAffinity", "wieght": 1}]}]}, "profiles[0].scores[0]",
      "unknown key 'wieght' (did you mean 'weight'?)"),

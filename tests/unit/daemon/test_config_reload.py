@@ -99,6 +99,10 @@ BASE: dict[str, Any] = {
         {"name": "prod", "level": 0, "weight": 1, "quota": {"cpu": "64"}},
         {"name": "batch", "level": 1},
     ],
+    "taskRules": [
+        {"name": "large-nlp", "domain": "NLP", "minModelParameters": 10, "prefer": {"nvlink": "full"},
+         "avoid": {"pool": "gangs"}},
+    ],
     "groups": {
         "vision": {"level": 1, "share": 1, "min": {"cpu": "8"}, "max": {"cpu": "32"}},
         "nlp": {"level": 2},
@@ -230,6 +234,11 @@ def in_tenancy(s: Scheduler, path: Path) -> Any:
 
 def in_priorities(s: Scheduler, path: Path) -> Any:
     return value_at(s.priorities.config, path)
+
+
+def in_task_controller(s: Scheduler, path: Path) -> Any:
+    """What the Task controller applies to the Tasks it makes pods for from now on (daemon/tasks.py)."""
+    return value_at(s.task_controller.config(), path)
 
 
 def in_strict_fifo(s: Scheduler, path: Path) -> Any:
@@ -365,6 +374,15 @@ CASES: dict[str, Case] = {
     "queues[*].promoteAfterSeconds": Case(45, TENANCY),
     # The StrictFIFO check reads the queue's strategy from the config it is handed, at every attempt.
     "queues[*].queueingStrategy": Case("StrictFIFO", scalar(in_strict_fifo)),
+    "taskRules[*].name": Case("renamed", scalar(in_task_controller)),
+    "taskRules[*].kind": Case("notebook", scalar(in_task_controller)),
+    "taskRules[*].domain": Case("CV", scalar(in_task_controller)),
+    "taskRules[*].minModelParameters": Case(99, scalar(in_task_controller)),
+    "taskRules[*].minGpus": Case(4, scalar(in_task_controller)),
+    "taskRules[*].prefer.*": Case("half", scalar(in_task_controller)),
+    "taskRules[*].avoid.*": Case("big", scalar(in_task_controller)),
+    "taskRules[*].weight": Case(90, scalar(in_task_controller)),
+    "taskRules[*].required": Case(True, scalar(in_task_controller)),
     "groups.*.level": Case(4, TENANCY),
     "groups.*.share": Case(3, TENANCY),
     "groups.*.min.*": Case("4", TENANCY),
@@ -426,6 +444,7 @@ def test_leaf_keys_are_the_keys_the_parser_accepts() -> None:
         "server": set(s._SERVER_KEYS),
         "leaderElection": set(s._LEADER_ELECTION_KEYS),
         "queues[*]": set(s._QUEUE_KEYS),
+        "taskRules[*]": set(s._TASK_RULE_KEYS),
         "groups.*": set(s._GROUP_KEYS),
         "users.*": set(s._USER_KEYS),
         "namespaces.*": set(s._NAMESPACE_KEYS),

@@ -137,13 +137,14 @@ def test_durations_and_numbers_read_as_kubectl_writes_them() -> None:
         "<none>", "0", "1", "0.123", "0", "x"]
 
 
-def test_targets_name_a_pod_or_a_gang() -> None:
+def test_targets_name_a_pod_a_gang_or_a_task() -> None:
     assert Target.parse("train-0") == Target("pod", "train-0")
     assert Target.parse("pod/train-0") == Target("pod", "train-0")
     assert Target.parse("gang/train") == Target("gang", "train")
     assert Target.parse("podgroup/train") == Target("gang", "train")
-    for bad in ("job/x", "gang/", "a/b/c"):
-        with pytest.raises(StatusError, match="give NAME, pod/NAME or gang/NAME"):
+    assert Target.parse("task/train") == Target("task", "train")
+    for bad in ("job/x", "gang/", "task/", "a/b/c"):
+        with pytest.raises(StatusError, match="give NAME, pod/NAME, gang/NAME or task/NAME"):
             Target.parse(bad)
 
 
