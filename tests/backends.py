@@ -146,6 +146,8 @@ RESOURCES = {
     "events": "/api/v1/events",
     "podgroups": "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
     "tasks": "/apis/ai-scheduler.io/v1alpha1/tasks",
+    "groupquotas": "/apis/ai-scheduler.io/v1alpha1/groupquotas",
+    "userquotas": "/apis/ai-scheduler.io/v1alpha1/userquotas",
     "podgroups.scheduling.k8s.io": "/apis/scheduling.k8s.io/v1beta1/podgroups",
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
@@ -418,9 +420,9 @@ WORKLOAD_OWNERS = (
 
 def reset_cluster(plane: ControlPlane) -> None:
     """Remove what a test made: workloads (WORKLOAD_OWNERS), Jobs, pods (at once), nodes, PodGroups (both
-    kinds), Workloads, events, claims, volumes, StorageClasses, CSINodes, DRA's ResourceClaims, templates,
-    ResourceSlices and DeviceClasses, its PriorityClasses. Namespaces stay (empty): one being deleted refuses
-    new pods until its controller is done."""
+    kinds), Workloads, GroupQuotas and UserQuotas, events, claims, volumes, StorageClasses, CSINodes,
+    DRA's ResourceClaims, templates, ResourceSlices and DeviceClasses, its PriorityClasses. Namespaces
+    stay (empty): one being deleted refuses new pods until its controller is done."""
     _, body = plane.request("GET", "/api/v1/namespaces")
     namespaces = [n["metadata"]["name"] for n in body.get("items", [])]
     for namespace in namespaces:
@@ -439,6 +441,7 @@ def reset_cluster(plane: ControlPlane) -> None:
         plane.request("DELETE", f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/events")
         plane.request("DELETE", f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")
+        plane.request("DELETE", f"/apis/ai-scheduler.io/v1alpha1/namespaces/{namespace}/userquotas")
         # ResourceClaims keep the scheduler's finalizer while allocated: taken off, so that they go at once.
         claims_path = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims"
         _, claims = plane.request("GET", claims_path)
@@ -453,6 +456,7 @@ def reset_cluster(plane: ControlPlane) -> None:
         f"/api/v1/namespaces/kube-system/pods?gracePeriodSeconds=0&labelSelector={AGENT_POD_LABEL}%3Dagent",
     )
     plane.request("DELETE", "/api/v1/nodes")
+    plane.request("DELETE", "/apis/ai-scheduler.io/v1alpha1/groupquotas")
     plane.request("DELETE", "/api/v1/persistentvolumes")
     plane.request("DELETE", "/apis/storage.k8s.io/v1/storageclasses")
     plane.request("DELETE", "/apis/storage.k8s.io/v1/csinodes")

@@ -47,7 +47,7 @@ class ElasticQuotaError(ValueError):
     """An ElasticQuota that cannot be used, with the reason."""
 
 
-def _amounts(section: Any, where: str) -> FrozenMap[int]:
+def parse_amounts(section: Any, where: str) -> FrozenMap[int]:
     if section is None:
         return FrozenMap()
     if not isinstance(section, Mapping):
@@ -71,8 +71,8 @@ def parse_elastic_quota(obj: Mapping[str, Any]) -> ElasticQuota:
     quota = ElasticQuota(
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
-        min=_amounts(spec.get("min"), "spec.min"),
-        max=_amounts(spec.get("max"), "spec.max"),
+        min=parse_amounts(spec.get("min"), "spec.min"),
+        max=parse_amounts(spec.get("max"), "spec.max"),
     )
     for resource, guaranteed in quota.min.items():
         limit = quota.max.get(resource)

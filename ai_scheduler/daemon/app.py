@@ -42,6 +42,7 @@ from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import Config, LeaderElectionSettings
+from ai_scheduler.config.delegated import merge
 from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
 from ai_scheduler.daemon.binder import Binder
 from ai_scheduler.daemon.config_reload import ConfigReload
@@ -50,6 +51,7 @@ from ai_scheduler.daemon.gang_status import GangStatusWriter
 from ai_scheduler.daemon.health import ApiMonitor, HealthServer
 from ai_scheduler.daemon.informer import Informer
 from ai_scheduler.daemon.leader import LeaderElector, Role, label_own_pod
+from ai_scheduler.daemon.quotas import QuotaObjects
 from ai_scheduler.daemon.reports import PodReports
 from ai_scheduler.daemon.tasks import TaskController
 from ai_scheduler.daemon.watches import Watches
@@ -130,6 +132,9 @@ class Scheduler:
         # Group quotas from ElasticQuota objects, under the config file's (config/elasticquota.py).
         self.elastic_quotas = ElasticQuotas()
         self.watches.watch_elastic_quotas(self._on_elastic_quota, self._on_elastic_quotas)
+        # Quotas group administrators delegate (GroupQuota, UserQuota: config/delegated.py, daemon/quotas.py).
+        self.quota_objects = QuotaObjects(client, logger, metrics, self._delegated_quotas_changed)
+        self.watches.add_informers(self.quota_objects.informers(self.watches.informer))
         # Tasks (tasks.ai-scheduler.io), run through their whole life by the leader (daemon/tasks.py).
         self.task_controller = TaskController(client, core, logger, metrics, lambda: self.expected,
                                               lambda: self.config)
@@ -220,6 +225,7 @@ class Scheduler:
         gang_status = GangStatusWriter(self.client, self.gangs, self.log, self.metrics)
         self._spawn(gang_status.run(), "gang-status")
         self._spawn(self.task_controller.run(), "tasks")
+        self._spawn(self.quota_objects.run(), "quota-status")
 
     async def _campaign(self) -> None:
         assert self.elector is not None
@@ -389,7 +395,21 @@ class Scheduler:
         self.feedback.repeat_window = config.scheduling.event_repeat_seconds
         self.feedback.component = config.scheduler_name
         self.watches.watch_optional(config)
-        return self.core.reconfigure(with_elastic_quotas(config, self.elastic_quotas.quotas.values()))
+        return self.core.reconfigure(self._with_quota_objects(config))
+
+    # ------------------------------------------------------------------ quota objects
+    def _with_quota_objects(self, config: Config) -> Config:
+        """The config file's tenancy with the ElasticQuotas, then the GroupQuotas and UserQuotas, under it."""
+        elastic = with_elastic_quotas(config, self.elastic_quotas.quotas.values())
+        merged = merge(elastic, self.quota_objects.quotas)
+        self.quota_objects.merged = merged
+        return merged.config
+
+    def _delegated_quotas_changed(self) -> None:
+        """A GroupQuota or UserQuota changed: merge and apply at once, as a reload does."""
+        self.core.reconfigure(self._with_quota_objects(self.config))
+        self.reload.reconfigured.set()
+        self.log.info("quotas.applied", **self.quota_objects.described())
 
     # ------------------------------------------------------------------ ElasticQuota objects
     def _on_elastic_quota(self, event: str, obj: dict[str, Any]) -> None:
@@ -404,7 +424,7 @@ class Scheduler:
         """Merge the quotas now in force under the config file's and hand the result to the core, as a
         reload does (the config file's own keys are unchanged)."""
         quotas = self.elastic_quotas
-        self.core.reconfigure(with_elastic_quotas(self.config, quotas.quotas.values()))
+        self.core.reconfigure(self._with_quota_objects(self.config))
         self.reload.reconfigured.set()
         self.log.info("elasticquotas.applied", quotas=quotas.described(), refused=dict(quotas.errors))
 

@@ -120,6 +120,10 @@ DEFAULT_TYPES: tuple[ResourceType, ...] = (
     ResourceType("elasticquotas", "ElasticQuota", "scheduling.x-k8s.io", "v1alpha1", has_status=True),
     # ai-scheduler's Task (deploy/crds/ai-scheduler.io_tasks.yaml): the scheduler's controller runs it.
     ResourceType("tasks", "Task", "ai-scheduler.io", "v1alpha1", has_status=True),
+    # Quotas group administrators delegate (deploy/crds/): read and written back by the scheduler.
+    ResourceType("groupquotas", "GroupQuota", "ai-scheduler.io", "v1alpha1", namespaced=False,
+                 has_status=True),
+    ResourceType("userquotas", "UserQuota", "ai-scheduler.io", "v1alpha1", has_status=True),
     # Kept, not enforced: pods may name a namespace that was never created, and no controller runs Jobs.
     ResourceType("namespaces", "Namespace", namespaced=False, has_status=True),
     ResourceType("jobs", "Job", "batch", "v1", has_status=True),

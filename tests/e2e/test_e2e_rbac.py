@@ -4,7 +4,8 @@ The scheduler runs with a token of its own ServiceAccount (deploy/), through one
 path that writes: binding, Scheduled and FailedScheduling events (created, then aggregated by a patch),
 the PodScheduled condition, a gang's PodGroup status (scheduler-plugins' and a Kubernetes PodGroup's),
 the GPU annotations written before binding, a preemption (the victim's DisruptionTarget condition, its
-deletion, the preemptor's nomination), a Task's pods and status, VolumeBinding's PreBind (a volume's
+deletion, the preemptor's nomination), a Task's pods and status, the statuses of a GroupQuota and a
+UserQuota, VolumeBinding's PreBind (a volume's
 claimRef, a claim's selected-node annotation), and DynamicResources' PreBind (a ResourceClaim's
 finalizer, allocation and reservation; the claim of an extended resource). The kinds that give inferred
 gangs their minimum are all served (a minimal CRD where no test installed one), so that each is listed
@@ -193,10 +194,25 @@ async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
     await wait_for(lambda: node_of(cluster, "rbac-claimant") and node_of(cluster, "rbac-extended"),
                    what="the DRA pods bound")
 
+    assert (await api.create_namespace("rbac-quotas")).status in (201, 409)
     # A Task: its pods made by the scheduler, its status written.
     assert (await api.create_task(Task("rbac-task").role("main", 1, cpu="100m").obj())).ok
     await wait_for(lambda: ((cluster.store.get("tasks", "default", "rbac-task") or {}).get("status") or {})
                    .get("phase") == "Running", what="the Task running")
+
+    # Delegated quotas: a group's and a user's, their statuses written.
+    api_path = "/apis/ai-scheduler.io/v1alpha1"
+    assert (await api.request("PATCH", "/api/v1/namespaces/rbac-quotas", body={
+        "metadata": {"labels": {"ai-scheduler.io/group": "rbac-group"}}},
+        content_type="application/merge-patch+json")).ok
+    assert (await api.request("POST", f"{api_path}/groupquotas", body={
+        "apiVersion": "ai-scheduler.io/v1alpha1", "kind": "GroupQuota", "metadata": {"name": "rbac-group"},
+        "spec": {"max": {"nvidia.com/gpu": 2}}})).ok
+    assert (await api.request("POST", f"{api_path}/namespaces/rbac-quotas/userquotas", body={
+        "apiVersion": "ai-scheduler.io/v1alpha1", "kind": "UserQuota", "metadata": {"name": "rbac-user"},
+        "spec": {"group": "rbac-group", "max": {"nvidia.com/gpu": 1}}})).ok
+    await wait_for(lambda: ((cluster.store.get("userquotas", "rbac-quotas", "rbac-user") or {}).get("status")
+                            or {}).get("applied") is True, what="the UserQuota's status written")
 
     calls = list(used(cluster.audit_events()))
     assert sorted({call for call, code in calls if code == 403}) == [], "refused: the ClusterRole lacks these"
