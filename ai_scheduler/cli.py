@@ -153,6 +153,13 @@ def _parser() -> argparse.ArgumentParser:
 
     add_replay_arguments(replay)
 
+    from ai_scheduler.accounting.command import DESCRIPTION as USAGE_DESCRIPTION
+    from ai_scheduler.accounting.command import add_arguments as add_usage_arguments
+
+    usage = commands.add_parser("usage", help="what pods used, from the accounting database",
+                                description=USAGE_DESCRIPTION)
+    add_usage_arguments(usage)
+
     policy = commands.add_parser(
         "admission-policy",
         help="print the ValidatingAdmissionPolicy that refuses pods that can never fit a quota",
@@ -204,6 +211,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ai_scheduler.tracesim.replay import run as replay
 
         return replay(args)
+    if args.command == "usage":
+        from ai_scheduler.accounting.command import run as usage_report
+
+        return usage_report(args)
     if args.command == "admission-policy":
         return _admission_policy(args)
     if args.command == "tune":

@@ -30,6 +30,9 @@ from ai_scheduler.sim import SimApiServer, priority_classes_for
 from ai_scheduler.sim.controlplane import ControlPlane, ControlPlaneError, build_binaries
 from ai_scheduler.sim.faultproxy import FaultProxy
 
+# The accounting databases (tests/databases.py): the `database` fixture, SQLite and PostgreSQL.
+pytest_plugins = ["databases"]
+
 BACKENDS = ("sim", "kube")
 E2E = Path(__file__).resolve().parent / "e2e"  # the end-to-end tests' folder
 

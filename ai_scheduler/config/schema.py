@@ -436,6 +436,25 @@ class ServerSettings(Section):
         restart=_RESTART_VISIBILITY)] = ""
 
 
+_RESTART_ACCOUNTING = "the accounting database is opened once, at start, before the replica campaigns to lead"
+
+
+@dataclass(frozen=True, slots=True)
+class AccountingSettings(Section):
+    """Accounting (ai_scheduler/accounting, daemon/accounting.py): what each pod used, written by the leader
+    into ``database``, and the fair-share usage checkpointed there every ``checkpoint_seconds`` so that a
+    restart or a new leader keeps the fair-share order. ``database`` "" turns accounting off."""
+
+    database: Annotated[str, String(), Doc(
+        "Where: sqlite:///PATH (a file on a volume; a relative PATH, or sqlite:////ABSOLUTE) or "
+        "postgresql://USER:PASSWORD@HOST/DB (both replicas of the HA pair use it; a new leader continues "
+        "where the old one stopped); \"\": off. A database that cannot be opened is logged "
+        "(accounting.unavailable) and the scheduler runs without accounting.",
+        restart=_RESTART_ACCOUNTING)] = "sqlite:////var/lib/ai-scheduler/accounting.db"
+    checkpoint_seconds: Annotated[float, POSITIVE, Doc(
+        "How often (seconds) the leader writes the pods' usage and the fair-share usage.")] = 10.0
+
+
 _LEASE_NAMESPACE = Name(DNS1123_LABEL, 63, "empty (the daemon's own namespace) or a DNS-1123 label",
                         "empty or a DNS-1123 label", empty=True)
 
@@ -667,6 +686,9 @@ class Config(Section):
     prediction: Annotated[PredictionSettings, Doc("Run-time prediction.")] = PredictionSettings()
     server: Annotated[ServerSettings, Doc(
         "The daemon's HTTP endpoints: health, metrics and the visibility API.")] = ServerSettings()
+    accounting: Annotated[AccountingSettings, Doc(
+        "Accounting of use in a database, and fair share that survives restarts (`ai-scheduler run` "
+        "only).")] = AccountingSettings()
     leader_election: Annotated[LeaderElectionSettings, Doc(
         "Leader election between the Deployment's replicas (`ai-scheduler run` only): one leads and "
         "schedules; the others keep their caches warm and take over when its Lease runs out. "
@@ -810,6 +832,7 @@ _PREDICTION_KEYS = file_keys(PredictionSettings)
 _SERVER_KEYS = file_keys(ServerSettings)
 _LEADER_ELECTION_KEYS = file_keys(LeaderElectionSettings)
 _QUEUE_KEYS = file_keys(QueueSpec)
+_ACCOUNTING_KEYS = file_keys(AccountingSettings)
 _TASK_RULE_KEYS = file_keys(TaskRuleSpec)
 _GROUP_KEYS = file_keys(GroupSpec)
 _USER_KEYS = file_keys(UserSpec)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import math
 import signal
@@ -41,9 +42,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.config import Config, LeaderElectionSettings
+from ai_scheduler.config import AccountingSettings, Config, LeaderElectionSettings
 from ai_scheduler.config.delegated import merge
 from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
+from ai_scheduler.daemon.accounting import Accounting
 from ai_scheduler.daemon.binder import Binder
 from ai_scheduler.daemon.config_reload import ConfigReload
 from ai_scheduler.daemon.evictions import KubeEvictions
@@ -99,9 +101,11 @@ class Scheduler:
         config_poll_seconds: float = 2.0,
         forecaster: Forecaster | None = None,
         leader_election: LeaderElectionSettings | None = None,
+        accounting: AccountingSettings | None = None,
     ) -> None:
         """`leader_election` (enabled): schedule only while holding its Lease; without it (tests, the
-        demo) the scheduler leads from its first sync."""
+        demo) the scheduler leads from its first sync. `accounting`: where the leader writes what pods
+        used and fair share's usage (daemon/accounting.py); None: nowhere (tests, the demo)."""
         self.client = client
         self.log = logger
         self.serve_http = serve_http
@@ -128,6 +132,9 @@ class Scheduler:
         self.handlers, self.priorities = core.handlers, core.priorities
         self.gang_scheduler = core.gang_scheduler
         self.watches = Watches(client, core.handlers, logger)
+        # Off (database "") unless given: the settings come from `run_scheduler`, as the leader election's.
+        self.accounting = Accounting(accounting or AccountingSettings(database=""), core, logger)
+        self.watches.pod_observers.append(self.accounting)
         self.informers = self.watches.build(config)
         # Group quotas from ElasticQuota objects, under the config file's (config/elasticquota.py).
         self.elastic_quotas = ElasticQuotas()
@@ -170,6 +177,7 @@ class Scheduler:
             if self.config.server.visibility_enabled:
                 await self._start_visibility()
         self._apply_api_settings()
+        await self.accounting.open()
         monitor = self.monitor = ApiMonitor(
             self.client, self.log, self.informers.values,
             settings=self.core.settings,
@@ -218,6 +226,9 @@ class Scheduler:
     def _lead(self) -> None:
         """Start what only the leader runs: everything that writes to the API server."""
         self.metrics.leader.set(1)
+        # Fair share's usage as the last leader left it, before any cycle; then the checkpoints.
+        self.accounting.restore()
+        self._spawn(self.accounting.run(), "accounting")
         self._spawn(label_own_pod(self.client, Role.LEADER, self.log), "role-label")
         self._loop_task = asyncio.create_task(self.cycle.run(), name="scheduling-loop")
         self._spawn(self._housekeeping(), "housekeeping")
@@ -274,6 +285,7 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.feedback.close()
+        await self.accounting.close()
         if self.http is not None:
             await self.http.stop()
         if self.visibility is not None:
@@ -395,6 +407,9 @@ class Scheduler:
         self.feedback.repeat_window = config.scheduling.event_repeat_seconds
         self.feedback.component = config.scheduler_name
         self.watches.watch_optional(config)
+        # Its checkpoints' period at once; its database stays the one opened at start (a restart key).
+        self.accounting.settings = dataclasses.replace(config.accounting,
+                                                       database=self.accounting.settings.database)
         return self.core.reconfigure(self._with_quota_objects(config))
 
     # ------------------------------------------------------------------ quota objects
@@ -452,7 +467,7 @@ async def run_scheduler(
     pool_size = config.scheduling.bind_concurrency + 16
     client = await KubeClient.connect(kubeconfig, host=master, pool_size=pool_size)
     scheduler = Scheduler(config, client, logger, config_path=config_path, forecaster=forecaster,
-                          leader_election=config.leader_election)
+                          leader_election=config.leader_election, accounting=config.accounting)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cache.disruption import RESOURCE as DISRUPTION_BUDGETS
@@ -41,6 +41,12 @@ DRA_RESOURCES = ("resourceclaims", "resourceclaimtemplates", "resourceslices", "
 NATIVE_PODGROUPS = resource_key(*NATIVE_PODGROUP_API)
 
 
+class PodObserver(Protocol):
+    def pod_event(self, kind: str, obj: dict[str, Any]) -> None: ...
+
+    def pods_listed(self, uids: set[str]) -> None: ...
+
+
 class Watches:
     def __init__(
         self, client: KubeClient, handlers: EventHandlers, logger: JsonLogger, history: History | None = None
@@ -50,6 +56,8 @@ class Watches:
         self.log = logger
         # The replayable history (history.py): every Node and Pod the informers see, before the handlers.
         self.history = history or History(logger)
+        # Others that follow every Pod as the history does (daemon/accounting.py), added before the start.
+        self.pod_observers: list[PodObserver] = []
         self.informers: dict[str, Informer[Any]] = {}
         self._spawn: Callable[[Informer[Any]], None] | None = None  # starts an informer added later
 
@@ -58,8 +66,25 @@ class Watches:
         on, history = self.handlers, self.history
         nodes = _recorded(on.on_node_event, on.replace_nodes, NodeRecord.from_api, lambda node: node.name,
                           history.node_event, history.node_seen, history.nodes_listed)
+        observers = self.pod_observers
+
+        def pod_event(kind: str, obj: dict[str, Any]) -> None:
+            history.pod_event(kind, obj)
+            for observer in observers:
+                observer.pod_event(kind, obj)
+
+        def pod_seen(obj: dict[str, Any]) -> None:
+            history.pod_seen(obj)
+            for observer in observers:
+                observer.pod_event("ADDED", obj)
+
+        def pods_listed(uids: set[str]) -> None:
+            history.pods_listed(uids)
+            for observer in observers:
+                observer.pods_listed(uids)
+
         pods = _recorded(on.on_pod_event, on.replace_pods, PodRecord.from_api, lambda pod: pod.uid,
-                         history.pod_event, history.pod_seen, history.pods_listed)
+                         pod_event, pod_seen, pods_listed)
         self.informers = {
             "nodes": self._informer("nodes", *nodes),
             "pods": self._informer("pods", *pods),

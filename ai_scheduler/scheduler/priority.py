@@ -256,6 +256,21 @@ class PriorityEngine:
         return spec.level, False
 
     # ------------------------------------------------------------------ fair share
+    def usage_snapshot(self) -> dict[tuple[str, str], float]:
+        """The decayed usage fair share orders by, by ("group" | "queue", name), as of the last refresh:
+        what the daemon keeps in its accounting database so that a restart keeps the order."""
+        usage = self._usage
+        return {**{("group", n): u for n, u in usage.groups.items()},
+                **{("queue", n): u for n, u in usage.queues.items()}}
+
+    def restore_usage(self, usage: Mapping[tuple[str, str], float]) -> None:
+        """Start from this decayed usage (a snapshot already decayed to now) instead of none; the keys of
+        the waiting pods are retaken by the next refresh."""
+        self._usage = _Usage(groups={n: u for (k, n), u in usage.items() if k == "group"},
+                             queues={n: u for (k, n), u in usage.items() if k == "queue"},
+                             updated=self._clock())
+        self._keys_stale = True
+
     def _group_fairness(self, group: str) -> float:
         groups = self.config.groups
         if group not in groups:

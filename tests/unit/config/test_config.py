@@ -392,7 +392,7 @@ def test_the_examples_in_default_yaml_comments_are_valid() -> None:
 @pytest.mark.parametrize(("data", "key", "reason"), [
     # unknown keys, at every level we define
     ({"shedulerName": "x"}, "", "unknown key 'shedulerName' (did you mean 'schedulerName'?); expected one of "
-                                "schedulerName, profiles, scheduling, gpu, prediction, server, "
+                                "schedulerName, profiles, scheduling, gpu, prediction, server, accounting, "
                                 "leaderElection, queues, taskRules, groups, users, namespaces, policies, "
                                 "activePolicy"),
     ({"profiles": [{"filter": []}]}, "profiles[0]", "unknown key 'filter' (did you mean 'filters'?)"),

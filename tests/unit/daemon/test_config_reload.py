@@ -95,6 +95,7 @@ BASE: dict[str, Any] = {
     "prediction": {"learnOnline": False},
     "server": {"port": 0, "bindAddress": "127.0.0.1"},
     "leaderElection": {},
+    "accounting": {},
     "queues": [
         {"name": "prod", "level": 0, "weight": 1, "quota": {"cpu": "64"}},
         {"name": "batch", "level": 1},
@@ -359,6 +360,8 @@ CASES: dict[str, Case] = {
     "server.visibilityCertFile": Case("/etc/ai-scheduler/tls/tls.crt"),
     "server.visibilityKeyFile": Case("/etc/ai-scheduler/tls/tls.key"),
     # Restart-required (config_reload.RESTART_REQUIRED): the elector is made once, at start.
+    "accounting.database": Case("sqlite:///elsewhere.db"),
+    "accounting.checkpointSeconds": Case(2.5, scalar(lambda s, _: s.accounting.settings.checkpoint_seconds)),
     "leaderElection.enabled": Case(False),
     "leaderElection.leaseName": Case("other-lease"),
     "leaderElection.leaseNamespace": Case("ai-system"),
@@ -442,6 +445,7 @@ def test_leaf_keys_are_the_keys_the_parser_accepts() -> None:
         "gpu": {"stalenessSeconds"},
         "prediction": set(s._PREDICTION_KEYS),
         "server": set(s._SERVER_KEYS),
+        "accounting": set(s._ACCOUNTING_KEYS),
         "leaderElection": set(s._LEADER_ELECTION_KEYS),
         "queues[*]": set(s._QUEUE_KEYS),
         "taskRules[*]": set(s._TASK_RULE_KEYS),

@@ -1,0 +1,145 @@
+"""Accounting end to end, on both backends and with both databases (a SQLite file, a real PostgreSQL):
+`ai-scheduler usage` against the pods' own lifetimes, and fair share that survives a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+from typing import Any
+
+import pytest
+from backends import Cluster
+from builders import make_node, make_pod
+from conftest import StartScheduler, create_all, stored_pod, wait_for
+
+from ai_scheduler.accounting import open_store
+from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.cli import main
+from ai_scheduler.config import AccountingSettings, parse_config
+from ai_scheduler.log import parse_time
+
+GPU = "nvidia.com/gpu"
+H100 = "NVIDIA-H100-80GB-HBM3"
+TENANCY: dict[str, Any] = {
+    "server": {"port": 0, "bindAddress": "127.0.0.1"},
+    "scheduling": {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2, "priorityRefreshSeconds": 0.2},
+    "groups": {"vision": {}, "nlp": {}},
+    "users": {"alice": {"group": "vision"}, "bob": {"group": "nlp"}},
+    "namespaces": {"team-a": {"user": "alice"}, "team-b": {"user": "bob"}},
+    "policies": {"fair": {"weights": {"fairShare": 1}, "fairShareHalfLifeSeconds": 3600}},
+}
+
+
+async def namespaces(api: KubeClient) -> None:
+    for namespace in ("team-a", "team-b"):
+        assert (await api.create_namespace(namespace)).status in (201, 409)
+
+
+def lifetime(pod: dict[str, Any]) -> float:
+    """From the kubelet's start to its container's end, as the pod says."""
+    status = pod["status"]
+    ends = [parse_time(c["state"]["terminated"]["finishedAt"]) for c in status["containerStatuses"]]
+    started = parse_time(status["startTime"])
+    assert started is not None and None not in ends
+    return max(e for e in ends if e is not None) - started
+
+
+async def usage_report(*argv: str) -> dict[str, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = await asyncio.to_thread(main, ["usage", *argv, "-o", "json"])
+    assert code == 0
+    return dict(json.loads(out.getvalue()))
+
+
+async def test_usage_totals_match_the_pods_lifetimes(
+    cluster: Cluster, api: KubeClient, database: str, start_scheduler: StartScheduler
+) -> None:
+    await namespaces(api)
+    settings = AccountingSettings(database, checkpoint_seconds=0.3)
+    await start_scheduler(parse_config(TENANCY), accounting=settings)
+    pods = [make_pod("a-0", namespace="team-a", cpu="1", gpus=1, duration=1.0),
+            make_pod("a-1", namespace="team-a", cpu="2", gpus=2, duration=2.0),
+            make_pod("b-0", namespace="team-b", cpu="1", gpus=3, duration=2.5)]
+    await create_all(api, [make_node("h100", cpu="32", memory="128Gi", gpus=8,
+                                     labels={"nvidia.com/gpu.product": H100})], pods)
+    names = [("a-0", "team-a", 1), ("a-1", "team-a", 2), ("b-0", "team-b", 3)]
+    await wait_for(lambda: all((stored_pod(cluster, n, ns).get("status") or {}).get("phase") == "Succeeded"
+                               for n, ns, _ in names), timeout=30, what="every pod finished")
+
+    def written() -> bool:
+        store = open_store(database)
+        try:
+            return len([row for row in store.rows(0, 4e9) if row.ended is not None]) == 3
+        finally:
+            store.close()
+
+    await wait_for(lambda: written(), timeout=15, what="their ends written")
+    expected: dict[str, float] = {}
+    for name, namespace, gpus in names:
+        user = "alice" if namespace == "team-a" else "bob"
+        expected[user] = expected.get(user, 0.0) + gpus * lifetime(stored_pod(cluster, name, namespace))
+    report = await usage_report("--database", database, "--since", "1h", "--by", "user")
+    got = {item["key"]: item["gpuHours"] * 3600 for item in report["items"]}
+    assert set(got) == {"alice", "bob"}
+    # Within a second per pod (times its GPUs): timestamps of whole seconds on both sides.
+    assert abs(got["alice"] - expected["alice"]) <= 1 * 1 + 2 * 1, (got, expected)
+    assert abs(got["bob"] - expected["bob"]) <= 3 * 1, (got, expected)
+    by_model = await usage_report("--database", database, "--since", "1h", "--by", "gpu_model")
+    assert [item["key"] for item in by_model["items"]] == [H100]
+    assert [item["pods"] for item in by_model["items"]] == [3]
+
+
+async def test_a_restarted_daemon_keeps_the_fair_share_order_it_had(
+    cluster: Cluster, api: KubeClient, database: str, start_scheduler: StartScheduler
+) -> None:
+    await namespaces(api)
+    settings = AccountingSettings(database, checkpoint_seconds=0.3)
+    first = await start_scheduler(parse_config(TENANCY), accounting=settings)
+    # vision (alice) uses two GPUs for two seconds; nlp (bob) nothing.
+    await create_all(api, [make_node("warm", cpu="32", memory="128Gi", gpus=2)],
+                     [make_pod("a-warm", namespace="team-a", cpu="1", gpus=2, duration=2.0)])
+    await wait_for(lambda: (stored_pod(cluster, "a-warm", "team-a").get("status") or {}).get("phase")
+                   == "Succeeded", what="the warm-up ran")
+
+    def saved() -> float:
+        store = open_store(database)
+        try:
+            return store.load_fair_share()[0].get(("group", "vision"), 0.0)
+        finally:
+            store.close()
+
+    await wait_for(lambda: saved() > 2.0, what="vision's usage checkpointed")
+    await first.stop()  # the first daemon is gone; a new one starts from the database
+    assert (await api.delete_node("warm")).ok
+    second = await start_scheduler(parse_config(TENANCY), accounting=settings)
+    assert second.log_lines("accounting.restored")
+    # alice's pod comes first; without the usage kept, the tie would go to it.
+    await create_all(api, [], [make_pod("a-next", namespace="team-a", cpu="1", gpus=1, duration=600)])
+    await asyncio.sleep(0.3)
+    await create_all(api, [], [make_pod("b-next", namespace="team-b", cpu="1", gpus=1, duration=600)])
+    await wait_for(lambda: {line["pod"] for line in second.log_lines("decision")} >= {"team-a/a-next",
+                                                                                      "team-b/b-next"},
+                   what="both tried and waiting")
+    await asyncio.sleep(0.5)  # past both backoffs: room that appears now is given in the queue's order
+    await create_all(api, [make_node("one", cpu="32", memory="128Gi", gpus=1)], [])
+    await wait_for(lambda: stored_pod(cluster, "b-next", "team-b")["spec"].get("nodeName") == "one",
+                   what="bob's pod placed first: his group used less")
+    await asyncio.sleep(0.5)
+    assert not stored_pod(cluster, "a-next", "team-a")["spec"].get("nodeName")
+
+
+@pytest.mark.parametrize("database", ["sqlite"], indirect=True)
+async def test_a_database_that_cannot_be_opened_is_said_and_scheduling_goes_on(
+    cluster: Cluster, api: KubeClient, database: str, start_scheduler: StartScheduler
+) -> None:
+    running = await start_scheduler(parse_config(TENANCY),
+                                    accounting=AccountingSettings("sqlite:////proc/no/such/accounting.db"))
+    [line] = running.log_lines("accounting.unavailable")
+    assert "cannot open the SQLite database /proc/no/such/accounting.db" in line["error"]
+    await create_all(api, [make_node("n", cpu="4", memory="8Gi")], [make_pod("p", cpu="1")])
+    await wait_for(lambda: stored_pod(cluster, "p")["spec"].get("nodeName") == "n",
+                   what="scheduled all the same")
