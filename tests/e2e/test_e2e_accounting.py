@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,9 @@ from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.cli import main
 from ai_scheduler.config import AccountingSettings, parse_config
 from ai_scheduler.log import parse_time
+from e2e.test_e2e_failover import LEASE, NAMESPACE, SHORT, LeaderProcess, config_data, processes
+
+__all__ = ["processes"]  # the fixture: the leader processes, killed at the end
 
 GPU = "nvidia.com/gpu"
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -143,3 +147,61 @@ async def test_a_database_that_cannot_be_opened_is_said_and_scheduling_goes_on(
     await create_all(api, [make_node("n", cpu="4", memory="8Gi")], [make_pod("p", cpu="1")])
     await wait_for(lambda: stored_pod(cluster, "p")["spec"].get("nodeName") == "n",
                    what="scheduled all the same")
+
+
+async def test_after_a_failover_the_new_leader_keeps_the_fair_share_order(
+    cluster: Cluster, api: KubeClient, database: str, start_scheduler: StartScheduler, tmp_path: Path,
+    processes: list[LeaderProcess],
+) -> None:
+    """The leader, `ai-scheduler run` in its own process, is killed (SIGKILL: no last checkpoint); the
+    standby, which shares its database, leads on with the usage the leader last wrote."""
+    await namespaces(api)
+    assert (await api.delete_lease(NAMESPACE, LEASE)).status in (200, 404)
+    raw = {**config_data(SHORT[cluster.backend]), **{k: TENANCY[k] for k in
+                                                      ("groups", "users", "namespaces", "policies")}}
+    raw["scheduling"] = {**raw["scheduling"], "priorityRefreshSeconds": 0.2}
+    raw["accounting"] = {"database": database, "checkpointSeconds": 0.3}
+    await create_all(api, [make_node("warm", cpu="32", memory="128Gi", gpus=2)], [])
+    leader = await LeaderProcess.start(cluster, tmp_path, raw, "leader-0")
+    processes.append(leader)
+    await wait_for(lambda: leader.events("leader.acquired"), timeout=60, what="the leader process leading")
+    config = parse_config(raw)
+    standby = await start_scheduler(config, leader_election=config.leader_election,
+                                    accounting=config.accounting)
+    await wait_for(lambda: standby.log_lines("leader.observed"), what="the standby seeing the leader")
+    await create_all(api, [], [make_pod("a-warm", namespace="team-a", cpu="1", gpus=2, duration=2.0)])
+    await wait_for(lambda: (stored_pod(cluster, "a-warm", "team-a").get("status") or {}).get("phase")
+                   == "Succeeded", timeout=30, what="the warm-up ran")
+
+    def saved() -> float:
+        store = open_store(database)
+        try:
+            return store.load_fair_share()[0].get(("group", "vision"), 0.0)
+        finally:
+            store.close()
+
+    await wait_for(lambda: saved() > 2.0, what="vision's usage checkpointed by the leader")
+    leader.process.kill()
+    await leader.process.wait()
+    await wait_for(lambda: standby.log_lines("leader.acquired"), timeout=30, what="the standby leading")
+    [restored] = standby.log_lines("accounting.restored")
+    assert restored["usage"]["group/vision"] > 2.0
+    assert (await api.delete_node("warm")).ok
+    await create_all(api, [], [make_pod("a-next", namespace="team-a", cpu="1", gpus=1, duration=600)])
+    await asyncio.sleep(0.3)
+    await create_all(api, [], [make_pod("b-next", namespace="team-b", cpu="1", gpus=1, duration=600)])
+    await wait_for(lambda: {line["pod"] for line in standby.log_lines("decision")} >= {"team-a/a-next",
+                                                                                       "team-b/b-next"},
+                   what="both tried and waiting")
+    await asyncio.sleep(0.5)
+    await create_all(api, [make_node("one", cpu="32", memory="128Gi", gpus=1)], [])
+    await wait_for(lambda: stored_pod(cluster, "b-next", "team-b")["spec"].get("nodeName") == "one",
+                   what="bob's pod placed first after the failover")
+    assert not stored_pod(cluster, "a-next", "team-a")["spec"].get("nodeName")
+    # The pods the old leader saw run are counted once, whoever wrote them last.
+    store = open_store(database)
+    try:
+        rows = [row for row in store.rows(0, 4e9) if row.pod == "a-warm"]
+    finally:
+        store.close()
+    assert len(rows) == 1 and rows[0].ended is not None

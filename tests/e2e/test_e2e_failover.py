@@ -53,6 +53,7 @@ def config_data(election: dict[str, Any]) -> dict[str, Any]:
         "scheduling": {"initialBackoffSeconds": 0.05, "maxBackoffSeconds": 0.2},
         "prediction": {"forecastSeconds": 0},
         "leaderElection": {"leaseNamespace": NAMESPACE, "leaseName": LEASE, **election},
+        "accounting": {"database": ""},  # none (test_e2e_accounting.py takes a failover with one)
     }
 
 

@@ -75,7 +75,8 @@ async def test_sighup_reloads_the_config_and_the_daemon_goes_on(tmp_path: Path) 
     async with SimApiServer() as sim:
         kubeconfig = write_kubeconfig(sim.url, tmp_path / "kubeconfig")
         config = tmp_path / "config.yaml"
-        config.write_text("server:\n  port: 0\n  bindAddress: 127.0.0.1\n")
+        accounting = f"accounting:\n  database: sqlite:///{tmp_path / 'accounting.db'}\n"
+        config.write_text("server:\n  port: 0\n  bindAddress: 127.0.0.1\n" + accounting)
         sim.create("nodes", make_node("n1", cpu="4", memory="8Gi"))
         log = tmp_path / "scheduler.log"
         with open(log, "wb") as out:
@@ -88,7 +89,8 @@ async def test_sighup_reloads_the_config_and_the_daemon_goes_on(tmp_path: Path) 
                 proc.send_signal(signal.SIGHUP)
                 await wait_for(lambda: log_events(log, "config.reloaded"), what="unchanged config reloaded")
                 assert log_events(log, "config.reload_requested")[0]["signal"] == "SIGHUP"
-                config.write_text("server:\n  port: 0\n  bindAddress: 127.0.0.1\nschedulerName: Not_Valid\n")
+                config.write_text("server:\n  port: 0\n  bindAddress: 127.0.0.1\nschedulerName: Not_Valid\n"
+                                  + accounting)
                 await wait_for(lambda: log_events(log, "config.refused"), what="the poll refuses it")
                 proc.send_signal(signal.SIGHUP)  # the poll reports a bad file once; SIGHUP asks again
                 await wait_for(lambda: len(log_events(log, "config.refused")) == 2, what="SIGHUP refuses it")
