@@ -437,6 +437,31 @@ class ServerSettings(Section):
 
 
 _RESTART_ACCOUNTING = "the accounting database is opened once, at start, before the replica campaigns to lead"
+BUDGET_PERIODS = ("day", "week", "month")  # calendar periods in UTC; a week starts on Monday
+BUDGET_ACTIONS = ("lowerLevel", "limitGpus")
+BUDGET_SCOPES = ("user", "group")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec(Section):
+    """A user's or a group's GPU-hour budget per period (accounting/budgets.py): once the period's use
+    reaches ``gpu_hours``, ``lowerLevel`` serves the user or group at level 0 until the period ends, or
+    ``limitGpus`` caps its GPUs (``nvidia.com/gpu``) at ``limit_gpus``; the next period restores it."""
+
+    name: Annotated[str, DNS_LABEL, Doc(
+        "The budget's name, unique.", required="is required: the budget's name, a DNS-1123 label")]
+    gpu_hours: Annotated[float, POSITIVE, Doc("GPU-hours a period allows.",
+                                              required="is required: the GPU-hours a period allows")]
+    subject: Annotated[str, String(), Doc("The user (or, with scope group, the group) it holds.",
+                                          required="is required: the user or group it holds")]
+    scope: Annotated[str, Choice(BUDGET_SCOPES), Doc("Whether subject names a user or a group.")] = "user"
+    period: Annotated[str, Choice(BUDGET_PERIODS), Doc(
+        "The period (UTC calendar; a week starts on Monday).")] = "month"
+    action: Annotated[str, Choice(BUDGET_ACTIONS), Doc(
+        "What a spent budget does until the period ends: serve at level 0, or cap the GPUs.")] = "lowerLevel"
+    limit_gpus: Annotated[int, Integer(0, 10**6), Doc(
+        "With limitGpus: the GPUs (nvidia.com/gpu) the user or group may hold at once.")] = 0
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,7 +477,15 @@ class AccountingSettings(Section):
         "(accounting.unavailable) and the scheduler runs without accounting.",
         restart=_RESTART_ACCOUNTING)] = "sqlite:////var/lib/ai-scheduler/accounting.db"
     checkpoint_seconds: Annotated[float, POSITIVE, Doc(
-        "How often (seconds) the leader writes the pods' usage and the fair-share usage.")] = 10.0
+        "How often (seconds) the leader writes the pods' usage and the fair-share usage, and looks at the "
+        "budgets.")] = 10.0
+    budgets: Annotated[tuple[BudgetSpec, ...], Entries("budget"), Doc(
+        "GPU-hour budgets of users or groups, per period, read from the accounting database: a spent "
+        "budget lowers the level or caps the GPUs until the next period.", example=[
+            {"name": "alice-monthly", "subject": "alice", "gpuHours": 2000, "period": "month",
+             "action": "lowerLevel"},
+            {"name": "nlp-weekly", "subject": "nlp", "scope": "group", "gpuHours": 5000, "period": "week",
+             "action": "limitGpus", "limitGpus": 8}])] = ()
 
 
 _LEASE_NAMESPACE = Name(DNS1123_LABEL, 63, "empty (the daemon's own namespace) or a DNS-1123 label",
@@ -833,6 +866,7 @@ _SERVER_KEYS = file_keys(ServerSettings)
 _LEADER_ELECTION_KEYS = file_keys(LeaderElectionSettings)
 _QUEUE_KEYS = file_keys(QueueSpec)
 _ACCOUNTING_KEYS = file_keys(AccountingSettings)
+_BUDGET_KEYS = file_keys(BudgetSpec)
 _TASK_RULE_KEYS = file_keys(TaskRuleSpec)
 _GROUP_KEYS = file_keys(GroupSpec)
 _USER_KEYS = file_keys(UserSpec)

@@ -14,6 +14,10 @@ that usage with each checkpoint, and when a replica starts to lead it reads the 
 by the fair-share half-life over the time since it was taken, before its first scheduling cycle
 (`restore`): a daemon killed and started again, or a new leader after a failover, keeps the order.
 
+Budgets (accounting/budgets.py): with each checkpoint the leader reads each budget's use in its period
+from the database, and when one is spent (or a new period restores it) the daemon applies its action
+over the tenancy at once (`budget.spent`, `budget.restored` in the log).
+
 The database is opened once, at start, on a thread (`open`); one that cannot be opened is logged
 (`accounting.unavailable`, with the cause) and the scheduler runs without accounting. A write that fails
 is logged and retried with the next checkpoint (the rows stay dirty).
@@ -23,14 +27,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
+from ai_scheduler.accounting.budgets import BudgetState, budget_states, period_bounds
 from ai_scheduler.accounting.store import AccountingError, PodUsage, Store, open_store
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import TERMINAL_PHASES, PodRecord
 from ai_scheduler.cache.tasks import TASK_LABEL
 from ai_scheduler.config import AccountingSettings
-from ai_scheduler.log import JsonLogger, parse_time
+from ai_scheduler.log import JsonLogger, parse_time, rfc3339
 from ai_scheduler.scheduler.core import SchedulerCore
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -46,6 +52,8 @@ class Accounting:
         self.rows: dict[str, PodUsage] = {}  # uid -> its row, for pods that started and are not written ended
         self.dirty: set[str] = set()
         self.leading = False
+        self.budgets: list[BudgetState] = []  # each budget's use in its period, as of the last checkpoint
+        self.budgets_changed: Callable[[], None] | None = None  # a budget was spent or restored
 
     async def open(self) -> None:
         if not self.settings.database:
@@ -132,6 +140,7 @@ class Accounting:
             return
         self.leading = True
         self.dirty.update(self.rows)
+        await self.look_at_budgets()  # a budget spent before a restart holds from the first cycles on
         while True:
             await asyncio.sleep(self.settings.checkpoint_seconds)
             await self.checkpoint()
@@ -154,6 +163,37 @@ class Accounting:
                 del self.rows[row.uid]
         if written and self.log.enabled("debug"):
             self.log.debug("accounting.checkpoint", rows=written, fair_share=len(usage))
+        await self.look_at_budgets()
+
+    async def look_at_budgets(self) -> None:
+        """Each budget's use in its period, from the database; tell the daemon when one was spent or
+        restored (a new period), which applies the budgets' actions at once."""
+        store, budgets = self.store, self.settings.budgets
+        if store is None or not budgets:
+            if self.budgets:
+                self.budgets = []
+                if self.budgets_changed is not None:
+                    self.budgets_changed()
+            return
+        now = time.time()
+        since = min(period_bounds(spec.period, now)[0] for spec in budgets)
+        try:
+            rows = await asyncio.to_thread(store.rows, since, now)
+        except AccountingError as exc:
+            self.log.error("accounting.budgets_failed", error=str(exc))
+            return
+        states = budget_states(budgets, rows, now)
+        before = {s.spec.name for s in self.budgets if s.spent}
+        after = {s.spec.name for s in states if s.spent}
+        self.budgets = states
+        for state in states:
+            if (state.spec.name in after) != (state.spec.name in before):
+                self.log.info("budget.spent" if state.spent else "budget.restored", budget=state.spec.name,
+                              subject=state.subject, used_gpu_hours=round(state.used_hours, 3),
+                              gpu_hours=state.spec.gpu_hours, action=state.spec.action,
+                              period_ends=rfc3339(state.end, millis=False))
+        if before != after and self.budgets_changed is not None:
+            self.budgets_changed()
 
     async def close(self) -> None:
         """The last checkpoint (the leader's), then the connection."""

@@ -41,6 +41,7 @@ import signal
 from collections.abc import Coroutine
 from typing import Any
 
+from ai_scheduler.accounting.budgets import with_budgets
 from ai_scheduler.api.kube import KubeClient
 from ai_scheduler.config import AccountingSettings, Config, LeaderElectionSettings
 from ai_scheduler.config.delegated import merge
@@ -135,6 +136,7 @@ class Scheduler:
         # Off (database "") unless given: the settings come from `run_scheduler`, as the leader election's.
         self.accounting = Accounting(accounting or AccountingSettings(database=""), core, logger)
         self.watches.pod_observers.append(self.accounting)
+        self.accounting.budgets_changed = self._budgets_changed
         self.informers = self.watches.build(config)
         # Group quotas from ElasticQuota objects, under the config file's (config/elasticquota.py).
         self.elastic_quotas = ElasticQuotas()
@@ -418,7 +420,15 @@ class Scheduler:
         elastic = with_elastic_quotas(config, self.elastic_quotas.quotas.values())
         merged = merge(elastic, self.quota_objects.quotas)
         self.quota_objects.merged = merged
-        return merged.config
+        with_spent, unknown = with_budgets(merged.config, self.accounting.budgets)
+        for problem in unknown:
+            self.log.warning("budget.unknown", problem=problem)
+        return with_spent
+
+    def _budgets_changed(self) -> None:
+        """A budget was spent or a new period restored it: apply the tenancy with its action at once."""
+        self.core.reconfigure(self._with_quota_objects(self.config))
+        self.reload.reconfigured.set()
 
     def _delegated_quotas_changed(self) -> None:
         """A GroupQuota or UserQuota changed: merge and apply at once, as a reload does."""

@@ -22,6 +22,7 @@ from ai_scheduler.cli import main
 from ai_scheduler.config import AccountingSettings, parse_config
 from ai_scheduler.log import parse_time
 from e2e.test_e2e_failover import LEASE, NAMESPACE, SHORT, LeaderProcess, config_data, processes
+from e2e.test_e2e_scheduling import pod_condition
 
 __all__ = ["processes"]  # the fixture: the leader processes, killed at the end
 
@@ -49,6 +50,14 @@ def lifetime(pod: dict[str, Any]) -> float:
     started = parse_time(status["startTime"])
     assert started is not None and None not in ends
     return max(e for e in ends if e is not None) - started
+
+
+def ended(database: str, pod: str) -> bool:
+    store = open_store(database)
+    try:
+        return any(row.pod == pod and row.ended is not None for row in store.rows(0, 4e9))
+    finally:
+        store.close()
 
 
 async def usage_report(*argv: str) -> dict[str, Any]:
@@ -205,3 +214,38 @@ async def test_after_a_failover_the_new_leader_keeps_the_fair_share_order(
     finally:
         store.close()
     assert len(rows) == 1 and rows[0].ended is not None
+
+
+async def test_a_spent_budget_caps_the_users_gpus_until_the_period_ends(
+    cluster: Cluster, api: KubeClient, database: str, start_scheduler: StartScheduler, tmp_path: Path,
+) -> None:
+    await namespaces(api)
+    raw = {**TENANCY, "accounting": {"database": database, "checkpointSeconds": 0.3, "budgets": [
+        {"name": "alice-daily", "subject": "alice", "gpuHours": 0.001, "period": "day", "action": "limitGpus",
+         "limitGpus": 0}]}}
+    config = parse_config(raw)
+    running = await start_scheduler(config, accounting=config.accounting)
+    # alice's warm-up uses 2 GPUs for 3 s: 6 GPU-seconds, past her 3.6.
+    await create_all(api, [make_node("gpus", cpu="32", memory="128Gi", gpus=4)],
+                     [make_pod("a-warm", namespace="team-a", cpu="1", gpus=2, duration=3.0)])
+    await wait_for(lambda: running.log_lines("budget.spent"), timeout=30, what="alice's budget spent")
+    [spent] = running.log_lines("budget.spent")
+    assert spent["subject"] == "user alice" and spent["used_gpu_hours"] >= 0.001
+    await wait_for(lambda: (stored_pod(cluster, "a-warm", "team-a").get("status") or {}).get("phase")
+                   == "Succeeded", what="the warm-up done")
+    await create_all(api, [], [make_pod("a-more", namespace="team-a", cpu="1", gpus=1, duration=600),
+                               make_pod("b-more", namespace="team-b", cpu="1", gpus=1, duration=600)])
+    await wait_for(lambda: stored_pod(cluster, "b-more", "team-b")["spec"].get("nodeName"), what="bob placed")
+    await wait_for(lambda: pod_condition(cluster, "a-more", "team-a").get("message", "").startswith(
+        "exceeds quota of user alice"), what="alice held to her spent budget")
+    assert not stored_pod(cluster, "a-more", "team-a")["spec"].get("nodeName")
+    # What is left of it, as `ai-scheduler usage --budgets` shows it, once the warm-up's end is written.
+    await wait_for(lambda: ended(database, "a-warm"), what="the warm-up's end written")
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(raw))
+    report = await usage_report("--config", str(path), "--budgets")
+    [budget] = report["items"]
+    assert (budget["name"], budget["spent"], budget["leftGpuHours"]) == ("alice-daily", True, 0)
+    # Within a second of the pod's own lifetime, times its 2 GPUs.
+    used = 2 * lifetime(stored_pod(cluster, "a-warm", "team-a"))
+    assert budget["usedGpuHours"] * 3600 == pytest.approx(used, abs=2.0)

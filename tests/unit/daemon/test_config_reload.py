@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import io
 import os
 import tempfile
@@ -95,7 +96,7 @@ BASE: dict[str, Any] = {
     "prediction": {"learnOnline": False},
     "server": {"port": 0, "bindAddress": "127.0.0.1"},
     "leaderElection": {},
-    "accounting": {},
+    "accounting": {"budgets": [{"name": "alice-daily", "subject": "alice", "gpuHours": 10}]},
     "queues": [
         {"name": "prod", "level": 0, "weight": 1, "quota": {"cpu": "64"}},
         {"name": "batch", "level": 1},
@@ -237,6 +238,11 @@ def in_priorities(s: Scheduler, path: Path) -> Any:
     return value_at(s.priorities.config, path)
 
 
+def in_accounting(s: Scheduler, path: Path) -> Any:
+    """What the accounting applies from its next checkpoint on (daemon/accounting.py): its settings."""
+    return value_at(dataclasses.replace(s.config, accounting=s.accounting.settings), path)
+
+
 def in_task_controller(s: Scheduler, path: Path) -> Any:
     """What the Task controller applies to the Tasks it makes pods for from now on (daemon/tasks.py)."""
     return value_at(s.task_controller.config(), path)
@@ -362,6 +368,13 @@ CASES: dict[str, Case] = {
     # Restart-required (config_reload.RESTART_REQUIRED): the elector is made once, at start.
     "accounting.database": Case("sqlite:///elsewhere.db"),
     "accounting.checkpointSeconds": Case(2.5, scalar(lambda s, _: s.accounting.settings.checkpoint_seconds)),
+    "accounting.budgets[*].name": Case("renamed", scalar(in_accounting)),
+    "accounting.budgets[*].gpuHours": Case(20, scalar(in_accounting)),
+    "accounting.budgets[*].subject": Case("bob", scalar(in_accounting)),
+    "accounting.budgets[*].scope": Case("group", scalar(in_accounting)),
+    "accounting.budgets[*].period": Case("week", scalar(in_accounting)),
+    "accounting.budgets[*].action": Case("limitGpus", scalar(in_accounting)),
+    "accounting.budgets[*].limitGpus": Case(4, scalar(in_accounting)),
     "leaderElection.enabled": Case(False),
     "leaderElection.leaseName": Case("other-lease"),
     "leaderElection.leaseNamespace": Case("ai-system"),
@@ -446,6 +459,7 @@ def test_leaf_keys_are_the_keys_the_parser_accepts() -> None:
         "prediction": set(s._PREDICTION_KEYS),
         "server": set(s._SERVER_KEYS),
         "accounting": set(s._ACCOUNTING_KEYS),
+        "accounting.budgets[*]": set(s._BUDGET_KEYS),
         "leaderElection": set(s._LEADER_ELECTION_KEYS),
         "queues[*]": set(s._QUEUE_KEYS),
         "taskRules[*]": set(s._TASK_RULE_KEYS),
