@@ -10,6 +10,7 @@ from ai_scheduler.accounting.store import (
     Use,
     open_store,
     usage,
+    usage_series,
 )
 
-__all__ = ["BY", "AccountingError", "PodUsage", "Store", "Use", "open_store", "usage"]
+__all__ = ["BY", "AccountingError", "PodUsage", "Store", "Use", "open_store", "usage", "usage_series"]

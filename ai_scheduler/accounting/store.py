@@ -233,3 +233,25 @@ def _without_password(dsn: str) -> str:
         return dsn
     user = credentials.partition(":")[0]
     return f"{scheme}://{user}@{host}"
+
+
+def usage_series(rows: Sequence[PodUsage], since: float, until: float, step: float, by: str
+                 ) -> dict[str, list[float]]:
+    """GPU-hours by `by` in each interval of `step` seconds from `since` (the last one cut at `until`),
+    each pod's lifetime cut to each interval: {key: [GPU-hours per interval]}."""
+    if by not in BY:
+        raise ValueError(f"usage by {by!r}: one of {', '.join(BY)}")
+    column = _COLUMNS[by]
+    count = max(1, int((until - since + step - 1e-9) // step))
+    series: dict[str, list[float]] = {}
+    for row in rows:
+        start = max(row.started, since)
+        end = min(row.ended if row.ended is not None else until, until)
+        if end <= start:
+            continue
+        values = series.setdefault(str(getattr(row, column)), [0.0] * count)
+        first, last = int((start - since) // step), min(int((end - since) // step), count - 1)
+        for index in range(first, last + 1):
+            low, high = since + index * step, min(since + (index + 1) * step, until)
+            values[index] += row.gpus * max(min(end, high) - max(start, low), 0.0) / 3600
+    return series

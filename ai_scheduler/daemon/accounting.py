@@ -3,7 +3,8 @@
 Every replica follows the pods the informer sees (`pod_event`, `pods_listed`, from watches.py beside
 the replayable history) and keeps, per pod that started on a node, the row the database should hold
 (accounting/store.py's `PodUsage`): its user, group and queue as the tenancy resolves them, its Task,
-node and GPU model (the node label `nvidia.com/gpu.product`), what it requested (GPUs, cpu, memory),
+node and GPU model (the node label `nvidia.com/gpu.product`), what it requested (GPUs: devices, a
+fraction, or a memory share as its part of an 80 GiB device, as the run-time model counts; cpu, memory),
 when it started (`status.startTime`) and ended (its containers' last `finishedAt`, else when it was seen
 to finish or go). Only the leader writes (`run`): every `accounting.checkpointSeconds` the rows that
 changed, as upserts by uid, so a row written twice, or by a new leader again, changes nothing. A
@@ -31,12 +32,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ai_scheduler.accounting.budgets import BudgetState, budget_states, period_bounds
-from ai_scheduler.accounting.store import AccountingError, PodUsage, Store, open_store
+from ai_scheduler.accounting.store import AccountingError, PodUsage, Store, open_store, usage, usage_series
 from ai_scheduler.cache.gpus import FRACTION_UNITS, gpu_request
 from ai_scheduler.cache.records import TERMINAL_PHASES, PodRecord
 from ai_scheduler.cache.tasks import TASK_LABEL
 from ai_scheduler.config import AccountingSettings
 from ai_scheduler.log import JsonLogger, parse_time, rfc3339
+from ai_scheduler.prediction import gpu_milli_of
 from ai_scheduler.scheduler.core import SchedulerCore
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -99,8 +101,8 @@ class Accounting:
         pod = PodRecord.from_api(obj)
         tenant = self.core.tenancy.tenant_of(pod)
         request, _ = gpu_request(pod)
-        if request is not None:
-            gpus = request.count or request.fraction / FRACTION_UNITS or (1.0 if request.memory else 0.0)
+        if request is not None:  # a memory share as its part of a reference device, as the model counts it
+            gpus = gpu_milli_of(request.count, request.fraction / FRACTION_UNITS, request.memory) / 1000
         else:
             gpus = float(max(pod.requests.get(DEVICE_PLUGIN_GPU, 0), 0))
         record = self.core.cache.node_record(pod.node_name) if pod.node_name else None
@@ -203,6 +205,25 @@ class Accounting:
             await self.checkpoint()
         await asyncio.to_thread(self.store.close)
         self.store = None
+
+
+async def report(
+    store: Store | None, since: float, until: float, by: str, step: float
+) -> dict[str, Any] | None:
+    """The visibility API's `usage` body: totals by `by` over [since, until) and GPU-hours per interval of
+    `step` seconds; None without a database."""
+    if store is None:
+        return None
+    rows = await asyncio.to_thread(store.rows, since, until)
+    totals = usage(rows, since, until, by)
+    series = usage_series(rows, since, until, step, by)
+    return {
+        "since": rfc3339(since, millis=False), "until": rfc3339(until, millis=False), "by": by,
+        "stepSeconds": step,
+        "items": [{"key": u.key, "gpuHours": round(u.gpu_hours, 6), "cpuHours": round(u.cpu_hours, 6),
+                   "memoryGiBHours": round(u.memory_gib_hours, 6), "pods": u.pods,
+                   "series": [round(v, 6) for v in series.get(u.key, [])]} for u in totals],
+    }
 
 
 def _write(store: Store, rows: list[PodUsage], usage: dict[tuple[str, str], float], taken: float) -> int:

@@ -47,6 +47,7 @@ from ai_scheduler.config import AccountingSettings, Config, LeaderElectionSettin
 from ai_scheduler.config.delegated import merge
 from ai_scheduler.config.elasticquota import ElasticQuotas, with_elastic_quotas
 from ai_scheduler.daemon.accounting import Accounting
+from ai_scheduler.daemon.accounting import report as usage_report
 from ai_scheduler.daemon.binder import Binder
 from ai_scheduler.daemon.config_reload import ConfigReload
 from ai_scheduler.daemon.evictions import KubeEvictions
@@ -301,6 +302,7 @@ class Scheduler:
             quotas=lambda: quota_items(self.tenancy),
             gpus=lambda: gpu_node_items(self.core),
             decisions=lambda: decision_items(self.decisions),
+            usage=lambda since, until, by, step: usage_report(self.accounting.store, since, until, by, step),
         )
         authorize = SubjectAccessReviews(self.client, self.log)
         server = self.visibility = VisibilityServer(source, authorize, self.log)

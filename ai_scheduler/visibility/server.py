@@ -30,6 +30,9 @@ What a user sees of a waiting pod is decided per namespace by `get pendingpods` 
   `get gpus`), the pods holding GPUs anonymous as above;
 - `decisions` (DecisionList, `list decisions`): the last scheduling decisions, newest first, anonymous
   as the pending pods are;
+- `usage` (UsageList, `list usage`): what was used over a period, from the accounting database
+  (`?since=24h&by=user&step=1h`): GPU-, cpu- and memory-hours by user, group, queue, Task, namespace or
+  GPU model, and each one's GPU-hours per interval (at most 200); who sees it is RBAC's `list usage`;
 - `ui`: the web page (`visibility/webui.py`), under the rule of `pendingpods`.
 Discovery (`/apis`, `/apis/visibility.ai-scheduler.io`, `/apis/visibility.ai-scheduler.io/v1alpha1`)
 needs only an authenticated proxy: the aggregator reads it to register the resources and to check health.
@@ -62,7 +65,9 @@ import orjson
 from aiohttp import web
 
 from ai_scheduler import pki
+from ai_scheduler.accounting.store import BY
 from ai_scheduler.log import JsonLogger
+from ai_scheduler.quantity import parse_duration
 from ai_scheduler.visibility.webui import page
 
 GROUP = "visibility.ai-scheduler.io"
@@ -110,7 +115,9 @@ RESOURCES: tuple[dict[str, Any], ...] = (
     {"name": "gpus", "singularName": "gpu", "namespaced": False, "kind": "GpuNode", "verbs": ["get", "list"]},
     {"name": "decisions", "singularName": "decision", "namespaced": False, "kind": "Decision",
      "verbs": ["list"]},
+    {"name": "usage", "singularName": "usage", "namespaced": False, "kind": "Usage", "verbs": ["list"]},
 )
+USAGE_STEPS = 200  # the most intervals a `usage` series has
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +238,8 @@ class VisibilitySource:
     quotas: Callable[[], list[dict[str, Any]]]
     gpus: Callable[[], list[dict[str, Any]]]
     decisions: Callable[[], list[dict[str, Any]]] = list  # the last decisions, newest first
+    # What was used (accounting): (since, until, by, step) -> the body, or None without a database.
+    usage: Callable[[float, float, str, float], Awaitable[dict[str, Any] | None]] | None = None
 
 
 def status(code: int, reason: str, message: str) -> web.Response:
@@ -318,6 +327,7 @@ class VisibilityServer:
         app.router.add_get(f"{PREFIX}/gpus", self._gpus)
         app.router.add_get(f"{PREFIX}/gpus/{{node}}", self._gpu_node)
         app.router.add_get(f"{PREFIX}/decisions", self._decisions)
+        app.router.add_get(f"{PREFIX}/usage", self._usage)
         app.router.add_get(f"{PREFIX}/ui", self._ui)
         app.router.add_get(f"{PREFIX}/ui/", self._ui)
         self._runner = web.AppRunner(app, access_log=None)
@@ -466,6 +476,25 @@ class VisibilityServer:
             if item["metadata"]["name"] == node:
                 return _json((await self._holders_visible(who, [item]))[0])
         return status(404, "NotFound", f'gpus.{GROUP} "{node}" not found: no managed GPUs on that node')
+
+    async def _usage(self, request: web.Request) -> web.Response:
+        """What was used over a period (accounting): `?since=7d&by=user&step=1h`."""
+        who = await self._allowed(request, "list", "usage")
+        if isinstance(who, web.Response):
+            return who
+        query = request.query
+        until = time.time()
+        since_s = parse_duration(query.get("since", "24h"))
+        step_s = parse_duration(query.get("step", "1h"))
+        by = query.get("by", "user")
+        if since_s is None or step_s is None or step_s <= 0 or by not in BY:
+            return status(400, "BadRequest", "since and step must be durations (24h, 15m), by one of "
+                          + ", ".join(BY))
+        step = max(step_s, since_s / USAGE_STEPS)
+        body = await self.source.usage(until - since_s, until, by, step) if self.source.usage else None
+        if body is None:
+            return status(404, "NotFound", "no accounting database: set accounting.database")
+        return _json({"apiVersion": GROUP_VERSION, "kind": "UsageList", "metadata": {}, **body})
 
     async def _ui(self, request: web.Request) -> web.Response:
         who = await self._allowed(request, "list", "pendingpods")

@@ -15,6 +15,8 @@ see. The page is read-only: its script fetches the API's JSON resources next to 
 - GPUs: every node's managed devices (index, model, free of total memory, NVLink island) with the pods
   that hold each and how much.
 - Recent decisions: the last scheduling decisions, newest first.
+- Use over time (where the daemon keeps accounting, and RBAC lets the user `list usage`): GPU-hours by
+  user per hour over the last day, one line each in an inline SVG chart, with the totals beside it.
 
 Element ids and data attributes (`#pending tr[data-pod]`, `.gpu[data-gpu="node/index"]`, `.holder`)
 are stable, for tests and scripts.
@@ -42,6 +44,8 @@ th { background: #f3f3f3; } td.num { text-align: right; } .muted { color: #888; 
 .holder { display: block; font-size: 12px; }
 .bar { background: #eee; width: 120px; height: 10px; display: inline-block; vertical-align: middle; }
 .bar span { background: #4a7; height: 10px; display: block; }
+#chart { border: 1px solid #ccc; background: #fcfcfc; }
+#chart polyline { fill: none; stroke-width: 2; }
 </style>
 </head>
 <body>
@@ -59,6 +63,12 @@ th { background: #f3f3f3; } td.num { text-align: right; } .muted { color: #888; 
 <h2>Recent decisions</h2>
 <table id="decisions"><thead><tr><th>time</th><th>pod</th><th>result</th><th>node</th><th>message</th></tr>
 </thead><tbody></tbody></table>
+<h2>Use over time</h2>
+<div id="usage"><div class="muted" id="usage-range"></div>
+<svg id="chart" width="640" height="200" viewBox="0 0 640 200" role="img"
+ aria-label="GPU-hours per hour"></svg>
+<table id="usage-totals"><thead><tr><th></th><th>user</th><th>GPU-hours</th><th>cpu-hours</th>
+<th>pods</th></tr></thead><tbody></tbody></table></div>
 <script>
 "use strict";
 const base = location.pathname.replace(/\\/ui\\/?$/, "");
@@ -153,10 +163,32 @@ function decisions(list) {
     cell(row, item.message); tbody.appendChild(row);
   }
 }
+const COLORS = ["#2a6fdb", "#d9534f", "#3c9a5f", "#e08e0b", "#7b4fc4", "#1aa3a3", "#8a6d3b", "#555"];
+function usage(list) {
+  const svg = document.getElementById("chart"); svg.replaceChildren();
+  const tbody = body("usage-totals");
+  document.getElementById("usage-range").textContent = list.since + " to " + list.until
+    + ", GPU-hours per " + Math.round(list.stepSeconds / 60) + " min";
+  const peak = Math.max(1e-9, ...list.items.flatMap(item => item.series));
+  list.items.forEach((item, n) => {
+    const color = COLORS[n % COLORS.length], count = Math.max(1, item.series.length - 1);
+    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+    line.setAttribute("points", item.series.map((v, i) =>
+      (10 + 620 * i / count).toFixed(1) + "," + (190 - 180 * v / peak).toFixed(1)).join(" "));
+    line.setAttribute("stroke", color); line.dataset.key = item.key; svg.appendChild(line);
+    const row = document.createElement("tr"); row.dataset.key = item.key;
+    const swatch = cell(row, "\u25a0"); swatch.style.color = color;
+    cell(row, item.key || "(none)"); cell(row, Number(item.gpuHours.toPrecision(3)), "num");
+    cell(row, Number(item.cpuHours.toPrecision(3)), "num"); cell(row, item.pods, "num");
+    tbody.appendChild(row);
+  });
+}
 async function refresh() {
   errors.length = 0;
   const [p, q, g, d] = await Promise.all(["pendingpods", "quotas", "gpus", "decisions"].map(get));
   if (p) pending(p); if (q) quotas(q); if (g) gpus(g); if (d) decisions(d);
+  const u = await get("usage?since=24h&by=user&step=1h");
+  if (u) usage(u);
   document.getElementById("error").textContent = errors.join("\\n");
   document.getElementById("updated").textContent = new Date().toISOString();
 }

@@ -25,6 +25,7 @@ import ssl
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
@@ -35,7 +36,7 @@ from builders import make_pod
 from conftest import StartScheduler, create_all, wait_for
 
 from ai_scheduler.api.kube import KubeClient
-from ai_scheduler.config import parse_config
+from ai_scheduler.config import AccountingSettings, parse_config
 from ai_scheduler.sim.controlplane import REPO
 from e2e.test_e2e_gpus import Agents, gpu_cluster, share
 
@@ -228,10 +229,11 @@ async def waiting(api: KubeClient, gpu_cluster: Agents) -> AsyncIterator[None]:
 
 
 async def test_users_see_the_queue_through_the_api_server_as_rbac_allows(
-    gateway: Gateway, waiting: None, start_scheduler: StartScheduler,
+    gateway: Gateway, waiting: None, start_scheduler: StartScheduler, tmp_path: Path,
 ) -> None:
     address = gateway.address
-    running = await start_scheduler(visibility_config(address))
+    accounting = AccountingSettings(f"sqlite:///{tmp_path / 'accounting.db'}", checkpoint_seconds=0.3)
+    running = await start_scheduler(visibility_config(address), accounting=accounting)
     server = running.scheduler.visibility
     assert server is not None and server.port
     await gateway.route(server.port)
@@ -325,7 +327,22 @@ async def test_users_see_the_queue_through_the_api_server_as_rbac_allows(
     # Discovery, for kubectl and the aggregator.
     status, body = await gateway.get("alice", API)
     assert status == 200
-    assert {r["name"] for r in body["resources"]} == {"pendingpods", "quotas", "gpus", "decisions"}
+    assert {r["name"] for r in body["resources"]} == {"pendingpods", "quotas", "gpus", "decisions", "usage"}
+
+    # What was used (the accounting database): for the viewer, refused to alice by the API server's RBAC.
+    status, _ = await gateway.get("alice", f"{API}/usage")
+    assert status == 403
+    for _ in range(100):  # the GPU share's row written by a checkpoint
+        status, body = await gateway.get("carol", f"{API}/usage?since=1h&by=namespace&step=10m")
+        if status != 200 or body.get("items"):
+            break
+        await asyncio.sleep(0.1)
+    assert status == 200 and body["kind"] == "UsageList", body
+    [used] = body["items"]
+    assert (used["key"], used["pods"], len(used["series"])) == ("default", 1, 6)
+    assert used["gpuHours"] > 0 and used["series"][-1] > 0  # a 10 GiB share, running now
+    status, body = await gateway.get("carol", f"{API}/usage?since=soon")
+    assert status == 400 and "must be durations" in body["message"]
 
     # The headers count only from the front proxy: straight to the daemon, with no certificate, is 401.
     assert await asyncio.to_thread(direct, address, server.port) == 401

@@ -21,6 +21,7 @@ from backends import KubeCluster
 from conftest import StartScheduler, create_all
 
 from ai_scheduler.api.kube import KubeClient
+from ai_scheduler.config import AccountingSettings
 from ai_scheduler.sim.controlplane import REPO
 from e2e.test_e2e_gpus import Agents, gpu_cluster, share
 from e2e.test_e2e_visibility import API, Gateway, KubeGateway, gateway, visibility_config, waiting
@@ -48,12 +49,13 @@ def artifacts() -> Path:
 
 async def test_the_page_shows_the_queue_and_gpu_holders_and_follows_bindings(
     gateway: Gateway, waiting: None, start_scheduler: StartScheduler, api: KubeClient, gpu_cluster: Agents,
-    cluster: Any,
+    cluster: Any, tmp_path: Path,
 ) -> None:
     from playwright.async_api import async_playwright
 
     executable = chromium()
-    running = await start_scheduler(visibility_config(gateway.address))
+    accounting = AccountingSettings(f"sqlite:///{tmp_path / 'accounting.db'}", checkpoint_seconds=0.3)
+    running = await start_scheduler(visibility_config(gateway.address), accounting=accounting)
     server = running.scheduler.visibility
     assert server is not None and server.port
     await gateway.route(server.port)
@@ -85,6 +87,11 @@ async def test_the_page_shows_the_queue_and_gpu_holders_and_follows_bindings(
             await page.locator('#quotas tr[data-quota="group/research/cpu"]').wait_for(timeout=TIMEOUT_MS)
             await page.locator('#decisions tr[data-pod="default/slice"]').first.wait_for(timeout=TIMEOUT_MS)
             assert await page.locator("#error").inner_text() == ""
+            # Use over time: the running GPU share's line in the chart, and its total beside it.
+            await page.locator('#usage-totals tr[data-key=""]').wait_for(timeout=TIMEOUT_MS)
+            line = page.locator('#chart polyline[data-key=""]')
+            assert len((await line.get_attribute("points") or "").split()) == 24  # hourly over a day
+            assert float(await page.locator('#usage-totals tr[data-key=""] td.num').first.inner_text()) > 0
             # A pod bound while the page is open appears as its GPU's holder without a reload.
             await create_all(api, [], [share("late", "20Gi")])
             await page.locator(".gpu .holder", has_text="default/late").wait_for(timeout=TIMEOUT_MS)

@@ -159,7 +159,8 @@ async def test_only_the_verified_front_proxy_with_a_user_is_served(
     status, body = await call(proxy, port, API)
     assert status == 200 and body["kind"] == "APIResourceList"
     assert {r["name"]: r["namespaced"] for r in body["resources"]} == {
-        "pendingpods": True, "quotas": False, "gpus": False, "decisions": False}
+        "pendingpods": True, "quotas": False, "gpus": False, "decisions": False,
+        "usage": False}
     status, body = await call(proxy, port, "/apis")
     assert status == 200 and body["groups"][0]["name"] == "visibility.ai-scheduler.io"
 
