@@ -148,6 +148,7 @@ RESOURCES = {
     "tasks": "/apis/ai-scheduler.io/v1alpha1/tasks",
     "groupquotas": "/apis/ai-scheduler.io/v1alpha1/groupquotas",
     "userquotas": "/apis/ai-scheduler.io/v1alpha1/userquotas",
+    "domains": "/apis/ai-scheduler.io/v1alpha1/domains",
     "podgroups.scheduling.k8s.io": "/apis/scheduling.k8s.io/v1beta1/podgroups",
     "priorityclasses": "/apis/scheduling.k8s.io/v1/priorityclasses",
     "persistentvolumeclaims": "/api/v1/persistentvolumeclaims",
@@ -457,6 +458,7 @@ def reset_cluster(plane: ControlPlane) -> None:
     )
     plane.request("DELETE", "/api/v1/nodes")
     plane.request("DELETE", "/apis/ai-scheduler.io/v1alpha1/groupquotas")
+    plane.request("DELETE", "/apis/ai-scheduler.io/v1alpha1/domains")
     plane.request("DELETE", "/api/v1/persistentvolumes")
     plane.request("DELETE", "/apis/storage.k8s.io/v1/storageclasses")
     plane.request("DELETE", "/apis/storage.k8s.io/v1/csinodes")

@@ -51,6 +51,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ai_scheduler.cache.domains import DOMAIN_LABEL
 from ai_scheduler.cache.gangs import GROUP_MIN_LABEL, GROUP_NAME_LABEL
 from ai_scheduler.cache.records import (
     DATASET_BYTES_ANNOTATION,
@@ -112,6 +113,8 @@ class TaskSpec:
     cancel: bool = False
     requeue_at: str = ""
     keep_pods: bool = True
+    node_domain: str = ""  # spec.placement.domain: the logical domain of nodes (cache/domains.py)
+    domain_required: bool = True  # spec.placement.domainPolicy: Required (default) or Preferred
     error: str = ""
 
     @property
@@ -165,6 +168,13 @@ class TaskSpec:
             known = ", ".join(sorted(names))
             errors.append(f"spec.successPolicy.roles must name roles of the Task ({known}), got {success!r}")
             success = ()
+        placement = spec.get("placement") or {}
+        if not isinstance(placement, dict):
+            errors.append("spec.placement must be an object")
+            placement = {}
+        policy = placement.get("domainPolicy") or "Required"
+        if policy not in ("Required", "Preferred"):
+            errors.append(f'spec.placement.domainPolicy must be "Required" or "Preferred", got {policy!r}')
         after = spec.get("podsAfterFinish") or "Keep"
         if after not in ("Keep", "Delete"):
             errors.append(f'spec.podsAfterFinish must be "Keep" or "Delete", got {after!r}')
@@ -178,7 +188,8 @@ class TaskSpec:
             dataset_bytes=dataset, estimated_run_time=estimate, run_time_limit=limit,
             max_restarts=restarts, success_roles=tuple(success), suspend=spec.get("suspend") is True,
             cancel=spec.get("cancel") is True, requeue_at=str(spec.get("requeueAt") or ""),
-            keep_pods=after != "Delete", error="; ".join(errors),
+            keep_pods=after != "Delete", node_domain=str(placement.get("domain") or ""),
+            domain_required=policy != "Preferred", error="; ".join(errors),
         )
 
 
@@ -355,9 +366,12 @@ def _with_rules(spec: dict[str, Any], rules: list[TaskRuleSpec]) -> None:
                 {"weight": rule.weight, "preference": {"matchExpressions": expressions}})
 
 
-def task_pods(task: TaskSpec, run: int, rules: Iterable[TaskRuleSpec] = ()) -> list[dict[str, Any]]:
+def task_pods(task: TaskSpec, run: int, rules: Iterable[TaskRuleSpec] = (),
+              domain_terms: Mapping[str, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
     """Every pod of a run: one gang of all replicas, the minimum the roles' sum (see the module's doc),
-    with the node affinity of the task rules it matches."""
+    with the node affinity of the task rules it matches, and its domain: required, the label
+    `ai-scheduler.io/domain` (the core keeps it off other nodes); preferred, a preferred node affinity
+    term made of the domain's selector (`domain_terms`: the node selector terms of each Domain)."""
     applied = matching_rules(task, rules)
     pods = []
     owner = {"apiVersion": TASK_API_VERSION, "kind": "Task", "name": task.name, "uid": task.uid,
@@ -388,6 +402,13 @@ def task_pods(task: TaskSpec, run: int, rules: Iterable[TaskRuleSpec] = ()) -> l
             if task.priority_class:
                 spec["priorityClassName"] = task.priority_class
             _with_rules(spec, applied)
+            if task.node_domain and task.domain_required:
+                labels[DOMAIN_LABEL] = task.node_domain
+            elif task.node_domain:
+                node = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+                preferred = node.setdefault("preferredDuringSchedulingIgnoredDuringExecution", [])
+                for term in (domain_terms or {}).get(task.node_domain, []):
+                    preferred.append({"weight": 100, "preference": term})
             pods.append({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": pod_name(task, role.name, index, run), "namespace": task.namespace,
@@ -409,10 +430,12 @@ class Plan:
 
 
 def reconcile(task: TaskSpec, status: Mapping[str, Any], pods: Iterable[TaskPod], now: float,
-              rules: Iterable[TaskRuleSpec] = ()) -> Plan:
+              rules: Iterable[TaskRuleSpec] = (),
+              domain_terms: Mapping[str, list[dict[str, Any]]] | None = None) -> Plan:
     """The Task's next step (see the module's doc); `status` is what the controller last wrote, `rules`
-    the administrator's task rules (config `taskRules`)."""
-    plan = _step(task, status, pods, now, tuple(rules))
+    the administrator's task rules (config `taskRules`), `domain_terms` the Domains' node selector terms
+    (for a preferred domain)."""
+    plan = _step(task, status, pods, now, tuple(rules), domain_terms or {})
     _set_conditions(plan.status, now)
     return plan
 
@@ -447,7 +470,7 @@ def _set_conditions(status: dict[str, Any], now: float) -> None:
 
 
 def _step(task: TaskSpec, status: Mapping[str, Any], pods: Iterable[TaskPod], now: float,
-          rules: tuple[TaskRuleSpec, ...]) -> Plan:
+          rules: tuple[TaskRuleSpec, ...], domain_terms: Mapping[str, list[dict[str, Any]]]) -> Plan:
     new = copy.deepcopy(dict(status))
     plan = Plan(status=new)
     pods = list(pods)
@@ -510,7 +533,7 @@ def _step(task: TaskSpec, status: Mapping[str, Any], pods: Iterable[TaskPod], no
     if not new.get("podsCreated"):
         if phase == HELD:
             new["queuedAt"] = rfc3339(now)
-        plan.create = task_pods(task, run, rules)
+        plan.create = task_pods(task, run, rules, domain_terms)
         new["systemAffinity"] = system_affinity(matching_rules(task, rules))
         new["podsCreated"] = True
         move(QUEUED, "Queued", f"{task.replicas} pods made (run {run}), waiting to be placed whole "

@@ -50,6 +50,7 @@ from ai_scheduler.daemon.accounting import Accounting
 from ai_scheduler.daemon.accounting import report as usage_report
 from ai_scheduler.daemon.binder import Binder
 from ai_scheduler.daemon.config_reload import ConfigReload
+from ai_scheduler.daemon.domains import DomainObjects
 from ai_scheduler.daemon.evictions import KubeEvictions
 from ai_scheduler.daemon.gang_status import GangStatusWriter
 from ai_scheduler.daemon.health import ApiMonitor, HealthServer
@@ -145,6 +146,9 @@ class Scheduler:
         # Quotas group administrators delegate (GroupQuota, UserQuota: config/delegated.py, daemon/quotas.py).
         self.quota_objects = QuotaObjects(client, logger, metrics, self._delegated_quotas_changed)
         self.watches.add_informers(self.quota_objects.informers(self.watches.informer))
+        # Logical domains (Domain objects: cache/domains.py, scheduler/domains.py, daemon/domains.py).
+        self.domain_objects = DomainObjects(client, core, logger, metrics)
+        self.watches.add_informers(self.domain_objects.informers(self.watches.informer))
         # Tasks (tasks.ai-scheduler.io), run through their whole life by the leader (daemon/tasks.py).
         self.task_controller = TaskController(client, core, logger, metrics, lambda: self.expected,
                                               lambda: self.config)
@@ -240,6 +244,7 @@ class Scheduler:
         self._spawn(gang_status.run(), "gang-status")
         self._spawn(self.task_controller.run(), "tasks")
         self._spawn(self.quota_objects.run(), "quota-status")
+        self._spawn(self.domain_objects.run(), "domain-status")
 
     async def _campaign(self) -> None:
         assert self.elector is not None

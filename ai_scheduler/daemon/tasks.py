@@ -188,7 +188,8 @@ class TaskController:
         status = obj.get("status") or {}
         pods = self.pods.get(key, {})
         now = time.time()
-        plan = reconcile(task, status, pods.values(), now, self.config().task_rules)
+        terms = {name: d.terms() for name, d in self.core.domains.table.domains.items()}
+        plan = reconcile(task, status, pods.values(), now, self.config().task_rules, terms)
         for name in plan.delete:
             await self._delete(key, task.namespace, name)
         new = plan.status

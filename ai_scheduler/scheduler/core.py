@@ -53,6 +53,7 @@ from ai_scheduler.log import JsonLogger, parse_time
 from ai_scheduler.prediction import ModelError, RunTimeModel, RunTimePredictor
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.decision_log import DecisionLog
+from ai_scheduler.scheduler.domains import KeptDomains
 from ai_scheduler.scheduler.eventhandlers import EventHandlers
 from ai_scheduler.scheduler.framework.plugins import build_filters, build_scores
 from ai_scheduler.scheduler.framework.runtime import Framework
@@ -155,11 +156,13 @@ class SchedulerCore:
         self.ready = asyncio.Event()  # set by the driver once the first state is in (first sync)
         out = self.outbox = outbox(self)
         monotonic = clock or time.monotonic
+        # Logical domains (domains.ai-scheduler.io): fed by the daemon's informer (Domain objects).
+        self.domains = KeptDomains(cache, self.reserver, lambda: self._runtimes)
         session = self.session = Session(
             settings=self.settings, cache=cache, queue=queue, gangs=gangs, tenancy=tenancy,
             priorities=self.priorities, reserver=self.reserver, outbox=out,
             decisions=DecisionLog(self.settings, tenancy, self.priorities, metrics, logger, monotonic),
-            metrics=metrics, log=logger, clock=monotonic,
+            metrics=metrics, log=logger, clock=monotonic, domains=self.domains,
         )
         self.preemptor = Preemptor(
             cache, tenancy, gangs, out.evictions, logger, metrics, self.budgets, **timed

@@ -75,6 +75,7 @@ class GangScheduler:
         self.log_decision = session.decisions.log
         self.tenancy = session.tenancy
         self.reserver = session.reserver
+        self.domains = session.domains
         self.sort_key = session.priorities.sort_key
         self._clock = session.clock
         # The topology labels the placement domains were built for (a reload with others rebuilds them).
@@ -183,6 +184,8 @@ class GangScheduler:
         self._blocked = () if blocked is None or current is None else (
             (blocked, f"node(s) reserved for {current.holder}"),
         )
+        # Logical domains (domains.py): the domain the gang requires, those kept for larger gangs.
+        self._blocked += tuple(self.domains.kept_off(members[0].pod, gang.min_member))
         self._preempted = self._any_placed = False
         outcome = self._place_in_domains(gang, members, needed, framework)
         if outcome is None:

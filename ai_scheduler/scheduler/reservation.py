@@ -165,6 +165,10 @@ class Reserver:
         self._clock = clock
         self.current: Reservation | None = None
 
+    def now(self) -> float:
+        """The clock reservations are due by (wall time in the daemon, simulated time in the simulator)."""
+        return self._clock()
+
     def consider(
         self,
         holder: str,

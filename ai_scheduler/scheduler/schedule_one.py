@@ -88,6 +88,7 @@ class SchedulingCycle:
         self.tenancy = session.tenancy
         self.priorities = session.priorities
         self.reserver = session.reserver
+        self.domains = session.domains
         self.metrics = session.metrics
         self.log = session.log
         self.clock = session.clock
@@ -317,6 +318,7 @@ class SchedulingCycle:
             blocked = self.reserver.blocked_rows(pod, key)
             if blocked is not None:
                 kept.append((blocked, f"node(s) reserved for {self.reserver.current.holder}"))
+        kept.extend(self.domains.kept_off(pod))  # logical domains (domains.py): required, kept for others
         return kept
 
     def _refuse(self, qp: QueuedPod, cycle: CycleState, reason: str) -> None:

@@ -20,6 +20,7 @@ from ai_scheduler.config import SettingsView
 from ai_scheduler.log import JsonLogger
 from ai_scheduler.queue import SchedulingQueue
 from ai_scheduler.scheduler.decision_log import DecisionLog
+from ai_scheduler.scheduler.domains import KeptDomains
 from ai_scheduler.scheduler.metrics import Metrics
 from ai_scheduler.scheduler.outbox import Outbox
 from ai_scheduler.scheduler.priority import PriorityEngine
@@ -40,3 +41,4 @@ class Session:
     metrics: Metrics
     log: JsonLogger
     clock: Callable[[], float]
+    domains: KeptDomains  # logical domains: the nodes a pod must keep off (required, kept for others)

@@ -124,6 +124,8 @@ DEFAULT_TYPES: tuple[ResourceType, ...] = (
     ResourceType("groupquotas", "GroupQuota", "ai-scheduler.io", "v1alpha1", namespaced=False,
                  has_status=True),
     ResourceType("userquotas", "UserQuota", "ai-scheduler.io", "v1alpha1", has_status=True),
+    # Logical domains of nodes: read by the scheduler, which writes their status.
+    ResourceType("domains", "Domain", "ai-scheduler.io", "v1alpha1", namespaced=False, has_status=True),
     # Kept, not enforced: pods may name a namespace that was never created, and no controller runs Jobs.
     ResourceType("namespaces", "Namespace", namespaced=False, has_status=True),
     ResourceType("jobs", "Job", "batch", "v1", has_status=True),

@@ -4,8 +4,8 @@ The scheduler runs with a token of its own ServiceAccount (deploy/), through one
 path that writes: binding, Scheduled and FailedScheduling events (created, then aggregated by a patch),
 the PodScheduled condition, a gang's PodGroup status (scheduler-plugins' and a Kubernetes PodGroup's),
 the GPU annotations written before binding, a preemption (the victim's DisruptionTarget condition, its
-deletion, the preemptor's nomination), a Task's pods and status, the statuses of a GroupQuota and a
-UserQuota, VolumeBinding's PreBind (a volume's
+deletion, the preemptor's nomination), a Task's pods and status, the statuses of a GroupQuota, a
+UserQuota and a Domain, VolumeBinding's PreBind (a volume's
 claimRef, a claim's selected-node annotation), and DynamicResources' PreBind (a ResourceClaim's
 finalizer, allocation and reservation; the claim of an extended resource). The kinds that give inferred
 gangs their minimum are all served (a minimal CRD where no test installed one), so that each is listed
@@ -213,6 +213,13 @@ async def test_the_cluster_role_grants_exactly_the_verbs_the_scheduler_uses(
         "spec": {"group": "rbac-group", "max": {"nvidia.com/gpu": 1}}})).ok
     await wait_for(lambda: ((cluster.store.get("userquotas", "rbac-quotas", "rbac-user") or {}).get("status")
                             or {}).get("applied") is True, what="the UserQuota's status written")
+
+    # A logical domain: its status written.
+    assert (await api.request("POST", f"{api_path}/domains", body={
+        "apiVersion": "ai-scheduler.io/v1alpha1", "kind": "Domain", "metadata": {"name": "rbac-domain"},
+        "spec": {"nodes": ["rbac-dra"]}})).ok
+    await wait_for(lambda: ((cluster.store.get("domains", None, "rbac-domain") or {}).get("status") or {})
+                   .get("nodes") == ["rbac-dra"], what="the Domain's status written")
 
     calls = list(used(cluster.audit_events()))
     assert sorted({call for call, code in calls if code == 403}) == [], "refused: the ClusterRole lacks these"
