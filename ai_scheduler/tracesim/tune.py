@@ -28,6 +28,13 @@ is the best objective among the trials that meet every condition, never a violat
 objective is undefined (a figure the run could not give, a division by zero) counts as failed; an
 undefined condition counts as violated.
 
+Scale: `--log` tunes on the cluster's own history, the daemon's replayable log as `ai-scheduler replay`
+rebuilds it (cluster, workload, config). With `--storage` (Optuna's shared storage: an SQLite file, or
+the PostgreSQL the accounting uses) the study is kept by name (`--study`): a later run resumes it until it
+holds `--trials` trials, and runs of the same command on other machines share its trials;
+`--workers N` runs N processes of this machine at once, each with its own connection and sampler seed.
+The best trial is read back from the study, whichever process or machine ran it.
+
 What the references are not: preemption still goes by spec.priority in every run (the config's, not the
 policy's), so `fifo` is first come, first served in queue order, not in who holds the GPUs.
 """
@@ -59,6 +66,7 @@ from ai_scheduler.trace import NodeSpec, TraceError, TraceJob, read_cluster, rea
 from ai_scheduler.tracesim.command import missing_extras
 from ai_scheduler.tracesim.objective import Figures, Metric, Objective, ObjectiveError, parse_objective
 from ai_scheduler.tracesim.records import Mode
+from ai_scheduler.tracesim.replay import ReplayError
 
 if TYPE_CHECKING:
     from ai_scheduler.tracesim.engine import Fragmentation
@@ -69,6 +77,7 @@ FIFO_MAX_WAIT_SECONDS = 1e6
 FIFO_POLICY = PolicySpec("fifo", FrozenMap({"waitingTime": 1.0}), max_wait_seconds=FIFO_MAX_WAIT_SECONDS)
 TUNED_POLICY_NAME = "tuned"
 DEFAULT_TRIALS = 30
+DEFAULT_STUDY = "ai-scheduler-tune"
 EXTRA_FACTORS = ("waitingTime", "estimatedRuntime", "jobSize", "fairShare")  # searched besides the current's
 WEIGHT_RANGE = (-1.0, 1.0)
 # The figures printed for every run besides those the objective names.
@@ -181,10 +190,16 @@ def tune(
     seed: int = 0,
     factors: Sequence[str] | None = None,
     max_wait: tuple[float, float] | None = None,
+    storage: str | None = None,
+    study_name: str = DEFAULT_STUDY,
+    workers: int = 1,
 ) -> TuneResult:
-    """Run the references, then `trials` trials of Optuna's TPE; see the module docstring."""
-    import optuna
-
+    """Run the references, then Optuna's TPE until the study holds `trials` trials; see the module
+    docstring. `storage`: Optuna's shared storage (an SQLAlchemy URL: `sqlite:///FILE`,
+    `postgresql://...`), where the study `study_name` is kept, resumed and shared with other processes
+    and machines; `workers`: processes of this machine that run trials at once (needs `storage`)."""
+    if workers > 1 and storage is None:
+        raise ObjectiveError("--workers needs --storage: the processes share their trials through it")
     current_policy = config.policy
     searched = tuple(factors) if factors else default_factors(current_policy)
     tuner = Tuner(config, nodes, jobs, objective, seed=seed)
@@ -194,49 +209,31 @@ def tune(
     objective.check(fifo_figures)
     fifo = tuner.evaluate("fifo", FIFO_POLICY, fifo_figures)
     current = tuner.evaluate("current", current_policy, current_figures)
+    search = _Search(tuner, objective, searched, max_wait, current_policy, seed, trials)
+    study = search.study(storage, study_name)
+    if not study.trials:
+        study.enqueue_trial(_enqueued(current_policy, searched, max_wait))
+    left = trials - len([t for t in study.trials if t.state.is_finished()])
+    if left > 0 and workers > 1:
+        import multiprocessing
 
-    evaluations: dict[int, Evaluation] = {}
+        shares = [left // workers + (1 if i < left % workers else 0) for i in range(workers)]
+        context = multiprocessing.get_context("fork")  # the children share the tuner, cluster and workload
+        children = [context.Process(target=search.work, args=(storage, study_name, n, seed + 1 + i))
+                    for i, n in enumerate(shares[1:]) if n]
+        for child in children:
+            child.start()
+        search.optimize(study, shares[0])
+        for child in children:
+            child.join()
+            if child.exitcode:
+                raise ObjectiveError(f"a tuning worker process exited {child.exitcode}")
+        study = search.study(storage, study_name)
+    elif left > 0:
+        search.optimize(study, left)
 
-    def policy_of(trial: optuna.Trial) -> PolicySpec:
-        # Rounded as the fragment shows them, so that the policy written is the policy simulated.
-        weights = {factor: round(trial.suggest_float(factor, *WEIGHT_RANGE), 6) for factor in searched}
-        wait = current_policy.max_wait_seconds
-        if max_wait is not None:
-            wait = round(trial.suggest_float("maxWaitSeconds", *max_wait, log=True), 3)
-        return PolicySpec(
-            TUNED_POLICY_NAME, FrozenMap(weights), max_wait_seconds=wait,
-            fair_share_half_life_seconds=current_policy.fair_share_half_life_seconds,
-        )
-
-    # Optuna 5 takes constraints from the trial (Trial.set_constraint); Optuna 4 from the sampler's
-    # constraints_func, which Optuna 5 deprecates.
-    per_trial = hasattr(optuna.trial.Trial, "set_constraint")
-
-    def run_trial(trial: optuna.Trial) -> float:
-        evaluation = tuner.evaluate(TUNED_POLICY_NAME, policy_of(trial))
-        evaluations[trial.number] = evaluation
-        trial.set_user_attr("constraints", list(evaluation.violations))
-        if per_trial:
-            for index, violation in enumerate(evaluation.violations):
-                trial.set_constraint(str(index), violation)
-        return math.nan if evaluation.value is None else evaluation.value  # nan: Optuna fails the trial
-
-    def constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
-        values: list[float] = trial.user_attrs.get("constraints", [])
-        return values
-
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        sampler = optuna.samplers.TPESampler(
-            seed=seed,
-            n_startup_trials=min(10, max(2, trials // 3)),
-            constraints_func=constraints if objective.conditions and not per_trial else None,
-        )
-        study = optuna.create_study(direction=objective.direction, sampler=sampler)
-    study.enqueue_trial(_enqueued(current_policy, searched, max_wait))
-    study.optimize(run_trial, n_trials=trials, catch=())
-
+    evaluations = {t.number: search.evaluation(t) for t in study.trials
+                   if t.state.is_finished() and "figures" in t.user_attrs}
     best: int | None = None
     for number, evaluation in sorted(evaluations.items()):
         if evaluation.value is None or not evaluation.feasible:
@@ -247,9 +244,96 @@ def tune(
     history = [(e.value, e.feasible) for _, e in sorted(evaluations.items())]
     return TuneResult(
         objective=objective, fifo=fifo, current=current,
-        tuned=None if best is None else evaluations[best], trials=trials, best_trial=best,
+        tuned=None if best is None else evaluations[best], trials=len(evaluations), best_trial=best,
         factors=searched, searched_max_wait=max_wait is not None, history=history,
     )
+
+
+class _Search:
+    """The Optuna side of a tuning: the study, a trial's policy and run, and a finished trial read back."""
+
+    def __init__(self, tuner: Tuner, objective: Objective, searched: tuple[str, ...],
+                 max_wait: tuple[float, float] | None, current: PolicySpec, seed: int, trials: int) -> None:
+        self.tuner = tuner
+        self.objective = objective
+        self.searched = searched
+        self.max_wait = max_wait
+        self.current = current
+        self.seed = seed
+        self.trials = trials
+
+    def policy(self, params: dict[str, Any]) -> PolicySpec:
+        """A trial's policy from its parameters, rounded as the fragment shows them (the policy written is
+        the policy simulated)."""
+        weights = {factor: round(float(params[factor]), 6) for factor in self.searched}
+        wait = self.current.max_wait_seconds
+        if self.max_wait is not None:
+            wait = round(float(params["maxWaitSeconds"]), 3)
+        return PolicySpec(TUNED_POLICY_NAME, FrozenMap(weights), max_wait_seconds=wait,
+                          fair_share_half_life_seconds=self.current.fair_share_half_life_seconds)
+
+    def study(self, storage: str | None, name: str, seed: int | None = None) -> Any:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+        # Optuna 5 takes constraints from the trial (Trial.set_constraint); Optuna 4 from the sampler's
+        # constraints_func, which Optuna 5 deprecates.
+        per_trial = hasattr(optuna.trial.Trial, "set_constraint")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=self.seed if seed is None else seed,
+                n_startup_trials=min(10, max(2, self.trials // 3)),
+                constraints_func=_constraints if self.objective.conditions and not per_trial else None,
+            )
+            return optuna.create_study(direction=self.objective.direction, sampler=sampler,
+                                       storage=_storage(storage), study_name=name if storage else None,
+                                       load_if_exists=storage is not None)
+
+    def run_trial(self, trial: Any) -> float:
+        import optuna
+
+        params = {factor: trial.suggest_float(factor, *WEIGHT_RANGE) for factor in self.searched}
+        if self.max_wait is not None:
+            params["maxWaitSeconds"] = trial.suggest_float("maxWaitSeconds", *self.max_wait, log=True)
+        evaluation = self.tuner.evaluate(TUNED_POLICY_NAME, self.policy(params))
+        trial.set_user_attr("constraints", list(evaluation.violations))
+        trial.set_user_attr("figures", evaluation.figures)
+        if hasattr(optuna.trial.Trial, "set_constraint"):
+            for index, violation in enumerate(evaluation.violations):
+                trial.set_constraint(str(index), violation)
+        return math.nan if evaluation.value is None else evaluation.value  # nan: Optuna fails the trial
+
+    def optimize(self, study: Any, trials: int) -> None:
+        study.optimize(self.run_trial, n_trials=trials, catch=())
+
+    def work(self, storage: str, name: str, trials: int, seed: int) -> None:
+        """A worker process's share: its own connection to the shared study and its own sampler seed."""
+        self.optimize(self.study(storage, name, seed), trials)
+
+    def evaluation(self, trial: Any) -> Evaluation:
+        """A finished trial, read back from the study (whichever process or machine ran it)."""
+        figures = dict(trial.user_attrs["figures"])
+        runs = {**self.tuner.references, "run": figures}
+        return Evaluation(name=TUNED_POLICY_NAME, policy=self.policy(dict(trial.params)), figures=figures,
+                          value=self.objective.value(runs),
+                          violations=tuple(c.violation(runs) for c in self.objective.conditions))
+
+
+def _constraints(trial: Any) -> Sequence[float]:
+    values: list[float] = trial.user_attrs.get("constraints", [])
+    return values
+
+
+def _storage(url: str | None) -> Any:
+    """Optuna's storage for a URL (None: in memory); `postgresql://` goes through psycopg 3."""
+    if url is None:
+        return None
+    import optuna
+
+    if url.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
 def _enqueued(
@@ -370,9 +454,24 @@ def as_json(result: TuneResult) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the command
 def add_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--cluster", metavar="FILE", required=True,
+    command.add_argument("--cluster", metavar="FILE",
                          help="the cluster: a CSV or YAML node list (see ai_scheduler/trace/cluster.py)")
-    command.add_argument("--trace", metavar="FILE", required=True, help="the workload: a CSV trace")
+    command.add_argument("--trace", metavar="FILE", help="the workload: a CSV trace (or --log)")
+    command.add_argument("--log", metavar="LOG", nargs="+",
+                         help="instead of --cluster and --trace: the daemon's replayable log (files or a "
+                         "directory of rotated logs), whose cluster, workload and config are tuned on, as "
+                         "`ai-scheduler replay` rebuilds them")
+    command.add_argument("--field", metavar="PATH",
+                         help="with --log: the dotted path to the original line in each collected record")
+    command.add_argument("--storage", metavar="URL",
+                         help="Optuna's shared storage: sqlite:///FILE or postgresql://USER:PASSWORD@HOST/"
+                         "DB; the study is kept there, resumed by a later run, and shared with other "
+                         "processes and machines running the same command")
+    command.add_argument("--study", default=DEFAULT_STUDY, metavar="NAME",
+                         help="the study's name in --storage (default: %(default)s)")
+    command.add_argument("--workers", type=_positive_int, default=1,
+                         help="processes of this machine running trials at once, through --storage "
+                         "(default: %(default)s)")
     command.add_argument("--format", default="auto",
                          choices=["auto", "generic", "alibaba", "philly", "helios"],
                          help="the trace's format (default: told from its columns)")
@@ -383,7 +482,8 @@ def add_arguments(command: argparse.ArgumentParser) -> None:
                          'gpu_alloc_mean >= fifo.gpu_alloc_mean" (grammar: '
                          'docs/administrators/simulate-tune-learn.md)')
     command.add_argument("--trials", type=_positive_int, default=DEFAULT_TRIALS,
-                         help=f"number of trials (simulations) of the search (default: {DEFAULT_TRIALS})")
+                         help=f"number of trials (simulations) the study holds when done: with --storage, "
+                         f"those of earlier runs count (default: {DEFAULT_TRIALS})")
     command.add_argument("--seed", type=int, default=0,
                          help="seed of the sampler and of the scheduler's tie-breaks (default: 0)")
     command.add_argument("--factors", metavar="A,B,...",
@@ -435,18 +535,29 @@ def run(args: argparse.Namespace) -> int:
         objective = parse_objective(args.objective)
         factors = parse_factors(args.factors) if args.factors else None
         max_wait = parse_range(args.max_wait) if args.max_wait else None
-        nodes = read_cluster(args.cluster)
-        workload = read_workload(args.trace, args.format)
-        config = load_config(args.config) if args.config else default_config()
-    except (ObjectiveError, TraceError, ConfigError, OSError) as exc:
+        if args.log:
+            from ai_scheduler.tracesim.replay import read_log
+
+            replay = read_log(args.log, args.field)
+            nodes, jobs = replay.nodes, replay.jobs
+            config = load_config(args.config) if args.config else replay.config
+        elif not args.cluster or not args.trace:
+            raise ObjectiveError("give --cluster and --trace, or --log")
+        else:
+            nodes = read_cluster(args.cluster)
+            workload = read_workload(args.trace, args.format)
+            jobs = workload.jobs
+            config = load_config(args.config) if args.config else default_config()
+            if workload.problems:
+                print(f"ai-scheduler tune: {args.trace}: skipped {len(workload.problems)} rows (first: "
+                      f"{workload.problems[0]})", file=sys.stderr)
+    except (ObjectiveError, TraceError, ConfigError, OSError, ReplayError) as exc:
         print(f"ai-scheduler tune: {exc}", file=sys.stderr)
         return 2
-    if workload.problems:
-        print(f"ai-scheduler tune: {args.trace}: skipped {len(workload.problems)} rows (first: "
-              f"{workload.problems[0]})", file=sys.stderr)
     try:
-        result = tune(config, nodes, workload.jobs, objective, trials=args.trials, seed=args.seed,
-                      factors=factors, max_wait=max_wait)
+        result = tune(config, nodes, jobs, objective, trials=args.trials, seed=args.seed,
+                      factors=factors, max_wait=max_wait, storage=args.storage, study_name=args.study,
+                      workers=args.workers)
     except ObjectiveError as exc:
         print(f"ai-scheduler tune: {exc}", file=sys.stderr)
         return 2
