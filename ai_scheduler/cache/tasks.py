@@ -492,8 +492,7 @@ def _step(task: TaskSpec, status: Mapping[str, Any], pods: Iterable[TaskPod], no
         plan.delete.extend(p.name for p in pods if p.active or not task.keep_pods)
         _hold_times(new, current, now, finished=True)
         new["finishedAt"] = rfc3339(now)
-        if reason != "Succeeded":
-            new["exitReason"] = message
+        new["exitReason"] = message
         move(to, reason, message)
 
     if phase in FINISHED:

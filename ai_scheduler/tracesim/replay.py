@@ -58,6 +58,7 @@ from ai_scheduler.tracesim.records import Mode
 VERSION = SCHEMA_VERSION  # the lines' format, as the daemon writes it (log.py)
 HISTORY_EVENTS = frozenset({"node.spec", "node.removed", "pod.spec", "pod.finished", "config.active",
                             "dra.object", "dra.removed"})
+TASK_EVENTS = frozenset({"task.spec", "task.phase", "task.finished"})  # daemon/tasks.py
 
 Placement = tuple[str, str, tuple[int, ...]]  # pod (namespace/name), node, managed GPU ids
 # How a pod's `pod.finished` phase reads as a trace job's status (one still running at the end: RUNNING).
@@ -135,6 +136,9 @@ class ReplayInput:
     lines: int
     skipped: int
     notes: dict[str, int] = field(default_factory=dict)  # what was not replayed, and how many
+    # The Tasks the log saw (daemon/tasks.py's lines), by namespace/name: their last `task.spec`, their
+    # phases in order and their `task.finished` (None while running); their pods are among `jobs`.
+    tasks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def read_log(
@@ -164,6 +168,7 @@ def read_log(
     decided: dict[str, tuple[float, Placement]] = {}  # uid -> (time, first placement)
     placements: list[Placement] = []
     finished: dict[str, tuple[float, str]] = {}  # uid -> (time, phase)
+    tasks: dict[str, dict[str, Any]] = {}
     for line in lines:
         event = line["event"]
         if event == "node.spec" and line.get("v") == VERSION:
@@ -190,6 +195,14 @@ def read_log(
                 placements.append(placement)
         elif event == "pod.finished" and line.get("v") == VERSION:
             finished.setdefault(str(line.get("uid", "")), (line["_t"], str(line.get("phase", ""))))
+        elif event in TASK_EVENTS and line.get("v") == VERSION and line.get("task"):
+            task = tasks.setdefault(str(line["task"]), {"spec": None, "phases": [], "finished": None})
+            if event == "task.spec":
+                task["spec"] = line
+            elif event == "task.phase":
+                task["phases"].append(line.get("phase"))
+            else:
+                task["finished"] = line
         elif event == "dra.object" and line.get("v") == VERSION:
             note("DRA objects logged (ResourceSlices, DeviceClasses, claims: not modelled by the simulator)")
     jobs: list[TraceJob] = []
@@ -214,7 +227,7 @@ def read_log(
         jobs.append(_job(manifest, max(seen - ready, 0.0), duration, status))
     jobs.sort(key=lambda job: job.submit_time)  # stable: pods seen together keep the log's order
     return ReplayInput(list(nodes.values()), jobs, config or logged, content, placements, len(lines), skipped,
-                       notes)
+                       notes, tasks)
 
 
 def _gated(manifest: Mapping[str, Any]) -> bool:
@@ -321,6 +334,11 @@ def run(args: argparse.Namespace) -> int:
           f"{len(replay.jobs)} pods, {len(replay.placements)} placements by the daemon")
     for what, count in replay.notes.items():
         print(f"  {count} {what}")
+    if replay.tasks:
+        done = [t["finished"] for t in replay.tasks.values() if t["finished"] is not None]
+        held = sum(float(t.get("gpu_seconds") or 0.0) for t in done) / 3600
+        print(f"  {len(replay.tasks)} Tasks ({len(done)} finished, {held:.2f} GPU-hours held); their pods "
+              "are replayed as pods")
     progress = False if args.no_progress else None
     simulation = Simulation(replay.config, replay.nodes, replay.jobs, Mode.TIMED, seed=args.seed,
                             config_name="logged", progress=progress)

@@ -10,8 +10,10 @@ its annotation says.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from backends import Cluster, KubeCluster
 from builders import Task, make_node, make_pod
@@ -23,6 +25,7 @@ from ai_scheduler.cache.tasks import TASK_LABEL
 from ai_scheduler.config import parse_config
 from ai_scheduler.log import parse_time
 from ai_scheduler.tracesim.forecast import forecaster
+from ai_scheduler.tracesim.replay import read_log
 from e2e.test_e2e_status import User, user
 
 __all__ = ["user"]  # the fixture: team-a's user and their kubeconfig
@@ -62,7 +65,7 @@ async def create_task(api: KubeClient, task: Task) -> None:
 
 
 async def test_a_task_queued_behind_its_quota_is_admitted_whole_and_followed_to_success(
-    cluster: Cluster, api: KubeClient, user: User, start_scheduler: StartScheduler
+    cluster: Cluster, api: KubeClient, user: User, start_scheduler: StartScheduler, tmp_path: Path
 ) -> None:
     running = await start_scheduler(parse_config(QUOTA), forecaster=forecaster)
     # alice may hold 4 GPUs: 2 of them are held for a few seconds by a pod she started before.
@@ -103,6 +106,7 @@ async def test_a_task_queued_behind_its_quota_is_admitted_whole_and_followed_to_
     admitted = [line for line in running.log_lines("gang.admitted") if line["gang"] == "team-a/mpi"]
     assert [line["placed"] for line in admitted] == [5]
     assert done["reason"] == "Succeeded" and done["message"] == "every pod of launcher succeeded"
+    assert done["exitReason"] == "every pod of launcher succeeded" and done["systemAffinity"] == []
     fields = ("queuedAt", "admittedAt", "startedAt", "finishedAt")
     times = [parse_time(done[field]) or 0.0 for field in fields]
     assert 0.0 not in times and times == sorted(times), times
@@ -122,6 +126,15 @@ async def test_a_task_queued_behind_its_quota_is_admitted_whole_and_followed_to_
     assert phases[0] == "Queued" and phases[-1] == "Succeeded" and "Running" in phases
     finished = [line for line in running.log_lines("task.finished") if line["task"] == "team-a/mpi"]
     assert len(finished) == 1 and finished[0]["gpus"] == 4 and finished[0]["gpu_seconds"] > 4.0
+    # A replay of that log sees the Task, and its pods with the attributes it declared.
+    log = tmp_path / "scheduler.log"
+    log.write_bytes(b"\n".join(orjson.dumps(line) for line in running.log_lines()))
+    replay = read_log([log])
+    seen = replay.tasks["team-a/mpi"]
+    assert seen["spec"]["model_parameters"] == 7_000_000_000 and seen["phases"][-1] == "Succeeded"
+    assert seen["finished"]["gpu_seconds"] == finished[0]["gpu_seconds"]
+    workers = [job for job in replay.jobs if job.name.startswith("team-a/mpi-worker-")]
+    assert len(workers) == 4 and {job.workload_class for job in workers} == {"NLP"}
 
 
 async def test_hold_release_requeue_and_cancel_a_task_with_kubectl_ai_scheduler(
