@@ -68,6 +68,41 @@ async def usage_report(*argv: str) -> dict[str, Any]:
     return dict(json.loads(out.getvalue()))
 
 
+def saved_usage(database: str, group: str) -> float:
+    """The group's decayed usage in the database's last fair-share checkpoint."""
+    store = open_store(database)
+    try:
+        return store.load_fair_share()[0].get(("group", group), 0.0)
+    finally:
+        store.close()
+
+
+async def warm_up(cluster: Cluster, api: KubeClient, database: str) -> None:
+    """vision (alice) uses two GPUs for two seconds, nlp (bob) nothing; until that is checkpointed."""
+    await create_all(api, [], [make_pod("a-warm", namespace="team-a", cpu="1", gpus=2, duration=2.0)])
+    await wait_for(lambda: (stored_pod(cluster, "a-warm", "team-a").get("status") or {}).get("phase")
+                   == "Succeeded", timeout=30, what="the warm-up ran")
+    await wait_for(lambda: saved_usage(database, "vision") > 2.0, what="vision's usage checkpointed")
+
+
+async def bob_goes_first(cluster: Cluster, api: KubeClient, scheduler: Any) -> None:
+    """alice's pod comes first, bob's after; one GPU appears: bob's is placed, his group having used less
+    (without the usage kept, the tie would go to alice's, the older)."""
+    assert (await api.delete_node("warm")).ok
+    await create_all(api, [], [make_pod("a-next", namespace="team-a", cpu="1", gpus=1, duration=600)])
+    await asyncio.sleep(0.3)
+    await create_all(api, [], [make_pod("b-next", namespace="team-b", cpu="1", gpus=1, duration=600)])
+    await wait_for(lambda: {line["pod"] for line in scheduler.log_lines("decision")} >= {"team-a/a-next",
+                                                                                         "team-b/b-next"},
+                   what="both tried and waiting")
+    await asyncio.sleep(0.5)  # past both backoffs: room that appears now is given in the queue's order
+    await create_all(api, [make_node("one", cpu="32", memory="128Gi", gpus=1)], [])
+    await wait_for(lambda: stored_pod(cluster, "b-next", "team-b")["spec"].get("nodeName") == "one",
+                   what="bob's pod placed first: his group used less")
+    await asyncio.sleep(0.5)
+    assert not stored_pod(cluster, "a-next", "team-a")["spec"].get("nodeName")
+
+
 async def test_usage_totals_match_the_pods_lifetimes(
     cluster: Cluster, api: KubeClient, database: str, start_scheduler: StartScheduler
 ) -> None:
@@ -112,37 +147,12 @@ async def test_a_restarted_daemon_keeps_the_fair_share_order_it_had(
     await namespaces(api)
     settings = AccountingSettings(database, checkpoint_seconds=0.3)
     first = await start_scheduler(parse_config(TENANCY), accounting=settings)
-    # vision (alice) uses two GPUs for two seconds; nlp (bob) nothing.
-    await create_all(api, [make_node("warm", cpu="32", memory="128Gi", gpus=2)],
-                     [make_pod("a-warm", namespace="team-a", cpu="1", gpus=2, duration=2.0)])
-    await wait_for(lambda: (stored_pod(cluster, "a-warm", "team-a").get("status") or {}).get("phase")
-                   == "Succeeded", what="the warm-up ran")
-
-    def saved() -> float:
-        store = open_store(database)
-        try:
-            return store.load_fair_share()[0].get(("group", "vision"), 0.0)
-        finally:
-            store.close()
-
-    await wait_for(lambda: saved() > 2.0, what="vision's usage checkpointed")
+    await create_all(api, [make_node("warm", cpu="32", memory="128Gi", gpus=2)], [])
+    await warm_up(cluster, api, database)
     await first.stop()  # the first daemon is gone; a new one starts from the database
-    assert (await api.delete_node("warm")).ok
     second = await start_scheduler(parse_config(TENANCY), accounting=settings)
     assert second.log_lines("accounting.restored")
-    # alice's pod comes first; without the usage kept, the tie would go to it.
-    await create_all(api, [], [make_pod("a-next", namespace="team-a", cpu="1", gpus=1, duration=600)])
-    await asyncio.sleep(0.3)
-    await create_all(api, [], [make_pod("b-next", namespace="team-b", cpu="1", gpus=1, duration=600)])
-    await wait_for(lambda: {line["pod"] for line in second.log_lines("decision")} >= {"team-a/a-next",
-                                                                                      "team-b/b-next"},
-                   what="both tried and waiting")
-    await asyncio.sleep(0.5)  # past both backoffs: room that appears now is given in the queue's order
-    await create_all(api, [make_node("one", cpu="32", memory="128Gi", gpus=1)], [])
-    await wait_for(lambda: stored_pod(cluster, "b-next", "team-b")["spec"].get("nodeName") == "one",
-                   what="bob's pod placed first: his group used less")
-    await asyncio.sleep(0.5)
-    assert not stored_pod(cluster, "a-next", "team-a")["spec"].get("nodeName")
+    await bob_goes_first(cluster, api, second)
 
 
 @pytest.mark.parametrize("database", ["sqlite"], indirect=True)
@@ -178,35 +188,13 @@ async def test_after_a_failover_the_new_leader_keeps_the_fair_share_order(
     standby = await start_scheduler(config, leader_election=config.leader_election,
                                     accounting=config.accounting)
     await wait_for(lambda: standby.log_lines("leader.observed"), what="the standby seeing the leader")
-    await create_all(api, [], [make_pod("a-warm", namespace="team-a", cpu="1", gpus=2, duration=2.0)])
-    await wait_for(lambda: (stored_pod(cluster, "a-warm", "team-a").get("status") or {}).get("phase")
-                   == "Succeeded", timeout=30, what="the warm-up ran")
-
-    def saved() -> float:
-        store = open_store(database)
-        try:
-            return store.load_fair_share()[0].get(("group", "vision"), 0.0)
-        finally:
-            store.close()
-
-    await wait_for(lambda: saved() > 2.0, what="vision's usage checkpointed by the leader")
+    await warm_up(cluster, api, database)
     leader.process.kill()
     await leader.process.wait()
     await wait_for(lambda: standby.log_lines("leader.acquired"), timeout=30, what="the standby leading")
     [restored] = standby.log_lines("accounting.restored")
     assert restored["usage"]["group/vision"] > 2.0
-    assert (await api.delete_node("warm")).ok
-    await create_all(api, [], [make_pod("a-next", namespace="team-a", cpu="1", gpus=1, duration=600)])
-    await asyncio.sleep(0.3)
-    await create_all(api, [], [make_pod("b-next", namespace="team-b", cpu="1", gpus=1, duration=600)])
-    await wait_for(lambda: {line["pod"] for line in standby.log_lines("decision")} >= {"team-a/a-next",
-                                                                                       "team-b/b-next"},
-                   what="both tried and waiting")
-    await asyncio.sleep(0.5)
-    await create_all(api, [make_node("one", cpu="32", memory="128Gi", gpus=1)], [])
-    await wait_for(lambda: stored_pod(cluster, "b-next", "team-b")["spec"].get("nodeName") == "one",
-                   what="bob's pod placed first after the failover")
-    assert not stored_pod(cluster, "a-next", "team-a")["spec"].get("nodeName")
+    await bob_goes_first(cluster, api, standby)
     # The pods the old leader saw run are counted once, whoever wrote them last.
     store = open_store(database)
     try:
