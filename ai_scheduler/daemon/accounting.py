@@ -54,6 +54,7 @@ class Accounting:
         self.rows: dict[str, PodUsage] = {}  # uid -> its row, for pods that started and are not written ended
         self.dirty: set[str] = set()
         self.leading = False
+        self.unavailable = False  # the database could not be opened
         self.budgets: list[BudgetState] = []  # each budget's use in its period, as of the last checkpoint
         self.budgets_changed: Callable[[], None] | None = None  # a budget was spent or restored
 
@@ -63,6 +64,7 @@ class Accounting:
         try:
             self.store = await asyncio.to_thread(open_store, self.settings.database)
         except AccountingError as exc:
+            self.unavailable = True  # nothing is followed from now on: nowhere to write it
             self.log.error("accounting.unavailable", error=str(exc),
                            detail="the scheduler runs without accounting; fair share starts from no usage")
             return
@@ -70,6 +72,8 @@ class Accounting:
 
     # ------------------------------------------------------------------ what the informer sees
     def pod_event(self, kind: str, obj: dict[str, Any]) -> None:
+        if not self.settings.database or self.unavailable:
+            return  # accounting off, or nowhere to write: nothing to follow
         spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         known = self.rows.get(uid)
@@ -91,6 +95,8 @@ class Accounting:
 
     def pods_listed(self, uids: set[str]) -> None:
         """A relist: the pods it no longer has ended (when seen to go, as with a missed DELETED)."""
+        if not self.rows:
+            return
         now = time.time()
         for uid, row in list(self.rows.items()):
             if uid not in uids and row.ended is None:

@@ -29,7 +29,7 @@ from ai_scheduler.scheduler.domains import pod_gpus
 from ai_scheduler.scheduler.metrics import Metrics
 
 DOMAINS = "ai-scheduler.io/v1alpha1/domains"
-FLUSH_SECONDS = 1.0
+FLUSH_SECONDS = 2.0  # each flush reads the waiting pods once per Domain
 RESOURCES = ("nvidia.com/gpu", "cpu", "memory")
 
 

@@ -53,10 +53,10 @@ class KeptDomains:
     def kept_off(self, pod: PodRecord, members: int = 1) -> Kept:
         """The rows `pod` (a gang's member, of `members` alike) keeps off, with their reasons."""
         domains = self.table.domains
-        if not domains:
+        required = pod.labels.get(DOMAIN_LABEL)
+        if not domains and not required:
             return []
         kept: Kept = []
-        required = pod.labels.get(DOMAIN_LABEL)
         if required:
             mask = self.table.mask(required)
             if mask is None:

@@ -45,21 +45,22 @@ def group_quota(name: str, gpus: int) -> dict[str, Any]:
 
 
 def _grant(plane: ControlPlane) -> tuple[str, str]:
-    """The group admin of vision (bound in team-a) and the user alice (reader in team-a): their tokens."""
+    """The group admin of vision (bound in team-a) and a user of team-a (a reader there): their tokens. Names
+    of their own: the real control plane outlives the test, and test_e2e_status.py binds its `alice`."""
     for namespace, account, role in (("team-a", "vision-admin", "ai-scheduler-group-admin"),
-                                     ("team-a", "alice", "ai-scheduler-quota-reader")):
+                                     ("team-a", "vision-member", "ai-scheduler-quota-reader")):
         status, answer = plane.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", {
             "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}})
         assert status in (201, 409), answer
         status, answer = plane.request(
             "POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", {
                 "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                "metadata": {"name": account},
+                "metadata": {"name": f"quota-{account}"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
                 "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
         assert status in (201, 409), answer
     return (plane.service_account_token("team-a", "vision-admin"),
-            plane.service_account_token("team-a", "alice"))
+            plane.service_account_token("team-a", "vision-member"))
 
 
 class People:

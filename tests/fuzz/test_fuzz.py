@@ -145,6 +145,25 @@ NOT_READ = {
     API_VERSION: "the visibility API's group and version, served, not read",
     API_GROUP: "the visibility API's group, served, not read",
     ROLE_LABEL: "written on the daemon's own pod for the visibility Service's selector, never read",
+    "ai-scheduler.io/group": "a namespace label the admission policy reads (deploy/quota-delegation.yaml)",
+}
+# Keys read as the run-time model's features (prediction/features.py): a task type or workload class is a
+# category (any value, normalised), a declared size a whole number (anything else is no size); they move a
+# prediction, never a placement (tests/unit/prediction/test_prediction.py, tests/unit/cache/test_tasks.py).
+READ_AS_FEATURES = {
+    "ai-scheduler.io/task-type": "a category of the run-time model",
+    "ai-scheduler.io/workload-class": "a category of the run-time model",
+    "ai-scheduler.io/model-parameters": "a declared size: a whole number, or none",
+    "ai-scheduler.io/dataset-bytes": "a declared size: a whole number, or none",
+}
+# Keys whose value names an object: the pod is kept off every node while no such object exists, with the
+# reason (tests/unit/cache/test_domains.py); the Task controller's keys on its own pods, which it reads back
+# from them only (a run label that is not a number: not one of its pods; tests/unit/cache/test_tasks.py).
+READ_BY_NAME = {
+    "ai-scheduler.io/domain": "a Domain's name: none of that name keeps the pod off every node, said",
+    "ai-scheduler.io/task": "the Task controller's, on its own pods: the Task's name",
+    "ai-scheduler.io/task-role": "the Task controller's, on its own pods: the role",
+    "ai-scheduler.io/task-run": "the Task controller's, on its own pods: the run, a number",
 }
 # Keys of users' commands on their own pods (`ai-scheduler status hold|requeue`): a value gates a pod or
 # retries it, nothing else; tests/unit/scheduler/test_hold_requeue.py covers any value (only "true" holds;
@@ -171,12 +190,10 @@ READ_FROM_OTHER_OBJECTS = {
     "resource.kubernetes.io/extended-resource-claim": "written on the claim DynamicResources makes for "
     "DRA-backed extended resources (test_dynamic_resources.py)",
     "resource.kubernetes.io/delete-protection": "the finalizer DynamicResources' PreBind puts on claims",
+    "nvidia.com/gpu.product": "node label: the GPU model accounting records, used as it is",
 }
 # Keys the contract names that the code does not read yet, each with the issue that will make it read them.
-CONTRACT_NOT_READ_YET = {
-    "ai-scheduler.io/task-type": "task attributes for policies: no policy factor reads them yet",
-    "ai-scheduler.io/workload-class": "task attributes for policies: no policy factor reads them yet",
-}
+CONTRACT_NOT_READ_YET: dict[str, str] = {}
 # Keys of the contract, as docs/reference/contract.md lists them (checked below).
 CONTRACT_KEYS = frozenset({
     POD_GROUP_LABEL, LEGACY_POD_GROUP_LABEL, GROUP_NAME_LABEL, GROUP_MIN_LABEL, KOORDINATOR_NAME,
@@ -639,10 +656,12 @@ def keys_in_code() -> dict[str, str]:
 
 
 def test_every_key_the_code_reads_is_fuzzed_and_documented() -> None:
-    """A key added to the code must be added here (to FUZZED_KEYS with an oracle, to NOT_READ, or to
-    READ_FROM_OTHER_OBJECTS for well-known keys of nodes and volumes)."""
+    """A key added to the code must be added here (to FUZZED_KEYS with an oracle, to NOT_READ, to
+    READ_AS_FEATURES or READ_BY_NAME, or to READ_FROM_OTHER_OBJECTS for well-known keys of nodes and
+    volumes)."""
     in_code = keys_in_code()
-    known = FUZZED_KEYS | NOT_READ.keys() | READ_FROM_OTHER_OBJECTS.keys() | USER_COMMANDS.keys()
+    known = (FUZZED_KEYS | NOT_READ.keys() | READ_FROM_OTHER_OBJECTS.keys() | USER_COMMANDS.keys()
+             | READ_AS_FEATURES.keys() | READ_BY_NAME.keys())
     unknown = {k: where for k, where in in_code.items() if k not in known}
     assert not unknown, f"keys in the code that the fuzz does not cover: {unknown}"
     gone = known - in_code.keys()
@@ -655,7 +674,7 @@ def test_every_key_the_code_reads_is_fuzzed_and_documented() -> None:
     undocumented = sorted(k for k in FUZZED_KEYS if k not in readme)
     assert not undocumented, f"keys the scheduler reads that the docs do not name: {undocumented}"
     uncovered = (CONTRACT_KEYS - FUZZED_KEYS - NOT_READ.keys() - USER_COMMANDS.keys()
-                 - CONTRACT_NOT_READ_YET.keys())
+                 - CONTRACT_NOT_READ_YET.keys() - READ_AS_FEATURES.keys() - READ_BY_NAME.keys())
     assert not uncovered, f"contract keys neither read nor known to be missing: {sorted(uncovered)}"
     for key in CONTRACT_NOT_READ_YET:
         assert key not in in_code, f"{key} is read now: fuzz it (FUZZED_KEYS, `expect`) and drop it here"

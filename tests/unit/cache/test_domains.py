@@ -75,6 +75,11 @@ def test_a_kept_domain_keeps_off_what_it_is_not_kept_for() -> None:
     lost = Pod("l", gpus=1).uid().meta(labels={DOMAIN_LABEL: "nowhere"}).record()
     [(mask, reason)] = [k for k in domains.kept_off(lost) if "does not exist" in k[1]]
     assert mask.all() and reason == "domain nowhere (label ai-scheduler.io/domain) does not exist"
+    # With no Domain at all, a required one is still not met: kept off everywhere, never placed anyway.
+    none = KeptDomains(cache, Reserver(cache, JsonLogger(stream=None), backfill=True), AnnotatedRunTimes)
+    [(mask, reason)] = none.kept_off(lost)
+    assert mask.all() and "does not exist" in reason
+    assert none.kept_off(small) == []
 
 
 def test_others_backfill_a_kept_domain_only_before_the_waiting_units_reservation_is_due() -> None:
