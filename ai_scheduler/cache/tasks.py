@@ -506,11 +506,17 @@ def _step(task: TaskSpec, status: Mapping[str, Any], pods: Iterable[TaskPod], no
         return plan
     plan.delete.extend(stale)
 
-    def restart(reason: str, message: str, *, failed: bool) -> None:
+    def next_run() -> None:
+        """The run's pods go; the next run's are made when the status saying so is written."""
         plan.delete.extend(p.name for p in current if p.active)
-        new.update(run=run + 1, restarts=int(new["restarts"]) + 1, podsCreated=False)
-        for stale_field in ("startedAt", "admittedAt", "waitSeconds"):
-            new.pop(stale_field, None)
+        new.update(run=run + 1, podsCreated=False)
+        new.pop("startedAt", None)
+        new.pop("admittedAt", None)
+
+    def restart(reason: str, message: str, *, failed: bool) -> None:
+        next_run()
+        new["restarts"] = int(new["restarts"]) + 1
+        new.pop("waitSeconds", None)
         if failed:
             new["failedRuns"] = int(new["failedRuns"]) + 1
         new["queuedAt"] = rfc3339(now)
@@ -523,10 +529,7 @@ def _step(task: TaskSpec, status: Mapping[str, Any], pods: Iterable[TaskPod], no
             return plan
     if task.suspend:
         if any(p.active for p in current) or new.get("podsCreated"):
-            plan.delete.extend(p.name for p in current if p.active)
-            new.update(run=run + 1, podsCreated=False)
-            new.pop("startedAt", None)
-            new.pop("admittedAt", None)
+            next_run()
         move(HELD, "Held", "held by the user (spec.suspend): its pods are made again when it is released")
         return plan
     if not new.get("podsCreated"):

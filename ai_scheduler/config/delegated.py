@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ai_scheduler.config.elasticquota import ElasticQuotaError, parse_amounts
+from ai_scheduler.config.elasticquota import ElasticQuotaError, check_min_under_max, parse_amounts
 from ai_scheduler.config.schema import Config, FrozenMap, GroupSpec, NamespaceSpec, UserSpec
 from ai_scheduler.quantity import format_units
 
@@ -86,25 +86,27 @@ def _whole(value: Any, where: str, default: int = 0) -> int:
     return value
 
 
-def parse_group_quota(obj: Mapping[str, Any]) -> GroupQuota:
+def _parts(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """An object's metadata and spec; ElasticQuotaError for a spec that is not an object."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise ElasticQuotaError("spec must be an object")
+    return meta, spec
+
+
+def parse_group_quota(obj: Mapping[str, Any]) -> GroupQuota:
+    meta, spec = _parts(obj)
     share = spec.get("share", 1.0)
     if isinstance(share, bool) or not isinstance(share, int | float) or not share > 0:
         raise ElasticQuotaError(f"spec.share must be a number above 0, got {share!r}")
     quota = GroupQuota(str(meta.get("name") or ""), _whole(spec.get("level"), "spec.level"), float(share),
                        parse_amounts(spec.get("min"), "spec.min"), parse_amounts(spec.get("max"), "spec.max"))
-    for resource, guaranteed in quota.min.items():
-        if resource in quota.max and guaranteed > quota.max[resource]:
-            raise ElasticQuotaError(f"spec.min[{resource!r}] is above spec.max")
+    check_min_under_max(quota.min, quota.max)
     return quota
 
 
 def parse_user_quota(obj: Mapping[str, Any]) -> UserQuota:
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise ElasticQuotaError("spec must be an object")
+    meta, spec = _parts(obj)
     group = spec.get("group")
     if not isinstance(group, str) or not group:
         raise ElasticQuotaError(f"spec.group must name a group, got {group!r}")

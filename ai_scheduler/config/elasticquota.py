@@ -74,14 +74,19 @@ def parse_elastic_quota(obj: Mapping[str, Any]) -> ElasticQuota:
         min=parse_amounts(spec.get("min"), "spec.min"),
         max=parse_amounts(spec.get("max"), "spec.max"),
     )
-    for resource, guaranteed in quota.min.items():
-        limit = quota.max.get(resource)
+    check_min_under_max(quota.min, quota.max)
+    return quota
+
+
+def check_min_under_max(minimum: Mapping[str, int], maximum: Mapping[str, int]) -> None:
+    """Raise ElasticQuotaError for a guaranteed amount above the maximum of the same resource."""
+    for resource, guaranteed in minimum.items():
+        limit = maximum.get(resource)
         if limit is not None and guaranteed > limit:
             raise ElasticQuotaError(
                 f"spec.min[{resource!r}] ({format_units(resource, guaranteed)}) is above spec.max "
                 f"({format_units(resource, limit)})"
             )
-    return quota
 
 
 class ElasticQuotas:

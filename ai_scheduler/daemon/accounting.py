@@ -27,6 +27,7 @@ is logged and retried with the next checkpoint (the rows stay dirty).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,9 +41,9 @@ from ai_scheduler.config import AccountingSettings
 from ai_scheduler.log import JsonLogger, parse_time, rfc3339
 from ai_scheduler.prediction import gpu_milli_of
 from ai_scheduler.scheduler.core import SchedulerCore
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-DEVICE_PLUGIN_GPU = "nvidia.com/gpu"
 
 
 class Accounting:
@@ -100,7 +101,7 @@ class Accounting:
         now = time.time()
         for uid, row in list(self.rows.items()):
             if uid not in uids and row.ended is None:
-                self.rows[uid] = PodUsage(*[*_fields(row)[:-1], now])
+                self.rows[uid] = dataclasses.replace(row, ended=now)
                 self.dirty.add(uid)
 
     def _row(self, obj: dict[str, Any], started: float, ended: float | None) -> PodUsage:
@@ -236,10 +237,6 @@ def _write(store: Store, rows: list[PodUsage], usage: dict[tuple[str, str], floa
     written = store.upsert(rows)
     store.save_fair_share(usage, taken)
     return written
-
-
-def _fields(row: PodUsage) -> list[Any]:
-    return [getattr(row, name) for name in PodUsage.__dataclass_fields__]
 
 
 def _finished_at(status: dict[str, Any]) -> float | None:

@@ -419,11 +419,12 @@ class Scheduler:
         # Its checkpoints' period at once; its database stays the one opened at start (a restart key).
         self.accounting.settings = dataclasses.replace(config.accounting,
                                                        database=self.accounting.settings.database)
-        return self.core.reconfigure(self._with_quota_objects(config))
+        return self.core.reconfigure(self._tenancy(config))
 
     # ------------------------------------------------------------------ quota objects
-    def _with_quota_objects(self, config: Config) -> Config:
-        """The config file's tenancy with the ElasticQuotas, then the GroupQuotas and UserQuotas, under it."""
+    def _tenancy(self, config: Config) -> Config:
+        """The config file's tenancy with the ElasticQuotas, then the GroupQuotas and UserQuotas, under it;
+        then the spent budgets' actions over the whole."""
         elastic = with_elastic_quotas(config, self.elastic_quotas.quotas.values())
         merged = merge(elastic, self.quota_objects.quotas)
         self.quota_objects.merged = merged
@@ -434,12 +435,12 @@ class Scheduler:
 
     def _budgets_changed(self) -> None:
         """A budget was spent or a new period restored it: apply the tenancy with its action at once."""
-        self.core.reconfigure(self._with_quota_objects(self.config))
+        self.core.reconfigure(self._tenancy(self.config))
         self.reload.reconfigured.set()
 
     def _delegated_quotas_changed(self) -> None:
         """A GroupQuota or UserQuota changed: merge and apply at once, as a reload does."""
-        self.core.reconfigure(self._with_quota_objects(self.config))
+        self.core.reconfigure(self._tenancy(self.config))
         self.reload.reconfigured.set()
         self.log.info("quotas.applied", **self.quota_objects.described())
 
@@ -456,7 +457,7 @@ class Scheduler:
         """Merge the quotas now in force under the config file's and hand the result to the core, as a
         reload does (the config file's own keys are unchanged)."""
         quotas = self.elastic_quotas
-        self.core.reconfigure(self._with_quota_objects(self.config))
+        self.core.reconfigure(self._tenancy(self.config))
         self.reload.reconfigured.set()
         self.log.info("elasticquotas.applied", quotas=quotas.described(), refused=dict(quotas.errors))
 

@@ -29,7 +29,7 @@ from ai_scheduler.scheduler.domains import pod_gpus
 from ai_scheduler.scheduler.metrics import Metrics
 
 DOMAINS = "ai-scheduler.io/v1alpha1/domains"
-FLUSH_SECONDS = 2.0  # each flush reads the waiting pods once per Domain
+FLUSH_SECONDS = 2.0  # each flush reads the waiting pods once
 RESOURCES = ("nvidia.com/gpu", "cpu", "memory")
 
 
@@ -59,8 +59,20 @@ class DomainObjects:
         self.log.info("domains.applied", domains=described)
         self.core.queue.move_all("DomainChange")
 
-    def status(self, name: str) -> dict[str, Any]:
-        """A Domain's status as the cache and the queue have it now."""
+    def waiting(self) -> list[tuple[str, int, int, int]]:
+        """Each waiting pod once, as the Domains read it: (required domain, its GPUs, its unit's GPUs in
+        all, its priority)."""
+        waiting = []
+        for qp in self.core.queue.pending():
+            pod = qp.pod
+            gang = self.core.gangs.gang_of(pod)
+            gpus = pod_gpus(pod)
+            unit = gpus * (gang.min_member if gang is not None else 1)
+            waiting.append((pod.labels.get(DOMAIN_LABEL, ""), gpus, unit, pod.priority))
+        return waiting
+
+    def status(self, name: str, waiting: list[tuple[str, int, int, int]]) -> dict[str, Any]:
+        """A Domain's status as the cache and the queue (`waiting`) have it now."""
         table, cache = self.core.domains.table, self.core.cache
         domain = table.domains[name]
         mask = table.mask(name)
@@ -71,16 +83,9 @@ class DomainObjects:
             total = int(cache.allocatable[rows, column].sum()) if column >= 0 else 0
             taken = int(cache.requested[rows, column].sum()) if column >= 0 else 0
             capacity[resource], used[resource] = format_units(resource, total), format_units(resource, taken)
-        pods = gpus = 0
-        for qp in self.core.queue.pending():
-            pod = qp.pod
-            gang = self.core.gangs.gang_of(pod)
-            members = gang.min_member if gang is not None else 1
-            wants = pod.labels.get(DOMAIN_LABEL) == name or (
-                domain.kept and domain.eligible(pod_gpus(pod) * members, pod.priority))
-            if wants:
-                pods += 1
-                gpus += pod_gpus(pod)
+        wanted = [gpus for required, gpus, unit, priority in waiting
+                  if required == name or (domain.kept and domain.eligible(unit, priority))]
+        pods, gpus = len(wanted), sum(wanted)
         return {
             "nodes": sorted(cache.row_names[row] for row in rows),
             "capacity": capacity, "used": used,
@@ -95,8 +100,10 @@ class DomainObjects:
             await self.flush()
 
     async def flush(self) -> None:
-        for name in list(self.core.domains.table.domains):
-            status = self.status(name)
+        names = list(self.core.domains.table.domains)
+        waiting = self.waiting() if names else []  # the waiting pods read once for every Domain
+        for name in names:
+            status = self.status(name, waiting)
             if self._written.get(name) == status:
                 continue
             path = f"/apis/ai-scheduler.io/v1alpha1/domains/{name}/status"

@@ -29,10 +29,10 @@ from ai_scheduler.cache.cache import SchedulerCache
 from ai_scheduler.cache.domains import DOMAIN_LABEL, DomainTable
 from ai_scheduler.cache.gpus import gpu_request
 from ai_scheduler.cache.records import PodRecord
+from ai_scheduler.scheduler.framework.plugins.gpu import DEVICE_PLUGIN_GPU
 from ai_scheduler.scheduler.reservation import Reserver
 from ai_scheduler.scheduler.runtimes import RunTimes
 
-DEVICE_PLUGIN_GPU = "nvidia.com/gpu"
 Kept = list[tuple[np.ndarray, str]]
 
 
