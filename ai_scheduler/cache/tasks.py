@@ -47,6 +47,7 @@ The phases (`status.phase`)::
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,9 +179,9 @@ class TaskSpec:
         after = spec.get("podsAfterFinish") or "Keep"
         if after not in ("Keep", "Delete"):
             errors.append(f'spec.podsAfterFinish must be "Keep" or "Delete", got {after!r}')
-        if len(ident["name"]) > MAX_NAME - 4:
-            errors.append(f"the Task's name may have at most {MAX_NAME - 4} characters (its gang's name is a "
-                          "label value)")
+        if len(ident["name"]) > MAX_NAME:
+            errors.append(f"the Task's name may have at most {MAX_NAME} characters (it is a label value on "
+                          "its pods)")
         return cls(
             **ident, roles=roles, queue=str(spec.get("queue") or ""),
             priority_class=str(spec.get("priorityClassName") or ""), kind=kind, domain=domain,
@@ -323,7 +324,15 @@ class TaskPod:
 
 
 def gang_name(task: TaskSpec, run: int) -> str:
-    return task.name if run == 0 else f"{task.name}-r{run}"
+    """The gang of a run: the Task's name, `-r<run>` after it from the second run on. It is a label value
+    (at most MAX_NAME characters): a long name whose run number would pass the limit is cut, and a
+    digest of the whole name kept before the run, so that two Tasks whose names differ only past the
+    cut still have gangs of their own."""
+    name = task.name if run == 0 else f"{task.name}-r{run}"
+    if len(name) <= MAX_NAME:
+        return name
+    suffix = f"-{hashlib.sha256(task.name.encode()).hexdigest()[:8]}-r{run}"
+    return task.name[: MAX_NAME - len(suffix)] + suffix
 
 
 def pod_name(task: TaskSpec, role: str, index: int, run: int) -> str:

@@ -16,6 +16,7 @@ from ai_scheduler.cache.tasks import (
     TASK_LABEL,
     TaskPod,
     TaskSpec,
+    gang_name,
     reconcile,
     task_pods,
 )
@@ -65,6 +66,28 @@ def test_the_pods_of_a_run_are_one_gang_of_every_replica_with_the_roles_minimums
     later = task_pods(task, 2)  # a restart's pods: names and gang of their own
     assert later[0]["metadata"]["name"] == "mpi-launcher-0-r2"
     assert later[0]["metadata"]["labels"][GROUP_NAME_LABEL] == "mpi-r2"
+
+
+def test_a_long_name_keeps_its_gang_names_label_values_and_apart_at_every_run() -> None:
+    """The gang's name is a label value (63 characters at most) and carries the run from the second run
+    on: a name of 63 characters still makes pods the API server takes, at run 0 and at run 1,000, and
+    two names that differ only past the cut keep gangs of their own."""
+    long = "t" * 60 + "abc"
+    other = "t" * 60 + "abd"
+    task = replace(mpi(), name=long)
+    assert gang_name(task, 0) == long
+    for run in (1, 9, 10, 1000):
+        pods = task_pods(task, run)
+        gang = pods[0]["metadata"]["labels"][GROUP_NAME_LABEL]
+        assert len(gang) <= 63 and gang.endswith(f"-r{run}") and gang.startswith("t" * 40)
+        assert {p["metadata"]["labels"][GROUP_NAME_LABEL] for p in pods} == {gang}
+        assert gang != gang_name(replace(task, name=other), run)
+    short = mpi()
+    assert gang_name(short, 12) == "mpi-r12"  # a name that fits is left as it is
+    ok = Task(long).role("w", 1, cpu="1").obj()
+    assert TaskSpec.from_api(ok).error == ""
+    too_long = Task(long + "x").role("w", 1, cpu="1").obj()
+    assert "the Task's name may have at most 63 characters" in TaskSpec.from_api(too_long).error
 
 
 @pytest.mark.parametrize(("spec", "error"), [
