@@ -465,6 +465,10 @@ class SchedulingQueue:
         moved: list[QueuedPod] = []
         kept: list[QueuedPod] = []
         units: dict[str, list[QueuedPod]] = {}
+        # A pod whose last failure is a whole maximum backoff ago, and which has no later not-before, is
+        # not backing off: no need to work its deadline out (most of a standing queue, once the events
+        # are more than that apart).
+        longest = self._max_backoff
         for qp in self._unschedulable.values():
             hint = qp.hint
             if hint is None:
@@ -480,10 +484,15 @@ class SchedulingQueue:
             fit = verdicts.get(hint)
             if fit is None:
                 fit = verdicts[hint] = fits(qp.pod)
-            pending = qp.virtual is not None and self._pending(qp, now)
-            if fit or (not pending and self._backoff_deadline(qp) > now):
+            if fit:
                 moved.append(qp)
-            elif not pending:  # still in activeQ as a queue without hints sees it: nothing moves it
+                continue
+            virtual = qp.virtual
+            if virtual is not None and virtual[0] == now and self._pending(qp, now):
+                continue  # still in activeQ as a queue without hints sees it: nothing moves it
+            if (qp.last_failure + longest > now or qp.not_before > now) and self._backoff_deadline(qp) > now:
+                moved.append(qp)
+            else:
                 kept.append(qp)
         kept_units = [m for m in units.values() if self._unit_moves(m, verdicts, fits, now, moved)]
         for qp in moved:

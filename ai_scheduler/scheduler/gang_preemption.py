@@ -163,15 +163,20 @@ class GangPreemptor:
 
         One pass over the placed pods, a dict walk with integer compares (the cache keeps a finished
         pod on no node, so a placed pod is never terminal); what costs more (rows, demands) is
-        computed later, only for the units the planner looks at."""
+        computed later, only for the units the planner looks at. No pass at all when no placed pod of
+        the gang's group has a lower priority (the tenancy's count per group and priority, as the
+        single-pod PostFilter asks): under a standing queue of waiting gangs that pass, over every pod
+        the cache knows (the waiting ones too), was the largest part of a failed gang attempt."""
         cache, preemptor = self.cache, self.preemptor
+        who = preemptor.eligibility(first, set())  # no resources reclaimed: by priority (and group)
+        if not preemptor.may_find_victims(who.group, first.priority):
+            return []
         pods = cache.pods
         gangs = preemptor.gangs.gangs
         gang_keys = preemptor.gangs._gang_of
         # Without users in the config every pod is in no group: priority alone decides (_eligible).
         tenancy_matters = bool(preemptor.tenancy.config.users)
         eligible = preemptor._eligible
-        who = preemptor.eligibility(first, set())  # no resources reclaimed: by priority (and group)
         seen: set[str] = set(gang.members)  # its own placed members are never victims
         below = first.priority
         units: list[Unit] = []

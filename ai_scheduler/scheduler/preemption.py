@@ -318,7 +318,7 @@ class Preemptor:
         group = cycle.tenant.group
         who = Eligibility(group, pod.priority, self._below_min(group, cycle.amounts))
         by_node: dict[str, list[tuple[PodRecord, VictimKind]]] = {}
-        if who.reclaiming or self._may_find_victims(group, pod.priority):
+        if who.reclaiming or self.may_find_victims(group, pod.priority):
             for state in self.cache.pods.values():
                 if state.node and not state.assumed:
                     kind = self._eligible(who, state.record)
@@ -376,7 +376,7 @@ class Preemptor:
             held = self._shadow = (framework, made[0], made[1])
         return held[1], held[2]
 
-    def _may_find_victims(self, group: str, priority: int) -> bool:
+    def may_find_victims(self, group: str, priority: int) -> bool:
         """Whether some placed pod may be a victim by priority (reclaim aside) of a pod of `group` with
         spec.priority `priority`: one of its own group (or, for a pod of no group, of no group) with a
         lower one. Read from the tenancy's count per group and priority, so that a pod with no victims

@@ -312,16 +312,18 @@ class PriorityEngine:
         stats = _Stats()
         weights = self.config.policy.weights
         if pending:
-            stats.priority_low = min(qp.pod.priority for qp in pending)
-            stats.priority_high = max(qp.pod.priority for qp in pending)
+            priorities = [qp.pod.priority for qp in pending]
+            stats.priority_low, stats.priority_high = min(priorities), max(priorities)
         if "jobSize" in weights or "estimatedRuntime" in weights:  # the others read none of what follows
             for qp in pending:
                 self._observe(qp.pod, stats, self.run_time(qp.pod))
         self._stats = stats
         if self._normalisers() != self._keyed:
             self._keys_stale = True
-        live = {qp.pod.uid for qp in pending}
-        self._last = {uid: p for uid, p in self._last.items() if uid in live}
+        # Forget the pods no longer waiting: only those are touched (set arithmetic over the keys).
+        last = self._last
+        for uid in last.keys() - {qp.pod.uid for qp in pending}:
+            del last[uid]
 
     def _normalisers(self) -> tuple[float, ...]:
         """The normalisers the active policy's factors read, as they are now."""

@@ -149,6 +149,39 @@ def test_equal_and_higher_priorities_are_never_victims() -> None:
     assert not verdict.preempts and verdict.message == POST_FILTER_PREFIX + NO_GROUP_VICTIMS
 
 
+class WalkedPods(dict[str, Any]):
+    """The cache's pods, counting the passes over them (each one calls through)."""
+
+    walks = 0
+
+    def items(self) -> Any:
+        self.walks += 1
+        return super().items()
+
+
+def test_no_pass_over_the_pods_while_no_placed_pod_has_a_lower_priority() -> None:
+    """A standing queue of waiting gangs asks for preemption at every attempt: while no placed pod is
+    below the gang's priority (the tenancy's counts say so), the answer comes without walking the pods.
+    Once one is, the pass is made and finds it."""
+    cluster = Cluster([gpu_node("n0"), gpu_node("n1")], placed_gang("peer", HIGH, ["n0"] * 4))
+    for i in range(50):  # waiting pods are in the cache too: the pass would read them all
+        cluster.add(member(f"waiting-{i}", 0, HIGH))
+    pods = cluster.cache.pods = WalkedPods(cluster.cache.pods)
+    gang, records = cluster.incoming([member("big", i, HIGH, size=8) for i in range(8)])
+
+    def post_filter() -> tuple[GangVerdict, int]:
+        before = pods.walks
+        verdict = cluster.gang_preemptor.post_filter(gang, records, len(records), cluster.framework)
+        return verdict, pods.walks - before
+
+    verdict, walks = post_filter()
+    assert verdict.message == POST_FILTER_PREFIX + NO_GROUP_VICTIMS and walks == 0
+    cluster.add(member("low", 0, LOW, "n1", size=1))
+    verdict, walks = post_filter()
+    assert walks == 1 and not verdict.preempts
+    assert verdict.message == "preemption: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
 def test_when_the_lower_ones_are_not_enough_nothing_is_taken_and_the_filters_say_why() -> None:
     cluster = Cluster(
         [gpu_node("n0"), gpu_node("n1")],
