@@ -181,3 +181,13 @@ class DomainTable:
                     mask[row] = True
             self._masks[name] = mask
         return mask
+
+    def names_by_row(self) -> dict[int, list[str]]:
+        """The Domains each row belongs to, by name (for the resource view, never per attempt)."""
+        rows: dict[int, list[str]] = {}
+        for name in sorted(self.domains):
+            mask = self.mask(name)
+            if mask is not None:
+                for row in np.flatnonzero(mask).tolist():
+                    rows.setdefault(row, []).append(name)
+        return rows

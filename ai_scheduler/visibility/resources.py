@@ -170,9 +170,11 @@ def quota_items(tenancy: Tenancy) -> list[dict[str, Any]]:
 def gpu_node_items(core: SchedulerCore) -> list[dict[str, Any]]:
     """Each node with managed GPUs (label ai-scheduler.io/gpu-managed), by name: its devices as the
     agent reported them, with the memory our placements leave free, the NVLink island (named by its
-    lowest device index), and the pods holding each (a whole device, or a share's memory)."""
+    lowest device index), the pods holding each (a whole device, or a share's memory), and the logical
+    domains (Domain objects) the node belongs to."""
     cache = core.cache
     gpus = cache.gpus
+    domains = core.domains.table.names_by_row()
     nodes = []
     for row in sorted(gpus.nodes, key=lambda r: cache.row_names[r]):
         state = gpus.nodes[row]
@@ -206,12 +208,15 @@ def gpu_node_items(core: SchedulerCore) -> list[dict[str, Any]]:
             "metadata": {"name": cache.row_names[row]},
             "healthy": bool(gpus.healthy[row]), "problem": state.problem or None,
             "updated": None if state.updated is None else rfc3339(state.updated, millis=False),
+            "domains": domains.get(row, []),
             "devices": devices,
         })
-    return _with_dra_gpus(core, nodes)
+    return _with_dra_gpus(core, nodes, domains)
 
 
-def _with_dra_gpus(core: SchedulerCore, nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _with_dra_gpus(
+    core: SchedulerCore, nodes: list[dict[str, Any]], domains: Mapping[int, list[str]]
+) -> list[dict[str, Any]]:
     """The GPUs nodes publish through DRA ResourceSlices (cache/dra_gpus.py) added to the managed ones,
     `source: dra`: index, UUID, model and memory from the driver's attributes, free when no claim holds
     it, and its holders: the pods each allocated claim is reserved for (`claim` names it; a claim
@@ -238,7 +243,8 @@ def _with_dra_gpus(core: SchedulerCore, nodes: list[dict[str, Any]]) -> list[dic
         if item is None:
             item = by_name[name] = {
                 "apiVersion": API_VERSION, "kind": "GpuNode", "metadata": {"name": name},
-                "healthy": True, "problem": None, "updated": None, "devices": [],
+                "healthy": True, "problem": None, "updated": None,
+                "domains": domains.get(core.cache.row_of(name), []), "devices": [],
             }
         item["devices"] = [*item["devices"], *devices]
     return [by_name[name] for name in sorted(by_name)]

@@ -13,7 +13,7 @@ see. The page is read-only: its script fetches the API's JSON resources next to 
   shown by position only.
 - Quotas: per group, user and queue, use against max (and the guaranteed min of groups).
 - GPUs: every node's managed devices (index, model, free of total memory, NVLink island) with the pods
-  that hold each and how much.
+  that hold each and how much, and the logical domains (Domain objects) the node belongs to.
 - Recent decisions: the last scheduling decisions, newest first.
 - Use over time (where the daemon keeps accounting, and RBAC lets the user `list usage`): GPU-hours by
   user per hour over the last day, one line each in an inline SVG chart, with the totals beside it.
@@ -134,6 +134,10 @@ function gpus(list) {
     const name = item.node || (item.metadata || {}).name;
     const node = document.createElement("div"); node.className = "node"; node.dataset.node = name;
     const title = document.createElement("h3"); title.textContent = name; node.appendChild(title);
+    if ((item.domains || []).length) {
+      const domains = document.createElement("div"); domains.className = "domains";
+      domains.textContent = "domains: " + item.domains.map(text).join(", "); node.appendChild(domains);
+    }
     for (const device of item.devices || []) {
       const gpu = document.createElement("div");
       const holders = device.holders || [];

@@ -229,7 +229,7 @@ async def waiting(api: KubeClient, gpu_cluster: Agents) -> AsyncIterator[None]:
 
 
 async def test_users_see_the_queue_through_the_api_server_as_rbac_allows(
-    gateway: Gateway, waiting: None, start_scheduler: StartScheduler, tmp_path: Path,
+    gateway: Gateway, waiting: None, start_scheduler: StartScheduler, tmp_path: Path, api: KubeClient,
 ) -> None:
     address = gateway.address
     accounting = AccountingSettings(f"sqlite:///{tmp_path / 'accounting.db'}", checkpoint_seconds=0.3)
@@ -286,6 +286,13 @@ async def test_users_see_the_queue_through_the_api_server_as_rbac_allows(
     status, body = await gateway.get("bob", f"{API}/pendingpods")
     assert sorted(str(item["metadata"]["name"]) for item in body["items"]) == ["None", "None", "b-0"]
 
+    # A logical domain of one GPU node: the GPU view says which nodes belong to it.
+    made = await api.request("POST", "/apis/ai-scheduler.io/v1alpha1/domains", body={
+        "apiVersion": "ai-scheduler.io/v1alpha1", "kind": "Domain", "metadata": {"name": "nvlink-pool"},
+        "spec": {"nodes": ["dgx-1"]}})
+    assert made.ok, made.message
+    await wait_for(lambda: running.log_lines("domains.applied"), what="the domain in force")
+
     # Quotas and GPUs: for the viewer (carol), refused by the API server's RBAC to alice and bob.
     for user in ("alice", "bob"):
         for resource in ("quotas", "gpus", "gpus/dgx-0"):
@@ -301,6 +308,8 @@ async def test_users_see_the_queue_through_the_api_server_as_rbac_allows(
     status, body = await gateway.get("carol", f"{API}/gpus")
     assert status == 200 and body["kind"] == "GpuNodeList", body
     assert sorted(node["metadata"]["name"] for node in body["items"]) == [f"dgx-{i}" for i in range(4)]
+    assert {node["metadata"]["name"]: node["domains"] for node in body["items"]} == {
+        "dgx-0": [], "dgx-1": ["nvlink-pool"], "dgx-2": [], "dgx-3": []}
     held = [(node["metadata"]["name"], device["index"], holder)
             for node in body["items"] for device in node["devices"] for holder in device["holders"]]
     assert len(held) == 1 and held[0][2]["name"] == "slice" and held[0][2]["memoryMiB"] == 10240

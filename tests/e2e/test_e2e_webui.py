@@ -64,6 +64,10 @@ async def test_the_page_shows_the_queue_and_gpu_holders_and_follows_bindings(
     else:
         base, token = gateway.sim.url, gateway.tokens["carol"]
     backend = "kube" if isinstance(cluster, KubeCluster) else "sim"
+    made = await api.request("POST", "/apis/ai-scheduler.io/v1alpha1/domains", body={
+        "apiVersion": "ai-scheduler.io/v1alpha1", "kind": "Domain", "metadata": {"name": "fast-pool"},
+        "spec": {"nodes": ["dgx-2"]}})
+    assert made.ok, made.message
 
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
@@ -83,6 +87,10 @@ async def test_the_page_shows_the_queue_and_gpu_holders_and_follows_bindings(
             holder = page.locator(".gpu .holder", has_text="default/slice")
             await holder.wait_for(timeout=TIMEOUT_MS)
             assert "10240 MiB" in await holder.inner_text()
+            # The logical domain beside the node that belongs to it, and beside no other.
+            await page.locator('.node[data-node="dgx-2"] .domains', has_text="domains: fast-pool").wait_for(
+                timeout=TIMEOUT_MS)
+            assert await page.locator(".node .domains").count() == 1
             # The quota table and the decisions are there too.
             await page.locator('#quotas tr[data-quota="group/research/cpu"]').wait_for(timeout=TIMEOUT_MS)
             await page.locator('#decisions tr[data-pod="default/slice"]').first.wait_for(timeout=TIMEOUT_MS)
