@@ -465,10 +465,6 @@ class SchedulingQueue:
         moved: list[QueuedPod] = []
         kept: list[QueuedPod] = []
         units: dict[str, list[QueuedPod]] = {}
-        # A pod whose last failure is a whole maximum backoff ago, and which has no later not-before, is
-        # not backing off: no need to work its deadline out (most of a standing queue, once the events
-        # are more than that apart).
-        longest = self._max_backoff
         for qp in self._unschedulable.values():
             hint = qp.hint
             if hint is None:
@@ -490,7 +486,7 @@ class SchedulingQueue:
             virtual = qp.virtual
             if virtual is not None and virtual[0] == now and self._pending(qp, now):
                 continue  # still in activeQ as a queue without hints sees it: nothing moves it
-            if (qp.last_failure + longest > now or qp.not_before > now) and self._backoff_deadline(qp) > now:
+            if self._backing_off(qp, now):
                 moved.append(qp)
             else:
                 kept.append(qp)
@@ -534,7 +530,7 @@ class SchedulingQueue:
             fit = verdict
         pendings = {m.virtual is not None and self._pending(m, now) for m in members}
         pending = True in pendings
-        backing_off = not pending and any(self._backoff_deadline(m) > now for m in members)
+        backing_off = not pending and any(self._backing_off(m, now) for m in members)
         if fit or len(pendings) > 1 or backing_off:
             moved.extend(members)
             return False
@@ -788,6 +784,14 @@ class SchedulingQueue:
         self._count(uid, ACTIVE, +1)
         self._incoming(ACTIVE, event)
         self._nonempty.set()
+
+    def _backing_off(self, qp: QueuedPod, now: float) -> bool:
+        """Whether the pod's backoff still runs at `now`. A pod whose last failure is a whole maximum
+        backoff ago, with no later not-before, is not backing off: its deadline is not worked out (most
+        of a standing queue, once events are more than that apart)."""
+        if qp.last_failure + self._max_backoff <= now and qp.not_before <= now:
+            return False
+        return self._backoff_deadline(qp) > now
 
     def _backoff_deadline(self, qp: QueuedPod) -> float:
         return max(qp.last_failure + self.backoff_duration(qp.attempts - qp.backoff_base), qp.not_before)
